@@ -1,0 +1,32 @@
+# `make run` and `make test` work from a fresh clone: they create .venv when missing.
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed
+INDEX ?= var/demo-index
+KEYS ?= var/demo-keys.json
+HOST ?= 127.0.0.1
+PORT ?= 8000
+
+.PHONY: run test install bench clean
+
+install: $(STAMP)
+
+# CPU torch goes in first, and the constraints file keeps it there, so nothing pulls a CUDA build.
+$(STAMP): pyproject.toml constraints.txt
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q -c constraints.txt torch==2.13.0
+	$(PY) -m pip install -q -c constraints.txt -e '.[dev]'
+	touch $(STAMP)
+
+run: $(STAMP)
+	$(VENV)/bin/quarry demo --index $(INDEX) --keys $(KEYS) --host $(HOST) --port $(PORT)
+
+test: $(STAMP)
+	$(PY) -m pytest
+
+bench: $(STAMP)
+	$(PY) benchmarks/retrievers.py
+
+clean:
+	rm -rf var .pytest_cache .hypothesis

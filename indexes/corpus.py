@@ -1,0 +1,198 @@
+"""Load documents from JSONL and Markdown/text files, validating as strictly as an API would.
+
+Every problem names its file and line; nothing is half-loaded. Accepted fields: `id` (or
+BEIR's `_id`), `text`, `title`, `source`, `date` (ISO 8601), `metadata` (flat object), `acl`.
+A document without `acl` gets the ingest default, which fails closed (admins only).
+Defaults: `source` is the JSONL file's stem, or a Markdown file's folder name; a Markdown
+document's `id` is its path relative to the source folder, without extension; its `title`
+is the first `# heading` when the front matter has none.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass
+from datetime import date, datetime
+from pathlib import Path
+from typing import Any, Iterator, Sequence
+
+import yaml
+
+from retrieval.errors import IngestError, InvalidRequest
+from retrieval.types import Document, check_acl
+
+ADMIN_ONLY: tuple[str, ...] = ("group:admin",)
+DOC_SUFFIXES = {".jsonl": "jsonl", ".md": "markdown", ".markdown": "markdown", ".txt": "text"}
+TABLE_SUFFIXES = {".csv", ".parquet"}
+FIELDS = {"id", "_id", "text", "title", "source", "date", "metadata", "acl"}
+MAX_TEXT_CHARS = 5_000_000
+_ID_RE = re.compile(r"[^\s#][^\s]{0,255}")
+_FRONT = re.compile(r"\A---[ \t]*\r?\n(.*?)\r?\n---[ \t]*\r?\n?", re.DOTALL)
+_HEADING = re.compile(r"^#\s+(.+?)\s*#*\s*$", re.MULTILINE)
+
+
+@dataclass(frozen=True)
+class LoadedDocument:
+    doc: Document
+    origin: str  # "path:line", kept in the catalog so an author can find the source
+
+
+def discover(sources: Sequence[Path]) -> tuple[list[tuple[Path, Path]], list[Path]]:
+    """Split sources into (document files with their root, table files); walk folders sorted."""
+    docs: list[tuple[Path, Path]] = []
+    tables: list[Path] = []
+    for src in sources:
+        if src.is_dir():
+            for p in sorted(src.rglob("*")):
+                if p.is_file() and not any(part.startswith(".") for part in p.relative_to(src).parts):
+                    if p.suffix.lower() in DOC_SUFFIXES:
+                        docs.append((p, src))
+                    elif p.suffix.lower() in TABLE_SUFFIXES:
+                        tables.append(p)
+        elif src.is_file():
+            if src.suffix.lower() in DOC_SUFFIXES:
+                docs.append((src, src.parent))
+            elif src.suffix.lower() in TABLE_SUFFIXES:
+                tables.append(src)
+            else:
+                raise IngestError(f"unsupported file type {src.suffix!r}", str(src))
+        else:
+            raise IngestError("no such file or folder", str(src))
+    return docs, tables
+
+
+def load_documents(sources: Sequence[Path], default_acl: Sequence[str] = ADMIN_ONLY) -> list[LoadedDocument]:
+    """All documents under `sources`, in a stable order; raises IngestError on the first problem."""
+    files, _ = discover(sources)
+    out: list[LoadedDocument] = []
+    seen: dict[str, str] = {}
+    for path, root in files:
+        for loaded in _load_file(path, root, tuple(default_acl)):
+            first = seen.get(loaded.doc.id)
+            if first is not None:
+                path_s, _, line = loaded.origin.rpartition(":")
+                raise IngestError(f"duplicate document id {loaded.doc.id!r} (first at {first})", path_s, int(line))
+            seen[loaded.doc.id] = loaded.origin
+            out.append(loaded)
+    return out
+
+
+def _read(path: Path) -> str:
+    try:
+        return path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as e:
+        raise IngestError(f"not UTF-8 text ({e.reason} at byte {e.start})", str(path)) from None
+    except OSError as e:
+        raise IngestError(f"cannot read file: {e.strerror}", str(path)) from None
+
+
+def _load_file(path: Path, root: Path, default_acl: tuple[str, ...]) -> Iterator[LoadedDocument]:
+    kind = DOC_SUFFIXES[path.suffix.lower()]
+    text = _read(path)
+    if kind == "jsonl":
+        yield from _load_jsonl(path, text, default_acl)
+    else:
+        yield _load_markdown(path, root, text, default_acl)
+
+
+def _load_jsonl(path: Path, text: str, default_acl: tuple[str, ...]) -> Iterator[LoadedDocument]:
+    for n, line in enumerate(text.splitlines(), start=1):
+        if not line.strip():
+            continue
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError as e:
+            raise IngestError(f"malformed JSON: {e.msg} at column {e.colno}", str(path), n) from None
+        if not isinstance(record, dict):
+            raise IngestError("each line must be a JSON object", str(path), n)
+        try:
+            doc = make_document(record, default_source=path.stem, default_acl=default_acl)
+        except InvalidRequest as e:
+            raise IngestError(e.message, str(path), n) from None
+        yield LoadedDocument(doc, f"{path}:{n}")
+
+
+def _load_markdown(path: Path, root: Path, text: str, default_acl: tuple[str, ...]) -> LoadedDocument:
+    meta: dict[str, Any] = {}
+    body = text
+    m = _FRONT.match(text)
+    if m:
+        try:
+            parsed = yaml.safe_load(m.group(1)) or {}
+        except yaml.YAMLError as e:
+            mark = getattr(e, "problem_mark", None)
+            line = mark.line + 2 if mark is not None else 1
+            raise IngestError(f"malformed front matter: {getattr(e, 'problem', e)}", str(path), line) from None
+        if not isinstance(parsed, dict):
+            raise IngestError("front matter must be a mapping", str(path), 1)
+        meta = parsed
+        body = text[m.end() :]
+    record = dict(meta)
+    record.setdefault("id", path.relative_to(root).with_suffix("").as_posix())
+    record["text"] = body
+    if "title" not in record:
+        h = _HEADING.search(body)
+        record["title"] = h.group(1) if h else None
+    try:
+        doc = make_document(record, default_source=path.parent.name, default_acl=default_acl)
+    except InvalidRequest as e:
+        raise IngestError(e.message, str(path), 1) from None
+    return LoadedDocument(doc, f"{path}:1")
+
+
+def make_document(record: dict[str, Any], default_source: str | None, default_acl: tuple[str, ...]) -> Document:
+    """Validate one raw record into a Document; raises InvalidRequest naming the field."""
+    unknown = set(record) - FIELDS
+    if unknown:
+        raise InvalidRequest(f"unknown fields {sorted(unknown)}; allowed: {sorted(FIELDS - {'_id'})}")
+    doc_id = record.get("id", record.get("_id"))
+    if isinstance(doc_id, int) and not isinstance(doc_id, bool):
+        doc_id = str(doc_id)
+    if not isinstance(doc_id, str) or not _ID_RE.fullmatch(doc_id):
+        raise InvalidRequest(f"id must be a non-empty string without spaces or '#', got {doc_id!r}")
+    text = record.get("text")
+    if not isinstance(text, str) or not text.strip():
+        raise InvalidRequest(f"document {doc_id!r} has no text")
+    if len(text) > MAX_TEXT_CHARS:
+        raise InvalidRequest(f"document {doc_id!r} text exceeds {MAX_TEXT_CHARS} characters")
+    title = record.get("title")
+    if title is not None and not isinstance(title, str):
+        raise InvalidRequest(f"title of {doc_id!r} must be a string")
+    source = record.get("source", default_source)
+    if source is not None and (not isinstance(source, str) or not source.strip()):
+        raise InvalidRequest(f"source of {doc_id!r} must be a non-empty string")
+    metadata = record.get("metadata") or {}
+    if not isinstance(metadata, dict) or any(
+        not isinstance(k, str) or not (v is None or isinstance(v, (str, int, float, bool))) for k, v in metadata.items()
+    ):
+        raise InvalidRequest(f"metadata of {doc_id!r} must be a flat object of strings, numbers or booleans")
+    acl = record.get("acl")
+    return Document(
+        id=doc_id,
+        text=text,
+        title=title.strip() if isinstance(title, str) and title.strip() else None,
+        source=source,
+        date=parse_date(record.get("date"), doc_id),
+        metadata=metadata,
+        acl=check_acl(acl) if acl is not None else default_acl,
+    )
+
+
+def parse_date(value: Any, doc_id: str = "?") -> date | None:
+    """ISO 8601 date or date-time (the date part is kept); None stays None."""
+    if value is None:
+        return None
+    if isinstance(value, datetime):
+        return value.date()
+    if isinstance(value, date):
+        return value
+    if isinstance(value, str):
+        try:
+            return date.fromisoformat(value)
+        except ValueError:
+            try:
+                return datetime.fromisoformat(value).date()
+            except ValueError:
+                pass
+    raise InvalidRequest(f"date of {doc_id!r} is not an ISO 8601 date: {value!r}")

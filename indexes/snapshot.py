@@ -1,0 +1,265 @@
+"""Self-contained index snapshots with an atomic switch.
+
+Layout of an index directory:
+
+    DIR/CURRENT                  name of the snapshot being served (replaced atomically)
+    DIR/snapshots/<name>/        manifest.json, catalog.duckdb, bm25/, dense.faiss
+    DIR/snapshots/.building-*/   a build in progress (never loaded; removed by the next build)
+
+A build writes everything into `.building-*`, writes the manifest last, renames the folder
+and only then replaces CURRENT. A build killed at any point leaves CURRENT naming the
+previous, complete snapshot. Loading checks the manifest (format version, model id and
+dimension, counts, file sizes and hashes) and refuses a mismatch with a clear message.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import hashlib
+import json
+import os
+import shutil
+import time
+import uuid
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any, Callable, Iterator, Sequence
+
+from indexes.bm25 import Bm25Index, Bm25Params
+from indexes.catalog import Catalog, write_catalog
+from indexes.chunking import DEFAULT_MAX_CHARS, chunk_documents
+from indexes.corpus import ADMIN_ONLY, load_documents
+from indexes.dense import DenseIndex
+from indexes.embedder import Embedder
+from retrieval.access import ChunkTable
+from retrieval.errors import IngestError, SnapshotError
+from retrieval.types import Chunk, Document
+
+FORMAT_VERSION = 1
+CURRENT = "CURRENT"
+KEEP_SNAPSHOTS = 2  # the current one and the one before, for a quick rollback
+
+Progress = Callable[[str, int, int], None]  # (stage, done, total)
+
+
+@dataclass(frozen=True)
+class BuildOptions:
+    default_acl: tuple[str, ...] = ADMIN_ONLY
+    max_chars: int = DEFAULT_MAX_CHARS
+    bm25: Bm25Params = Bm25Params()
+
+
+def index_text(doc: Document, chunk: Chunk) -> str:
+    """What BM25 and the embedder see: the title gives every chunk its document's context."""
+    return f"{doc.title}\n{chunk.text}" if doc.title else chunk.text
+
+
+def content_hash(docs: Sequence[Document]) -> str:
+    h = hashlib.sha256()
+    for d in docs:
+        record = {"id": d.id, "text": d.text, "title": d.title, "source": d.source,
+                  "date": d.date.isoformat() if d.date else None, "metadata": dict(d.metadata), "acl": list(d.acl)}
+        h.update(json.dumps(record, sort_keys=True, ensure_ascii=False).encode("utf-8"))
+        h.update(b"\n")
+    return h.hexdigest()
+
+
+def _file_hash(path: Path) -> str:
+    h = hashlib.sha256()
+    with path.open("rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def _snapshot_files(root: Path) -> dict[str, dict[str, Any]]:
+    files = sorted(p for p in root.rglob("*") if p.is_file() and p.name != "manifest.json")
+    return {p.relative_to(root).as_posix(): {"bytes": p.stat().st_size, "sha256": _file_hash(p)} for p in files}
+
+
+def _fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+@contextmanager
+def _build_lock(index_dir: Path) -> Iterator[None]:
+    """One build at a time per index directory (a second one fails fast, it does not queue)."""
+    index_dir.mkdir(parents=True, exist_ok=True)
+    with open(index_dir / ".build.lock", "w") as fh:
+        try:
+            fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise IngestError("another ingest is building this index", str(index_dir)) from None
+        yield
+
+
+def build_snapshot(
+    sources: Sequence[Path],
+    index_dir: Path,
+    embedder: Embedder,
+    options: BuildOptions = BuildOptions(),
+    progress: Progress | None = None,
+) -> dict[str, Any]:
+    """Ingest `sources` into a new snapshot and make it current; returns its manifest."""
+    report = progress or (lambda stage, done, total: None)
+    t0 = time.perf_counter()
+    loaded = load_documents(sources, options.default_acl)  # validation happens before any write
+    if not loaded:
+        raise IngestError("no documents found", ", ".join(map(str, sources)))
+    docs = [ld.doc for ld in loaded]
+    chunks = chunk_documents(docs, options.max_chars)
+    by_id = {d.id: d for d in docs}
+    texts = [index_text(by_id[c.doc_id], c) for c in chunks]
+    t_load = time.perf_counter() - t0
+
+    with _build_lock(index_dir):
+        snapshots = index_dir / "snapshots"
+        snapshots.mkdir(exist_ok=True)
+        for stale in snapshots.glob(".building-*"):
+            shutil.rmtree(stale, ignore_errors=True)
+        digest = content_hash(docs)
+        name = f"{datetime.now(timezone.utc):%Y%m%dT%H%M%S}-{digest[:8]}-{uuid.uuid4().hex[:6]}"
+        work = snapshots / f".building-{name}"
+        work.mkdir()
+
+        t1 = time.perf_counter()
+        write_catalog(work / "catalog.duckdb", docs, [ld.origin for ld in loaded], chunks)
+        t_catalog = time.perf_counter() - t1
+        report("catalog", 1, 1)
+
+        t1 = time.perf_counter()
+        Bm25Index.build(texts, options.bm25).save(work / "bm25")
+        t_bm25 = time.perf_counter() - t1
+        report("bm25", 1, 1)
+
+        t1 = time.perf_counter()
+        done = [0]
+
+        def on_batch(n: int) -> None:
+            done[0] += n
+            report("embed", done[0], len(texts))
+
+        vectors = embedder.encode(texts, progress=on_batch)
+        t_embed = time.perf_counter() - t1
+
+        t1 = time.perf_counter()
+        DenseIndex.build(vectors).save(work / "dense.faiss")
+        t_faiss = time.perf_counter() - t1
+
+        t1 = time.perf_counter()
+        manifest = {
+            "format_version": FORMAT_VERSION,
+            "snapshot": name,
+            "built_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+            "model": {"id": embedder.model_id, "dim": embedder.dim},
+            "counts": {"documents": len(docs), "chunks": len(chunks)},
+            "content_hash": digest,
+            "options": {"default_acl": list(options.default_acl), "max_chars": options.max_chars, "bm25": asdict(options.bm25)},
+            "files": _snapshot_files(work),
+        }
+        t_hash = time.perf_counter() - t1
+        manifest["timings_s"] = {
+            "load_and_chunk": round(t_load, 3), "catalog": round(t_catalog, 3), "bm25": round(t_bm25, 3),
+            "embed": round(t_embed, 3), "faiss": round(t_faiss, 3), "manifest": round(t_hash, 3),
+        }
+        (work / "manifest.json").write_text(json.dumps(manifest, indent=2))
+        _fsync_dir(work)
+        final = snapshots / name
+        work.rename(final)
+        _fsync_dir(snapshots)
+        pointer = index_dir / f"{CURRENT}.tmp"
+        pointer.write_text(name + "\n")
+        with pointer.open("rb") as f:
+            os.fsync(f.fileno())
+        os.replace(pointer, index_dir / CURRENT)  # the atomic switch
+        _fsync_dir(index_dir)
+        _prune(snapshots, keep=name)
+    return manifest
+
+
+def _prune(snapshots: Path, keep: str) -> None:
+    done = sorted((p for p in snapshots.iterdir() if p.is_dir() and not p.name.startswith(".")), key=lambda p: p.name)
+    older = [p for p in done if p.name != keep]
+    for p in older[: max(0, len(older) - (KEEP_SNAPSHOTS - 1))]:
+        shutil.rmtree(p, ignore_errors=True)
+
+
+@dataclass
+class Snapshot:
+    """A loaded snapshot: the catalog plus the in-memory indexes built from it."""
+
+    path: Path
+    manifest: dict[str, Any]
+    catalog: Catalog
+    chunks: ChunkTable
+    bm25: Bm25Index
+    dense: DenseIndex
+
+    def close(self) -> None:
+        self.catalog.close()
+
+
+def current_snapshot_path(index_dir: Path) -> Path:
+    pointer = index_dir / CURRENT
+    if not pointer.is_file():
+        raise SnapshotError(f"{index_dir} holds no index snapshot; run `quarry ingest SOURCES --index {index_dir}`")
+    name = pointer.read_text().strip()
+    path = index_dir / "snapshots" / name
+    if not name or name.startswith(".") or "/" in name or not path.is_dir():
+        raise SnapshotError(f"{index_dir}/CURRENT names a missing snapshot {name!r}")
+    return path
+
+
+def read_manifest(path: Path) -> dict[str, Any]:
+    try:
+        return json.loads((path / "manifest.json").read_text())
+    except (OSError, json.JSONDecodeError) as e:
+        raise SnapshotError(f"snapshot {path} has no readable manifest ({e})") from None
+
+
+def check_manifest(manifest: dict[str, Any], model_id: str, dim: int) -> None:
+    """Refuse a snapshot this code or this embedding model cannot serve correctly."""
+    version = manifest.get("format_version")
+    if version != FORMAT_VERSION:
+        raise SnapshotError(
+            f"snapshot format version {version!r} is not supported (this Quarry reads {FORMAT_VERSION}); rebuild it with `quarry ingest`"
+        )
+    model = manifest.get("model") or {}
+    if model.get("id") != model_id or model.get("dim") != dim:
+        raise SnapshotError(
+            f"snapshot was built with model {model.get('id')!r} ({model.get('dim')}-d) but the service loads "
+            f"{model_id!r} ({dim}-d); rebuild the index or configure the same model"
+        )
+
+
+def load_snapshot(index_dir: Path, embedder: Embedder, verify_hashes: bool = True) -> Snapshot:
+    """Load the current snapshot of `index_dir` after checking its manifest and files."""
+    path = current_snapshot_path(index_dir)
+    manifest = read_manifest(path)
+    if embedder.dim is None:
+        embedder.load()
+    check_manifest(manifest, embedder.model_id, embedder.dim)
+    for rel, meta in (manifest.get("files") or {}).items():
+        f = path / rel
+        if not f.is_file() or f.stat().st_size != meta["bytes"] or (verify_hashes and _file_hash(f) != meta["sha256"]):
+            raise SnapshotError(f"snapshot file {f} is missing or differs from its manifest; rebuild the index")
+    catalog = Catalog(path / "catalog.duckdb")
+    try:
+        counts = catalog.counts()
+        if counts != manifest["counts"]:
+            raise SnapshotError(f"catalog counts {counts} differ from the manifest {manifest['counts']}")
+        chunks = catalog.chunk_table()
+        bm25 = Bm25Index.load(path / "bm25")
+        dense = DenseIndex.load(path / "dense.faiss")
+        if bm25.size != len(chunks) or dense.size != len(chunks) or dense.dim != embedder.dim:
+            raise SnapshotError(f"snapshot {path} indexes disagree with its catalog; rebuild the index")
+    except Exception:
+        catalog.close()
+        raise
+    return Snapshot(path, manifest, catalog, chunks, bm25, dense)

@@ -1,0 +1,142 @@
+"""Which chunks a principal may see, as a boolean mask computed before any ranking.
+
+Every retriever asks this table for the mask of rows it may score, so access control and
+filters have exactly one implementation. A chunk outside the mask is never scored, so it
+can neither appear in results nor push an authorized chunk out of the top k.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from dataclasses import dataclass, field
+from datetime import date
+from threading import Lock
+from typing import Iterable, Sequence
+
+import numpy as np
+
+from retrieval.types import Filters, Hit, Principal
+
+_NO_DATE = np.iinfo(np.int32).min
+
+
+def day_number(d: date) -> int:
+    return d.toordinal()
+
+
+@dataclass
+class ChunkTable:
+    """Column arrays for every chunk of a snapshot (row = position = BM25/FAISS id)."""
+
+    chunk_ids: Sequence[str]
+    doc_ids: Sequence[str]
+    texts: Sequence[str]
+    starts: np.ndarray
+    ends: np.ndarray
+    titles: Sequence[str | None]
+    sources: Sequence[str | None]
+    dates: Sequence[str | None]
+    acls: Sequence[tuple[str, ...]]
+    cache_size: int = 512
+    _postings: dict[str, np.ndarray] = field(init=False, repr=False)
+    _date_days: np.ndarray = field(init=False, repr=False)
+    _cache: OrderedDict = field(init=False, repr=False)
+    _lock: Lock = field(init=False, repr=False)
+    _doc_rows: dict[str, list[int]] | None = field(init=False, repr=False, default=None)
+
+    def __post_init__(self) -> None:
+        n = len(self.chunk_ids)
+        rows_by_token: dict[str, list[int]] = {}
+        for row, acl in enumerate(self.acls):
+            for token in acl:
+                rows_by_token.setdefault(token, []).append(row)
+        self._postings = {t: np.asarray(r, dtype=np.int64) for t, r in rows_by_token.items()}
+        self._date_days = np.array(
+            [day_number(date.fromisoformat(d)) if d else _NO_DATE for d in self.dates], dtype=np.int32
+        ).reshape(n)
+        self._cache = OrderedDict()
+        self._lock = Lock()
+
+    def __len__(self) -> int:
+        return len(self.chunk_ids)
+
+    def mask(self, principal: Principal, filters: Filters) -> np.ndarray:
+        """Rows the principal may read that pass the filters. Cached; do not mutate the result."""
+        key = (principal.access_tokens(), filters)
+        with self._lock:
+            cached = self._cache.get(key)
+            if cached is not None:
+                self._cache.move_to_end(key)
+                return cached
+        allowed = self._acl_mask(principal)
+        allowed &= self._filter_mask(filters)
+        allowed.setflags(write=False)
+        with self._lock:
+            self._cache[key] = allowed
+            if len(self._cache) > self.cache_size:
+                self._cache.popitem(last=False)
+        return allowed
+
+    def _acl_mask(self, principal: Principal) -> np.ndarray:
+        allowed = np.zeros(len(self), dtype=bool)
+        for token in principal.access_tokens():
+            rows = self._postings.get(token)
+            if rows is not None:
+                allowed[rows] = True
+        return allowed
+
+    def _filter_mask(self, filters: Filters) -> np.ndarray:
+        keep = np.ones(len(self), dtype=bool)
+        if filters.sources is not None:
+            wanted = set(filters.sources)
+            keep &= np.fromiter((s in wanted for s in self.sources), dtype=bool, count=len(self))
+        if filters.doc_ids is not None:
+            wanted = set(filters.doc_ids)
+            keep &= np.fromiter((d in wanted for d in self.doc_ids), dtype=bool, count=len(self))
+        # A document without a date cannot be shown to be inside a date range: it is excluded.
+        if filters.date_from is not None:
+            keep &= (self._date_days != _NO_DATE) & (self._date_days >= day_number(filters.date_from))
+        if filters.date_to is not None:
+            keep &= (self._date_days != _NO_DATE) & (self._date_days <= day_number(filters.date_to))
+        return keep
+
+    def hit(self, row: int, score: float, retriever: str, signals: Iterable[tuple[str, float]] = ()) -> Hit:
+        """Build the typed hit for a row; provenance always names document and offsets."""
+        return Hit(
+            chunk_id=self.chunk_ids[row],
+            doc_id=self.doc_ids[row],
+            text=self.texts[row],
+            score=float(score),
+            retrievers=(retriever,),
+            start=int(self.starts[row]),
+            end=int(self.ends[row]),
+            title=self.titles[row],
+            source=self.sources[row],
+            date=self.dates[row],
+            signals=tuple(signals),
+        )
+
+    def rows_of_doc(self, doc_id: str) -> list[int]:
+        """Rows of one document's chunks in order (used to expand and to show a document)."""
+        if self._doc_rows is None:
+            index: dict[str, list[int]] = {}
+            for row, d in enumerate(self.doc_ids):
+                index.setdefault(d, []).append(row)
+            self._doc_rows = index
+        return self._doc_rows.get(doc_id, [])
+
+
+def top_k(scores: np.ndarray, allowed: np.ndarray, k: int, floor: float | None = None) -> np.ndarray:
+    """Rows of the k best scores among allowed rows (optionally only scores above `floor`).
+
+    Sorted by score descending, ties broken by row so results are deterministic.
+    """
+    candidates = np.flatnonzero(allowed if floor is None else allowed & (scores > floor))
+    if candidates.size == 0 or k <= 0:
+        return candidates[:0]
+    if candidates.size > k:
+        # Keep every row tied with the k-th score, then order by (score desc, row) and cut.
+        kth = np.partition(-scores[candidates], k - 1)[k - 1]
+        candidates = candidates[-scores[candidates] <= kth]
+    order = np.lexsort((candidates, -scores[candidates]))
+    return candidates[order][:k]

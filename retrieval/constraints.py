@@ -1,0 +1,68 @@
+"""Hard constraints of a question: what any evidence must contain and no rewrite may drop.
+
+Extracted by rules, never by a model, so the same question always yields the same
+constraints: quoted phrases, identifiers (tokens mixing letters and digits or joined by
+separators: `R1842`, `INC-2041`, `CVE-2024-3094`, `LEDGER_LOCK_TIMEOUT`, `2.4.1`, paths),
+dates and date ranges, and entities the catalog knows.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+_QUOTED = re.compile(r'"([^"\n]{1,200})"|\u201c([^\u201d\n]{1,200})\u201d|`([^`\n]{1,200})`')
+_IDENTIFIER = re.compile(
+    r"""
+    (?<![\w/.-])(?:
+        (?:~|\.{1,2})?/[\w.-]+(?:/[\w.-]+)+           # absolute or relative path with a leading slash
+      | [\w-]+(?:/[\w-]+)*/[\w-]+\.[A-Za-z0-9]{1,8}   # relative path ending in a file name
+      | (?=[\w.-]*\d)(?=[\w.-]*[A-Za-z])[A-Za-z0-9]+(?:[-_.:][A-Za-z0-9]+)*   # letters and digits mixed
+      | \d+(?:\.\d+){2,3}                             # version number 2.4.1
+      | [A-Za-z][A-Za-z0-9]*(?:_[A-Za-z0-9]+)+        # snake_case / UPPER_SNAKE names
+      | [a-z][a-z0-9]*(?:\.[a-z][a-z0-9_]*){2,}       # dotted config keys
+    )(?![\w/-]|\.\w)
+    """,
+    re.VERBOSE,
+)
+# Words that look like identifiers but are ordinary language ("covid19" stays, "3rd" goes).
+_ORDINAL = re.compile(r"\d+(st|nd|rd|th|s)$", re.IGNORECASE)
+
+
+def quoted_phrases(text: str) -> list[str]:
+    """Phrases in double quotes, curly quotes or backticks, in order, deduplicated."""
+    found = [next(g for g in m.groups() if g is not None).strip() for m in _QUOTED.finditer(text)]
+    return list(dict.fromkeys(p for p in found if p))
+
+
+def identifiers(text: str) -> list[str]:
+    """Identifier-like tokens outside quotes, in order, deduplicated, original casing kept."""
+    unquoted = _QUOTED.sub(" ", text)
+    found = [m.group(0) for m in _IDENTIFIER.finditer(unquoted)]
+    return list(dict.fromkeys(t for t in found if not _ORDINAL.fullmatch(t) and not re.fullmatch(r"\d{4}", t)))
+
+
+def identifier_pattern(identifier: str) -> str:
+    """An RE2 pattern matching the identifier as a whole token (case-insensitive at use)."""
+    return r"(?:^|[^\w])" + re.escape(identifier) + r"(?:$|[^\w])"
+
+
+@dataclass(frozen=True)
+class ExactQuery:
+    """What the exact retriever looks for: literal phrases and/or RE2 patterns."""
+
+    phrases: tuple[str, ...]
+    patterns: tuple[str, ...]
+    regex: bool = False
+
+
+def exact_query(query: str) -> ExactQuery:
+    """`/regex/` is a regular expression; else quoted phrases and identifiers; else the whole text."""
+    q = query.strip()
+    if len(q) > 2 and q.startswith("/") and q.endswith("/") and q.count("/") >= 2 and not _IDENTIFIER.fullmatch(q):
+        return ExactQuery((), (q[1:-1],), regex=True)
+    phrases = quoted_phrases(q)
+    idents = identifiers(q)
+    if not phrases and not idents:
+        return ExactQuery((" ".join(q.split()),), ())
+    return ExactQuery(tuple(phrases), tuple(identifier_pattern(i) for i in idents))

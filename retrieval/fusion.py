@@ -1,0 +1,49 @@
+"""Rank fusion of several retrievers' hit lists.
+
+Reciprocal rank fusion (Cormack, Clarke & Buettcher, SIGIR 2009): score(d) = sum_i w_i / (k + rank_i(d)),
+rank starting at 1. It ignores the retrievers' raw score scales, which differ (BM25 is
+unbounded, cosine lies in [-1, 1]), and needs no training.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Mapping, Sequence
+
+from retrieval.types import Hit
+
+DEFAULT_RRF_K = 60
+
+
+def rrf(
+    rankings: Mapping[str, Sequence[Hit]],
+    k: int = DEFAULT_RRF_K,
+    weights: Mapping[str, float] | None = None,
+    limit: int | None = None,
+) -> list[Hit]:
+    """Fuse ranked lists keyed by retriever name; the fused hit keeps every component's signals."""
+    fused: dict[str, float] = {}
+    best_rank: dict[str, int] = {}
+    parts: dict[str, list[Hit]] = {}
+    for name, hits in rankings.items():
+        w = 1.0 if weights is None else weights.get(name, 1.0)
+        for rank, hit in enumerate(hits, start=1):
+            fused[hit.chunk_id] = fused.get(hit.chunk_id, 0.0) + w / (k + rank)
+            best_rank[hit.chunk_id] = min(best_rank.get(hit.chunk_id, rank), rank)
+            parts.setdefault(hit.chunk_id, []).append(hit)
+    order = sorted(fused, key=lambda c: (-fused[c], best_rank[c], c))
+    if limit is not None:
+        order = order[:limit]
+    return [_merge(parts[c], fused[c]) for c in order]
+
+
+def _merge(hits: list[Hit], score: float) -> Hit:
+    retrievers: dict[str, None] = {}
+    signals: dict[str, float] = {}
+    for h in hits:
+        for r in h.retrievers:
+            retrievers.setdefault(r, None)
+        for key, value in h.signals:
+            signals.setdefault(key, value)
+    signals["rrf"] = score
+    return replace(hits[0], score=score, retrievers=tuple(retrievers), signals=tuple(signals.items()))

@@ -1,0 +1,64 @@
+"""Request limits and budgets: named, with defaults and help. The edges fill them from settings."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+
+from retrieval.errors import InvalidRequest
+from retrieval.types import Filters
+
+
+@dataclass(frozen=True)
+class Limits:
+    max_query_chars: int = 2000
+    default_k: int = 8
+    max_k: int = 50
+    default_attempts: int = 3
+    max_attempts: int = 6
+    default_deadline_ms: int = 2000
+    max_deadline_ms: int = 30000
+    call_timeout_ms: int = 1500
+    max_filter_values: int = 100
+
+
+HELP = {
+    "max_query_chars": "Longest accepted question or query, in characters.",
+    "default_k": "Passages returned when the caller does not say.",
+    "max_k": "Most passages a caller may ask for.",
+    "default_attempts": "Retrieval attempts the loop may make when the caller does not say.",
+    "max_attempts": "Server cap on attempts per question.",
+    "default_deadline_ms": "Time budget of one question when the caller does not say.",
+    "max_deadline_ms": "Largest deadline a caller may ask for.",
+    "call_timeout_ms": "Timeout of one retriever call inside the loop.",
+    "max_filter_values": "Most values in one filter list (sources, doc_ids).",
+}
+assert set(HELP) == {f.name for f in fields(Limits)}
+
+
+def check_query(query: object, limits: Limits) -> str:
+    """The query itself, or a typed error saying what is wrong with it."""
+    if not isinstance(query, str):
+        raise InvalidRequest("query must be a string")
+    if not query.strip():
+        raise InvalidRequest("query must not be empty")
+    if len(query) > limits.max_query_chars:
+        raise InvalidRequest(f"query is {len(query)} characters; the limit is {limits.max_query_chars}")
+    if "\x00" in query:
+        raise InvalidRequest("query must not contain NUL characters")
+    return query
+
+
+def check_k(k: object, limits: Limits) -> int:
+    if k is None:
+        return limits.default_k
+    if isinstance(k, bool) or not isinstance(k, int) or not 1 <= k <= limits.max_k:
+        raise InvalidRequest(f"k must be an integer from 1 to {limits.max_k}")
+    return k
+
+
+def check_filters(filters: Filters, limits: Limits) -> Filters:
+    for name in ("sources", "doc_ids"):
+        values = getattr(filters, name)
+        if values is not None and len(values) > limits.max_filter_values:
+            raise InvalidRequest(f"filter {name} has {len(values)} values; the limit is {limits.max_filter_values}")
+    return filters

@@ -1,0 +1,39 @@
+"""Light, dependency-free text normalisation for the pure core (grader, rewrites, router).
+
+The BM25 index has its own stemming tokenizer (indexes/bm25.py); this one only needs to be
+stable so that term coverage and query normalisation are comparable across attempts.
+"""
+
+from __future__ import annotations
+
+import re
+import unicodedata
+
+# Lucene's English stopwords plus question words that carry no topical content.
+STOPWORDS = frozenset(
+    """a an and are as at be but by for if in into is it no not of on or such that the their
+    then there these they this to was will with what which who whom whose when where why how
+    does do did can could should would may might i me my we our you your he she his her its
+    them us about from has have had been being were than so any all some also""".split()
+)
+
+_WORD = re.compile(r"\w+", re.UNICODE)
+
+
+def normalize(text: str) -> str:
+    """NFKC, lower case, single spaces: two queries equal under this are the same query."""
+    text = unicodedata.normalize("NFKC", text)
+    return " ".join(text.lower().split())
+
+
+def words(text: str) -> list[str]:
+    return _WORD.findall(normalize(text))
+
+
+def content_terms(text: str) -> list[str]:
+    """Words that carry meaning (no stopwords, no single characters), in order, deduplicated."""
+    seen: dict[str, None] = {}
+    for w in words(text):
+        if len(w) > 1 and w not in STOPWORDS:
+            seen.setdefault(w, None)
+    return list(seen)

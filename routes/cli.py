@@ -1,0 +1,186 @@
+"""The `quarry` command line. JSON on stdout for machines; `--table` for people.
+
+Errors print the same `{"error": {...}}` JSON as the HTTP API and exit non-zero
+(2 for a caller's mistake, 1 otherwise).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from datetime import date
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+from retrieval.errors import RetrievalError
+from retrieval.types import Filters, Principal
+
+RETRIEVERS = ("exact", "bm25", "dense", "hybrid")
+
+
+def _principal(args: argparse.Namespace, scopes: Sequence[str] = ("query",)) -> Principal:
+    return Principal(args.principal, tuple(args.groups or ()), frozenset(scopes))
+
+
+def _filters(args: argparse.Namespace) -> Filters:
+    return Filters(
+        sources=tuple(args.source) if args.source else None,
+        date_from=args.date_from,
+        date_to=args.date_to,
+        doc_ids=tuple(args.doc_id) if args.doc_id else None,
+    )
+
+
+def _iso_date(value: str) -> date:
+    try:
+        return date.fromisoformat(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not an ISO date: {value!r}") from None
+
+
+def _emit(payload: Any) -> None:
+    sys.stdout.write(json.dumps(payload, ensure_ascii=False, indent=2) + "\n")
+
+
+def _progress_bar() -> Callable[[str, int, int], None] | None:
+    """A tqdm bar per ingest stage on a terminal; silent when stderr is not a TTY."""
+    if not sys.stderr.isatty():
+        return None
+    from tqdm import tqdm
+
+    bars: dict[str, Any] = {}
+
+    def report(stage: str, done: int, total: int) -> None:
+        bar = bars.get(stage)
+        if bar is None:
+            bar = bars[stage] = tqdm(total=total, desc=stage, unit="chunk" if stage == "embed" else "step", file=sys.stderr)
+        bar.update(done - bar.n)
+        if done >= total:
+            bar.close()
+
+    return report
+
+
+def cmd_ingest(args: argparse.Namespace) -> int:
+    from indexes.corpus import ADMIN_ONLY
+    from indexes.embedder import Embedder
+    from indexes.snapshot import BuildOptions, build_snapshot
+    from retrieval.types import check_acl
+
+    acl = check_acl(args.default_acl) if args.default_acl else ADMIN_ONLY
+    embedder = Embedder(args.model_path)
+    manifest = build_snapshot([Path(s) for s in args.sources], Path(args.index), embedder,
+                              BuildOptions(default_acl=acl), progress=_progress_bar())
+    _emit({k: manifest[k] for k in ("snapshot", "counts", "model", "content_hash", "timings_s")})
+    return 0
+
+
+def cmd_search(args: argparse.Namespace) -> int:
+    from retrieval.answer import hits_json
+    from retrieval.search import search
+    from routes.engine import open_engine
+
+    principal = _principal(args)
+    engine = open_engine(Path(args.index), _embedder(args))
+    try:
+        hits = search(engine.retrievers, args.retriever, args.query, principal, args.k, _filters(args), engine.limits)
+    finally:
+        engine.close()
+    if args.table:
+        for item in hits_json(hits):
+            print(f"{item['rank']:>3}  {item['score']:>9.4f}  {item['chunk_id']:<32}  {(item['title'] or '')[:60]}")
+    else:
+        _emit({"retriever": args.retriever, "hits": hits_json(hits)})
+    return 0
+
+
+def cmd_serve(args: argparse.Namespace) -> int:
+    from routes.server import serve
+
+    serve(Path(args.index), host=args.host, port=args.port, keys_file=Path(args.keys) if args.keys else None,
+          model_path=args.model_path)
+    return 0
+
+
+def cmd_demo(args: argparse.Namespace) -> int:
+    from routes.demo import run_demo
+
+    run_demo(Path(args.index), Path(args.keys), args.host, args.port)
+    return 0
+
+
+def _embedder(args: argparse.Namespace):
+    from indexes.embedder import Embedder
+
+    return Embedder(args.model_path)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="quarry", description="Agentic retrieval service.")
+    sub = p.add_subparsers(dest="command", required=True)
+
+    def common(sp: argparse.ArgumentParser, index: bool = True) -> None:
+        if index:
+            sp.add_argument("--index", required=True, help="index directory (holds snapshots)")
+        sp.add_argument("--model-path", default=None, help="local sentence-transformers folder (default: bundled all-MiniLM-L6-v2)")
+
+    def who(sp: argparse.ArgumentParser) -> None:
+        sp.add_argument("--principal", required=True, help="principal id the command acts for")
+        sp.add_argument("--groups", nargs="*", default=[], help="groups of the principal (match ACL entries group:NAME)")
+
+    def filters(sp: argparse.ArgumentParser) -> None:
+        sp.add_argument("--source", action="append", help="only these sources (repeatable)")
+        sp.add_argument("--date-from", type=_iso_date, help="only documents dated on or after (YYYY-MM-DD)")
+        sp.add_argument("--date-to", type=_iso_date, help="only documents dated on or before (YYYY-MM-DD)")
+        sp.add_argument("--doc-id", action="append", help="only these documents (repeatable)")
+
+    sp = sub.add_parser("ingest", help="build a new index snapshot from files and folders")
+    sp.add_argument("sources", nargs="+", help="JSONL, Markdown/text files or folders of them")
+    sp.add_argument("--default-acl", nargs="+", default=None,
+                    help="ACL for documents without one (default: group:admin, i.e. private to admins)")
+    common(sp)
+    sp.set_defaults(func=cmd_ingest)
+
+    sp = sub.add_parser("search", help="run one retriever and print its hits")
+    sp.add_argument("query")
+    sp.add_argument("--retriever", required=True, help=f"one of {', '.join(RETRIEVERS)}")
+    sp.add_argument("-k", "--k", type=int, default=None, help="number of hits (default 8, max 50)")
+    sp.add_argument("--table", action="store_true", help="print a readable table instead of JSON")
+    common(sp)
+    who(sp)
+    filters(sp)
+    sp.set_defaults(func=cmd_search)
+
+    sp = sub.add_parser("serve", help="serve the HTTP API")
+    common(sp)
+    sp.add_argument("--keys", default=None, help="API keys file (see `quarry keys`)")
+    sp.add_argument("--host", default="127.0.0.1")
+    sp.add_argument("--port", type=int, default=8000)
+    sp.set_defaults(func=cmd_serve)
+
+    sp = sub.add_parser("demo", help="ingest the demo corpus if needed, create demo keys and serve")
+    sp.add_argument("--index", default="var/demo-index")
+    sp.add_argument("--keys", default="var/demo-keys.json")
+    sp.add_argument("--host", default="127.0.0.1")
+    sp.add_argument("--port", type=int, default=8000)
+    sp.set_defaults(func=cmd_demo)
+    return p
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    from routes.runtime import configure_process
+
+    args = build_parser().parse_args(argv)
+    configure_process(threads=None)
+    try:
+        return int(args.func(args) or 0)
+    except RetrievalError as e:
+        _emit(e.to_dict())
+        return 2 if e.code in {"invalid_request", "sql_rejected", "forbidden", "not_found", "unauthenticated"} else 1
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())
