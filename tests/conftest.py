@@ -1,0 +1,42 @@
+"""Shared fixtures: the real offline model and a real snapshot of a small corpus, built once."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+ROOT = Path(__file__).resolve().parents[1]
+MINI = ROOT / "tests" / "fixtures" / "mini"
+DEMO = ROOT / "eval_data" / "demo"
+
+
+@pytest.fixture(scope="session")
+def embedder():
+    from indexes.embedder import Embedder
+
+    return Embedder().load()
+
+
+@pytest.fixture(scope="session")
+def mini_index(tmp_path_factory, embedder) -> Path:
+    from indexes.snapshot import build_snapshot
+
+    index = tmp_path_factory.mktemp("mini-index")
+    build_snapshot([MINI], index, embedder)
+    return index
+
+
+@pytest.fixture(scope="session")
+def engine(mini_index, embedder):
+    from routes.engine import open_engine
+
+    eng = open_engine(mini_index, embedder)
+    yield eng
+    eng.close()

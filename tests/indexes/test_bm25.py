@@ -1,0 +1,79 @@
+"""BM25 checked against rank_bm25.BM25Okapi (the oracle) and against the Lucene formula."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import numpy as np
+import pytest
+from hypothesis import given, settings, strategies as st
+from rank_bm25 import BM25Okapi
+
+from indexes.bm25 import Bm25Index, Bm25Params, Tokenizer
+from tests.conftest import MINI
+
+TEXTS = [json.loads(line)["text"] for line in (MINI / "docs.jsonl").read_text().splitlines() if line.strip()]
+TOKENIZE = Tokenizer()
+CORPUS = [TOKENIZE(t) for t in TEXTS]
+N = len(CORPUS)
+DF = {term: sum(term in set(doc) for doc in CORPUS) for doc in CORPUS for term in doc}
+# Query words (as a user types them) whose stemmed term occurs in fewer than half the documents.
+RARE = sorted({w for t in TEXTS for w in t.lower().split() if len(TOKENIZE(w)) == 1 and DF[TOKENIZE(w)[0]] < N / 2})
+
+
+def ranking(scores: np.ndarray) -> list[int]:
+    return [int(i) for i in np.lexsort((np.arange(len(scores)), -np.round(scores, 5))) if scores[i] > 0]
+
+
+ORACLE = BM25Okapi(CORPUS, k1=1.5, b=0.75)
+ROBERTSON = Bm25Index.build(TEXTS, Bm25Params(method="robertson", k1=1.5, b=0.75))
+
+
+@given(st.lists(st.sampled_from(RARE), min_size=1, max_size=5, unique=True))
+@settings(max_examples=150, deadline=None)
+def test_robertson_bm25_matches_rank_bm25_scores_and_rankings(query_words):
+    query = " ".join(query_words)
+    ours = ROBERTSON.scores(query) * (1.5 + 1)  # bm25s leaves out the constant factor (k1 + 1)
+    expected = ORACLE.get_scores(TOKENIZE(query))
+    np.testing.assert_allclose(ours, expected, rtol=1e-4, atol=1e-5)
+    assert ranking(ours) == ranking(expected)
+
+
+def test_terms_in_most_documents_are_where_robertson_and_rank_bm25_differ():
+    corpus = [["shared", "a"], ["shared", "b"], ["shared", "c"], ["d"]]
+    texts = [" ".join(d) for d in corpus]
+    oracle = BM25Okapi(corpus).get_scores(["shared"])
+    robertson = Bm25Index.build(texts, Bm25Params(method="robertson", stem=False, stopwords=False)).scores("shared")
+    lucene = Bm25Index.build(texts, Bm25Params(method="lucene", stem=False, stopwords=False)).scores("shared")
+    assert (oracle[:3] > 0).all()  # rank-bm25 floors the negative idf at epsilon x mean idf
+    assert (robertson == 0).all()  # bm25s clips it to zero
+    assert (lucene[:3] > 0).all() and lucene[3] == 0  # the served variant keeps a small positive idf
+
+
+@pytest.mark.parametrize("query", ["ledger lock timeout", "carrier webhook retries", "signing keys", "leave"])
+def test_served_lucene_scores_follow_the_lucene_formula(query):
+    k1, b = 1.5, 0.75
+    index = Bm25Index.build(TEXTS, Bm25Params())
+    avgdl = sum(map(len, CORPUS)) / N
+    expected = np.zeros(N)
+    for term in dict.fromkeys(TOKENIZE(query)):
+        df = DF.get(term, 0)
+        if not df:
+            continue
+        idf = math.log(1 + (N - df + 0.5) / (df + 0.5))
+        for i, doc in enumerate(CORPUS):
+            tf = doc.count(term)
+            expected[i] += idf * tf / (tf + k1 * (1 - b + b * len(doc) / avgdl))
+    np.testing.assert_allclose(index.scores(query), expected, rtol=1e-4, atol=1e-6)
+
+
+def test_tokenizer_lowercases_stems_and_drops_stopwords():
+    assert Tokenizer()("The Rotating KEYS of a ledger") == ["rotat", "key", "ledger"]
+    assert Tokenizer(stem=False, stopwords=False)("The keys") == ["the", "keys"]
+
+
+def test_query_without_indexed_terms_scores_nothing():
+    index = Bm25Index.build(TEXTS)
+    assert not index.scores("zzzz qqqq").any()
+    assert not index.scores("the and of").any()

@@ -1,0 +1,99 @@
+from __future__ import annotations
+
+import json
+from datetime import date
+from pathlib import Path
+
+import pytest
+
+from indexes.corpus import ADMIN_ONLY, load_documents
+from retrieval.errors import IngestError
+
+
+def write(path: Path, text: str | bytes) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    if isinstance(text, bytes):
+        path.write_bytes(text)
+    else:
+        path.write_text(text)
+    return path
+
+
+def line(**fields) -> str:
+    return json.dumps(fields) + "\n"
+
+
+def test_jsonl_and_markdown_documents_load_with_their_fields(tmp_path):
+    write(tmp_path / "a.jsonl", line(id="x1", text="hello", title="T", date="2025-01-02", acl=["group:sre"], metadata={"team": "sre"}))
+    write(tmp_path / "runbooks" / "r.md", "---\ntitle: Runbook\ndate: 2024-05-06\nacl: [public, alice]\n---\n# Heading\nBody text.\n")
+    docs = {d.doc.id: d.doc for d in load_documents([tmp_path])}
+    assert docs["x1"].acl == ("group:sre",) and docs["x1"].source == "a" and docs["x1"].metadata == {"team": "sre"}
+    md = docs["runbooks/r"]
+    assert md.title == "Runbook" and md.date == date(2024, 5, 6) and md.acl == ("public", "alice")
+    assert md.source == "runbooks" and md.text.startswith("# Heading")
+
+
+def test_document_without_acl_is_private_to_admins_by_default(tmp_path):
+    write(tmp_path / "a.jsonl", line(id="x1", text="hello"))
+    assert load_documents([tmp_path])[0].doc.acl == ADMIN_ONLY
+    assert load_documents([tmp_path], default_acl=("public",))[0].doc.acl == ("public",)
+
+
+def test_markdown_title_falls_back_to_first_heading(tmp_path):
+    write(tmp_path / "n.md", "Intro line\n\n# The Title\ntext")
+    assert load_documents([tmp_path])[0].doc.title == "The Title"
+
+
+@pytest.mark.parametrize(
+    "bad, message",
+    [
+        ('{"id": "x2", "text": ', "malformed JSON"),
+        (line(id="x1", text="again"), "duplicate document id 'x1'"),
+        (line(id="x2", text="   "), "has no text"),
+        (line(id="x2"), "has no text"),
+        (line(id="x2", text="t", date="2025-13-40"), "not an ISO 8601 date"),
+        (line(id="x2", text="t", acl=["group:"]), "invalid acl entries"),
+        (line(id="x2", text="t", acl=[]), "acl must be a non-empty list"),
+        (line(id="x2", text="t", acl="public"), "acl must be a non-empty list"),
+        (line(id="x2", text="t", colour="red"), "unknown fields ['colour']"),
+        (line(id="x 2", text="t"), "id must be a non-empty string"),
+        (line(id="x2", text="t", metadata={"a": {"b": 1}}), "flat object"),
+        ('["not", "an", "object"]\n', "must be a JSON object"),
+    ],
+)
+def test_bad_jsonl_line_is_reported_with_file_and_line(tmp_path, bad, message):
+    path = write(tmp_path / "c.jsonl", line(id="x1", text="first") + "\n" + bad)
+    with pytest.raises(IngestError) as err:
+        load_documents([path])
+    assert message in str(err.value)
+    assert err.value.path == str(path) and err.value.line == 3
+
+
+def test_duplicate_id_across_files_names_both_places(tmp_path):
+    write(tmp_path / "a.jsonl", line(id="dup", text="one"))
+    write(tmp_path / "b.md", "---\nid: dup\n---\nsecond")
+    with pytest.raises(IngestError, match=r"duplicate document id 'dup' \(first at .*a.jsonl:1\)"):
+        load_documents([tmp_path])
+
+
+def test_unreadable_and_non_utf8_files_are_errors(tmp_path):
+    bad = write(tmp_path / "bin.jsonl", b"\xff\xfe\x00garbage")
+    with pytest.raises(IngestError, match="not UTF-8"):
+        load_documents([bad])
+    missing = tmp_path / "gone.jsonl"
+    missing.symlink_to(tmp_path / "nowhere.jsonl")
+    with pytest.raises(IngestError, match="no such file"):
+        load_documents([missing])
+
+
+def test_malformed_front_matter_names_the_line(tmp_path):
+    path = write(tmp_path / "f.md", "---\ntitle: ok\nacl: [public\n---\nbody")
+    with pytest.raises(IngestError, match="malformed front matter") as err:
+        load_documents([path])
+    assert err.value.path == str(path)
+
+
+def test_unsupported_file_type_is_refused(tmp_path):
+    path = write(tmp_path / "x.docx", "binary")
+    with pytest.raises(IngestError, match="unsupported file type"):
+        load_documents([path])

@@ -1,0 +1,126 @@
+from __future__ import annotations
+
+import fcntl
+import json
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from indexes.snapshot import build_snapshot, current_snapshot_path, load_snapshot
+from retrieval.errors import IngestError, SnapshotError
+from routes.engine import open_engine
+from retrieval.search import search
+from retrieval.types import Filters, Principal
+from tests.conftest import MINI, ROOT
+
+
+@pytest.fixture
+def index_copy(mini_index, tmp_path) -> Path:
+    dst = tmp_path / "index"
+    shutil.copytree(mini_index, dst)
+    return dst
+
+
+def edit_manifest(index: Path, **changes) -> None:
+    path = current_snapshot_path(index) / "manifest.json"
+    manifest = json.loads(path.read_text())
+    manifest.update(changes)
+    path.write_text(json.dumps(manifest))
+
+
+def test_manifest_records_model_counts_hash_and_files(mini_index):
+    manifest = json.loads((current_snapshot_path(mini_index) / "manifest.json").read_text())
+    assert manifest["format_version"] == 1
+    assert manifest["model"] == {"id": "sentence-transformers/all-MiniLM-L6-v2", "dim": 384}
+    assert manifest["counts"]["documents"] == 23 and manifest["counts"]["chunks"] >= 23
+    assert len(manifest["content_hash"]) == 64
+    assert {"catalog.duckdb", "dense.faiss"} <= set(manifest["files"])
+
+
+def test_snapshot_built_with_another_model_is_refused(index_copy, embedder):
+    edit_manifest(index_copy, model={"id": "other/model", "dim": 768})
+    with pytest.raises(SnapshotError, match="built with model 'other/model' \\(768-d\\) but the service loads"):
+        load_snapshot(index_copy, embedder)
+
+
+def test_snapshot_of_another_format_version_is_refused(index_copy, embedder):
+    edit_manifest(index_copy, format_version=99)
+    with pytest.raises(SnapshotError, match="format version 99 is not supported"):
+        load_snapshot(index_copy, embedder)
+
+
+def test_corrupted_snapshot_file_is_refused(index_copy, embedder):
+    with (current_snapshot_path(index_copy) / "dense.faiss").open("ab") as f:
+        f.write(b"junk")
+    with pytest.raises(SnapshotError, match="differs from its manifest"):
+        load_snapshot(index_copy, embedder)
+
+
+def test_empty_index_directory_says_how_to_build_one(tmp_path, embedder):
+    with pytest.raises(SnapshotError, match="holds no index snapshot; run `quarry ingest"):
+        load_snapshot(tmp_path, embedder)
+
+
+def test_failed_ingest_keeps_the_previous_snapshot_current(index_copy, embedder, tmp_path):
+    before = current_snapshot_path(index_copy)
+    bad = tmp_path / "bad"
+    shutil.copytree(MINI, bad)
+    (bad / "broken.jsonl").write_text('{"id": "z1", "text": "fine"}\n{"id": "z2", "date": "yesterday", "text": "x"}\n')
+    with pytest.raises(IngestError, match=r"broken.jsonl:2: date of 'z2' is not an ISO 8601 date"):
+        build_snapshot([bad], index_copy, embedder)
+    assert current_snapshot_path(index_copy) == before
+    assert sorted(p.name for p in (index_copy / "snapshots").iterdir()) == [before.name]
+
+
+def test_rebuild_switches_to_the_new_snapshot_and_keeps_one_previous(index_copy, embedder, tmp_path):
+    first = current_snapshot_path(index_copy)
+    extra = tmp_path / "extra.jsonl"
+    extra.write_text('{"id": "n1", "text": "A brand new runbook about quantum freight.", "acl": ["public"]}\n')
+    build_snapshot([MINI, extra], index_copy, embedder)
+    second = current_snapshot_path(index_copy)
+    build_snapshot([MINI], index_copy, embedder)
+    third = current_snapshot_path(index_copy)
+    assert len({first, second, third}) == 3
+    assert sorted(p.name for p in (index_copy / "snapshots").iterdir()) == sorted([second.name, third.name])
+
+
+def test_a_second_concurrent_build_fails_fast(index_copy, embedder):
+    with open(index_copy / ".build.lock", "w") as held:
+        fcntl.flock(held, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        with pytest.raises(IngestError, match="another ingest is building this index"):
+            build_snapshot([MINI], index_copy, embedder)
+
+
+def test_killed_ingest_leaves_the_previous_snapshot_loadable_and_answering(index_copy, embedder, tmp_path):
+    before = current_snapshot_path(index_copy)
+    big = tmp_path / "big.jsonl"
+    with big.open("w") as f:
+        for i in range(4000):
+            f.write(json.dumps({"id": f"b{i}", "text": f"Synthetic passage {i} about pallets, ports and customs forms number {i * 7}.", "acl": ["public"]}) + "\n")
+    proc = subprocess.Popen([sys.executable, "-m", "routes.cli", "ingest", str(big), "--index", str(index_copy)],
+                            cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 120
+        while not list((index_copy / "snapshots").glob(".building-*/bm25")):  # catalog and BM25 written, embedding next
+            assert proc.poll() is None, "ingest ended before it could be killed"
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+        proc.send_signal(signal.SIGKILL)
+    finally:
+        proc.wait()
+    assert proc.returncode == -signal.SIGKILL
+    assert list((index_copy / "snapshots").glob(".building-*"))  # the half-written build is there...
+    assert current_snapshot_path(index_copy) == before  # ...but not current
+    engine = open_engine(index_copy, embedder)
+    try:
+        hits = search(engine.retrievers, "hybrid", "carrier webhook retries", Principal("erin"), 3, Filters(), engine.limits)
+        assert hits and hits[0].doc_id == "m15"
+    finally:
+        engine.close()
+    build_snapshot([MINI], index_copy, embedder)  # the next build clears the leftovers
+    assert not list((index_copy / "snapshots").glob(".building-*"))

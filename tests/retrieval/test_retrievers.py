@@ -1,0 +1,99 @@
+from __future__ import annotations
+
+from datetime import date
+
+import pytest
+
+from retrieval.errors import InvalidRequest
+from retrieval.limits import Limits
+from retrieval.search import search
+from retrieval.types import Filters, Principal
+
+ERIN = Principal("erin")
+CAROL = Principal("carol", ("security", "sre"))
+BOB = Principal("bob", ("finance",))
+ALL = Filters()
+
+
+def ids(hits) -> list[str]:
+    return [h.doc_id for h in hits]
+
+
+def run(engine, name, query, principal=ERIN, k=8, filters=ALL):
+    return search(engine.retrievers, name, query, principal, k, filters, engine.limits)
+
+
+def test_exact_finds_an_identifier_as_a_whole_token(engine):
+    assert set(ids(run(engine, "exact", "what happened in INC-2077?"))) == {"m05", "m06"}
+    assert run(engine, "exact", "INC-207") == []  # a prefix of an identifier is not that identifier
+
+
+def test_exact_matches_quoted_phrases_and_regular_expressions(engine):
+    assert ids(run(engine, "exact", '"drain the connection pool"')) == ["m01"]
+    assert set(ids(run(engine, "exact", "/E40[0-9]{2}/", principal=BOB))) == {"m01", "m20"}
+    with pytest.raises(InvalidRequest, match="invalid regular expression"):
+        run(engine, "exact", "/(unclosed/")
+
+
+def test_exact_never_matches_a_private_document_for_an_outsider(engine):
+    assert run(engine, "exact", "SEC-210") == []
+    assert ids(run(engine, "exact", "SEC-210", principal=CAROL)) == ["m11"]
+
+
+def test_dense_finds_a_paraphrase_without_shared_keywords(engine):
+    hits = run(engine, "dense", "how can I renew the key that signs authentication tokens", k=3)
+    assert hits[0].doc_id == "m03"
+    assert "m02" not in ids(hits)  # the security runbook is private to its group
+    assert ids(run(engine, "dense", "how can I renew the key that signs authentication tokens", principal=CAROL, k=2))[0] in {"m02", "m03"}
+
+
+def test_bm25_ranks_keyword_matches_and_reports_its_score(engine):
+    hits = run(engine, "bm25", "carrier webhook retries")
+    assert hits[0].doc_id == "m15" and hits[0].retrievers == ("bm25",) and hits[0].signal("bm25") == hits[0].score
+
+
+def test_hybrid_fuses_both_retrievers_and_keeps_their_signals(engine):
+    hits = run(engine, "hybrid", "carrier webhook retries", k=3)
+    top = hits[0]
+    assert top.doc_id == "m15" and set(top.retrievers) == {"bm25", "dense"}
+    assert top.signal("bm25") > 0 and top.signal("dense") > 0 and top.signal("rrf") == top.score
+
+
+def test_filters_narrow_results_like_the_acl(engine):
+    assert set(ids(run(engine, "dense", "engine", k=50, filters=Filters(sources=("faq",))))) <= {"m03", "m10", "m15", "m17"}
+    assert ids(run(engine, "bm25", "routing engine", k=50, filters=Filters(doc_ids=("m21",)))) == ["m21"]
+    dated = run(engine, "dense", "routing engine", k=50, filters=Filters(date_from=date(2024, 6, 1), date_to=date(2024, 12, 31)))
+    assert dated and all("2024-06-01" <= h.date <= "2024-12-31" for h in dated)
+    assert "m21" not in ids(dated)  # an undated document cannot be shown to fall inside the range
+
+
+def test_provenance_offsets_point_into_the_document(engine):
+    for h in run(engine, "hybrid", "certificate chain", k=5):
+        doc = engine.snapshot.catalog.document(h.doc_id)
+        assert doc.text[h.start : h.end] == h.text
+
+
+def test_document_without_acl_is_visible_to_admins_only(engine):
+    assert "m22" not in ids(run(engine, "dense", "document has no ACL", k=50))
+    assert "m22" in ids(run(engine, "dense", "document has no ACL", principal=Principal("root", ("admin",)), k=3))
+
+
+@pytest.mark.parametrize(
+    "name, query, k, message",
+    [
+        ("nope", "x", 3, "unknown retriever 'nope'"),
+        ("bm25", "   ", 3, "must not be empty"),
+        ("bm25", "x" * 2001, 3, "the limit is 2000"),
+        ("bm25", "x", 0, "k must be an integer from 1 to 50"),
+        ("bm25", "x", 51, "k must be an integer from 1 to 50"),
+        ("bm25", "x", True, "k must be an integer"),
+    ],
+)
+def test_bad_search_requests_get_typed_errors(engine, name, query, k, message):
+    with pytest.raises(InvalidRequest, match=message):
+        search(engine.retrievers, name, query, ERIN, k, ALL, Limits())
+
+
+def test_too_many_filter_values_are_refused(engine):
+    with pytest.raises(InvalidRequest, match="filter doc_ids has 101 values"):
+        run(engine, "bm25", "x", filters=Filters(doc_ids=tuple(f"d{i}" for i in range(101))))
