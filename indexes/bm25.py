@@ -9,6 +9,13 @@ positive; Kamphuis et al., ECIR 2020). Robertson's idf, which rank-bm25's BM25Ok
 goes negative for terms in more than half the chunks, so a very common query term would push
 a chunk down for containing it; the Lucene idf keeps such terms slightly positive instead.
 With `method="robertson"` the rankings equal rank_bm25.BM25Okapi's (tests/indexes/test_bm25.py).
+
+Collection statistics follow the access scope: when a principal may not read every chunk,
+each query term's idf is recomputed from N and df counted over the authorized chunks only
+(bm25s stores idf x tf-part per posting, so a per-term rescale is exact). Otherwise the
+presence of a forbidden chunk would change authorized chunks' scores and order, which would
+let a caller detect it. Only the length normalisation keeps the snapshot-wide average
+chunk length, a single number.
 """
 
 from __future__ import annotations
@@ -23,6 +30,7 @@ from typing import Literal, Sequence
 import bm25s
 import numpy as np
 import Stemmer
+from bm25s.scoring import _select_idf_scorer
 from bm25s.stopwords import STOPWORDS_EN
 
 from retrieval.access import top_k
@@ -32,7 +40,7 @@ _TOKEN = re.compile(r"(?u)\b\w\w+\b")
 
 @dataclass(frozen=True)
 class Bm25Params:
-    method: Literal["lucene", "robertson", "atire", "bm25l", "bm25+"] = "lucene"
+    method: Literal["lucene", "robertson"] = "lucene"
     k1: float = 1.5
     b: float = 0.75
     stem: bool = True
@@ -60,6 +68,7 @@ class Bm25Index:
         self.params = params
         self.size = size
         self.tokenize = Tokenizer(params.stem, params.stopwords)
+        self._idf = _select_idf_scorer(params.method)
 
     @classmethod
     def build(cls, texts: Sequence[str], params: Bm25Params = Bm25Params()) -> Bm25Index:
@@ -82,15 +91,31 @@ class Bm25Index:
         model = bm25s.BM25.load(str(directory), show_progress=False, verbosity=0)
         return cls(model, Bm25Params(**meta), size)
 
-    def scores(self, query: str) -> np.ndarray:
-        """BM25 score of every row for the query (zeros when no query term is indexed)."""
+    def scores(self, query: str, allowed: np.ndarray | None = None) -> np.ndarray:
+        """BM25 score of every row, with idf taken over the `allowed` rows (all rows if None).
+
+        Rows outside `allowed` get meaningless scores; callers rank allowed rows only.
+        """
         ids = self._model.get_tokens_ids(self.tokenize(query))
         if not ids:
             return np.zeros(self.size, dtype=np.float32)
-        return self._model.get_scores_from_ids(ids)
+        n_allowed = self.size if allowed is None else int(allowed.sum())
+        if n_allowed == self.size:
+            return self._model.get_scores_from_ids(ids)
+        data, indices, indptr = (self._model.scores[k] for k in ("data", "indices", "indptr"))
+        out = np.zeros(self.size, dtype=np.float32)
+        for t in ids:  # repeated query terms count again, as in bm25s and rank-bm25
+            lo, hi = int(indptr[t]), int(indptr[t + 1])
+            rows = indices[lo:hi]
+            df = int(allowed[rows].sum())
+            global_idf = self._idf(hi - lo, N=self.size)
+            if df == 0 or global_idf <= 0:
+                continue
+            out[rows] += data[lo:hi] * np.float32(self._idf(df, N=n_allowed) / global_idf)
+        return out
 
     def top_k(self, query: str, allowed: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
         """Best k allowed rows with a positive score; unauthorized rows are never ranked."""
-        scores = self.scores(query)
+        scores = self.scores(query, allowed)
         rows = top_k(scores, allowed, k, floor=0.0)
         return rows, scores[rows]

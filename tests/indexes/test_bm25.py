@@ -77,3 +77,25 @@ def test_query_without_indexed_terms_scores_nothing():
     index = Bm25Index.build(TEXTS)
     assert not index.scores("zzzz qqqq").any()
     assert not index.scores("the and of").any()
+
+
+@pytest.mark.parametrize("query", ["ledger lock timeout", "routing engine memory", "keys rotate signing", "leave"])
+def test_idf_counts_only_authorized_chunks(query):
+    """Scores of authorized rows equal the Lucene formula with N and df over those rows only."""
+    k1, b = 1.5, 0.75
+    index = Bm25Index.build(TEXTS, Bm25Params())
+    rng = np.random.default_rng(len(query))
+    allowed = rng.random(N) < 0.5
+    got = index.scores(query, allowed)
+    avgdl = sum(map(len, CORPUS)) / N  # length normalisation stays snapshot-wide
+    n_auth = int(allowed.sum())
+    expected = np.zeros(N)
+    for term in TOKENIZE(query):
+        df = sum(term in set(CORPUS[i]) for i in range(N) if allowed[i])
+        if not df:
+            continue
+        idf = math.log(1 + (n_auth - df + 0.5) / (df + 0.5))
+        for i, doc in enumerate(CORPUS):
+            tf = doc.count(term)
+            expected[i] += idf * tf / (tf + k1 * (1 - b + b * len(doc) / avgdl))
+    np.testing.assert_allclose(got[allowed], expected[allowed], rtol=1e-4, atol=1e-6)

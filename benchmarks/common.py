@@ -1,0 +1,56 @@
+"""Helpers shared by the benchmark scripts: paths, cached index builds, timing, JSON output."""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import sys
+import time
+from pathlib import Path
+from typing import Any, Callable
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+DATASETS = ROOT.parent / "shared" / "datasets"
+RESULTS = ROOT / "benchmarks" / "results"
+CACHE = ROOT / "var" / "bench"
+
+from routes.runtime import configure_process  # noqa: E402
+
+configure_process()
+
+
+def build_or_reuse(name: str, sources: list[Path], embedder, rebuild: bool = False, **options: Any) -> tuple[Path, dict]:
+    """Build the benchmark index once (or again with rebuild=True); returns (index dir, manifest)."""
+    from indexes.snapshot import BuildOptions, build_snapshot, current_snapshot_path, read_manifest
+
+    index = CACHE / name
+    if not rebuild:
+        try:
+            return index, read_manifest(current_snapshot_path(index))
+        except Exception:
+            pass
+    t0 = time.perf_counter()
+    manifest = build_snapshot(sources, index, embedder, BuildOptions(**options))
+    manifest["timings_s"]["wall_total"] = round(time.perf_counter() - t0, 3)
+    (index / "last_build.json").write_text(json.dumps(manifest["timings_s"]))
+    return index, manifest
+
+
+def timed(fn: Callable[[], Any]) -> tuple[Any, float]:
+    t0 = time.perf_counter()
+    out = fn()
+    return out, (time.perf_counter() - t0) * 1000.0
+
+
+def machine() -> dict[str, Any]:
+    return {"python": platform.python_version(), "cpus": os.cpu_count(), "platform": platform.platform()}
+
+
+def write_json(name: str, payload: dict[str, Any]) -> Path:
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    path = RESULTS / f"{name}.json"
+    path.write_text(json.dumps(payload, indent=2))
+    print(f"\nwrote {path.relative_to(ROOT)}")
+    return path

@@ -1,0 +1,141 @@
+"""API keys: stored hashed in a JSON file, mapped to a principal, revocable without restart.
+
+A key reads `qk_<key id>_<secret>`. Only SHA-256 of the whole key is stored (keys are 190
+random bits, so a slow hash adds nothing). Lookup goes by key id, then the hashes are
+compared in constant time. The file is re-read whenever it changes on disk, so a revocation
+by `quarry keys revoke` takes effect on the next request of a running server.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import hashlib
+import hmac
+import json
+import os
+import secrets
+import threading
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Iterator, Sequence
+
+from retrieval.errors import InvalidRequest, Unauthenticated
+from retrieval.types import Principal
+
+PREFIX = "qk_"
+
+
+@dataclass(frozen=True)
+class KeyRecord:
+    key_id: str
+    sha256: str
+    principal: str
+    groups: tuple[str, ...]
+    scopes: tuple[str, ...]
+    created_at: str
+    revoked_at: str | None = None
+
+    def to_principal(self) -> Principal:
+        return Principal(self.principal, self.groups, frozenset(self.scopes))
+
+    def public(self) -> dict:
+        """What `keys list` shows: never the hash."""
+        d = asdict(self)
+        d.pop("sha256")
+        d["groups"], d["scopes"] = list(self.groups), list(self.scopes)
+        return d
+
+
+def _digest(token: str) -> str:
+    return hashlib.sha256(token.encode("utf-8")).hexdigest()
+
+
+class KeyStore:
+    def __init__(self, path: Path) -> None:
+        self.path = Path(path)
+        self._lock = threading.Lock()
+        self._stamp: tuple[int, int, int] | None = None
+        self._records: dict[str, KeyRecord] = {}
+
+    # -- reading -----------------------------------------------------------------------
+    def _file_stamp(self) -> tuple[int, int, int] | None:
+        try:
+            st = self.path.stat()
+        except FileNotFoundError:
+            return None
+        return (st.st_ino, st.st_mtime_ns, st.st_size)
+
+    def _load(self) -> dict[str, KeyRecord]:
+        stamp = self._file_stamp()
+        with self._lock:
+            if stamp != self._stamp:
+                self._records = self._read() if stamp else {}
+                self._stamp = stamp
+            return self._records
+
+    def _read(self) -> dict[str, KeyRecord]:
+        try:
+            raw = json.loads(self.path.read_text())
+        except (OSError, json.JSONDecodeError) as e:
+            raise InvalidRequest(f"keys file {self.path} is unreadable: {e}") from None
+        out = {}
+        for r in raw.get("keys", []):
+            rec = KeyRecord(r["key_id"], r["sha256"], r["principal"], tuple(r.get("groups", ())),
+                            tuple(r.get("scopes", ("query",))), r["created_at"], r.get("revoked_at"))
+            out[rec.key_id] = rec
+        return out
+
+    def records(self) -> list[KeyRecord]:
+        return list(self._load().values())
+
+    def authenticate(self, token: str | None) -> Principal:
+        """The principal of a valid, unrevoked key; anything else is `unauthenticated`."""
+        if not token or not token.startswith(PREFIX) or len(token) > 200:
+            raise Unauthenticated("missing or malformed API key")
+        key_id = token[len(PREFIX):].split("_", 1)[0]
+        rec = self._load().get(key_id)
+        # Compare even when the id is unknown so timing does not reveal which ids exist.
+        expected = rec.sha256 if rec else "0" * 64
+        if not hmac.compare_digest(_digest(token), expected) or rec is None or rec.revoked_at:
+            raise Unauthenticated("invalid or revoked API key")
+        return rec.to_principal()
+
+    # -- writing (CLI) -------------------------------------------------------------------
+    @contextmanager
+    def _locked_write(self) -> Iterator[dict[str, KeyRecord]]:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        with open(self.path.with_suffix(self.path.suffix + ".lock"), "w") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            records = self._read() if self.path.exists() else {}
+            yield records
+            tmp = self.path.with_suffix(self.path.suffix + ".tmp")
+            payload = {"keys": [asdict(r) for r in records.values()]}
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+            with os.fdopen(fd, "w") as f:
+                json.dump(payload, f, indent=2)
+                f.flush()
+                os.fsync(f.fileno())
+            os.replace(tmp, self.path)
+
+    def add(self, principal: str, groups: Sequence[str] = (), scopes: Sequence[str] = ("query",)) -> tuple[str, KeyRecord]:
+        """Create a key; the plaintext is returned once and never stored."""
+        Principal(principal, tuple(groups), frozenset(scopes))  # validates names and scopes
+        key_id = secrets.token_hex(5)
+        token = f"{PREFIX}{key_id}_{secrets.token_urlsafe(24)}"
+        rec = KeyRecord(key_id, _digest(token), principal, tuple(groups), tuple(dict.fromkeys(scopes)),
+                        datetime.now(timezone.utc).isoformat(timespec="seconds"))
+        with self._locked_write() as records:
+            records[key_id] = rec
+        return token, rec
+
+    def revoke(self, key_id: str) -> KeyRecord:
+        with self._locked_write() as records:
+            rec = records.get(key_id)
+            if rec is None:
+                raise InvalidRequest(f"no key with id {key_id!r}")
+            if not rec.revoked_at:
+                rec = records[key_id] = KeyRecord(**{**asdict(rec), "groups": rec.groups, "scopes": rec.scopes,
+                                                     "revoked_at": datetime.now(timezone.utc).isoformat(timespec="seconds")})
+        return rec
