@@ -74,6 +74,10 @@ class Embedder:
                 progress(len(idx))
         return out
 
+    def clear_cache(self) -> None:
+        with self._lock:
+            self._cache.clear()
+
     def encode_query(self, text: str) -> np.ndarray:
         """One query vector (1 x dim); repeated queries in a loop hit a small LRU cache."""
         with self._lock:

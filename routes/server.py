@@ -11,8 +11,10 @@ from routes.app import create_app
 from routes.engine import open_engine
 
 
-def serve(index_dir: Path, host: str, port: int, keys_file: Path | None = None, model_path: str | None = None) -> None:
-    engine = open_engine(index_dir, Embedder(Path(model_path) if model_path else None))
+def serve(index_dir: Path, host: str, port: int, keys_file: Path | None = None, model_path: str | None = None,
+          embedder: Embedder | None = None) -> None:
+    embedder = embedder or Embedder(Path(model_path) if model_path else None)
+    engine = open_engine(index_dir, embedder.load())
     try:
         uvicorn.run(create_app(engine), host=host, port=port, log_level="info", access_log=False)
     finally:
