@@ -32,7 +32,10 @@ def _split_long(text: str, start: int, end: int, max_chars: int) -> Iterator[tup
     while end - start > max_chars:
         cut = text.rfind(" ", start + max_chars // 2, start + max_chars)
         cut = cut if cut > start else start + max_chars
-        yield start, cut
+        piece_end = cut
+        while piece_end > start and text[piece_end - 1].isspace():
+            piece_end -= 1
+        yield start, piece_end
         start = cut
         while start < end and text[start].isspace():
             start += 1

@@ -6,6 +6,11 @@ import os
 from pathlib import Path
 
 import pytest
+from hypothesis import settings
+
+# Deterministic property tests: the same examples on every machine, so CI cannot flake.
+settings.register_profile("quarry", derandomize=True, database=None, deadline=None)
+settings.load_profile("quarry")
 
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
