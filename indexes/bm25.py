@@ -63,7 +63,7 @@ class Tokenizer:
 class Bm25Index:
     """A bm25s index whose row i is chunk row i of the snapshot."""
 
-    def __init__(self, model: bm25s.BM25, params: Bm25Params, size: int) -> None:
+    def __init__(self, model: bm25s.BM25 | None, params: Bm25Params, size: int) -> None:
         self._model = model
         self.params = params
         self.size = size
@@ -72,6 +72,8 @@ class Bm25Index:
 
     @classmethod
     def build(cls, texts: Sequence[str], params: Bm25Params = Bm25Params()) -> Bm25Index:
+        if not texts:
+            return cls(None, params, 0)
         tokenize = Tokenizer(params.stem, params.stopwords)
         # An empty token list breaks bm25s' vocabulary; a placeholder term matches no query.
         corpus = [tokenize(t) or ["\x00"] for t in texts]
@@ -81,14 +83,15 @@ class Bm25Index:
 
     def save(self, directory: Path) -> None:
         directory.mkdir(parents=True, exist_ok=True)
-        self._model.save(str(directory), show_progress=False)
+        if self._model is not None:
+            self._model.save(str(directory), show_progress=False)
         (directory / "quarry_bm25.json").write_text(json.dumps({**asdict(self.params), "size": self.size}))
 
     @classmethod
     def load(cls, directory: Path) -> Bm25Index:
         meta = json.loads((directory / "quarry_bm25.json").read_text())
         size = meta.pop("size")
-        model = bm25s.BM25.load(str(directory), show_progress=False, verbosity=0)
+        model = bm25s.BM25.load(str(directory), show_progress=False, verbosity=0) if size else None
         return cls(model, Bm25Params(**meta), size)
 
     def scores(self, query: str, allowed: np.ndarray | None = None) -> np.ndarray:
@@ -96,7 +99,7 @@ class Bm25Index:
 
         Rows outside `allowed` get meaningless scores; callers rank allowed rows only.
         """
-        ids = self._model.get_tokens_ids(self.tokenize(query))
+        ids = self._model.get_tokens_ids(self.tokenize(query)) if self._model is not None else []
         if not ids:
             return np.zeros(self.size, dtype=np.float32)
         n_allowed = self.size if allowed is None else int(allowed.sum())

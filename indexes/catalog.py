@@ -1,7 +1,11 @@
-"""The DuckDB catalog of a snapshot: documents, chunks and their ACLs.
+"""The DuckDB catalog of a snapshot: documents, chunks, their ACLs, and user tables.
 
 Written once at build time, opened read-only when serving; each thread gets its own cursor
-(DuckDB 2.x refuses new work on a connection with an undrained result).
+(DuckDB 2.x refuses new work on a connection with an undrained result). Quarry's own tables
+live in schema `quarry`, user tables in schema `data`, and `main` stays empty, so an
+unqualified name in a caller's SQL can never resolve to an internal table. At open, file
+and network access is switched off and the configuration locked, as a second wall behind
+the SQL guard.
 """
 
 from __future__ import annotations
@@ -15,25 +19,34 @@ import duckdb
 import numpy as np
 import pyarrow as pa
 
+from indexes.tables import TableSource, load_tables
 from retrieval.access import ChunkTable
-from retrieval.errors import InvalidRequest
+from retrieval.errors import InvalidRequest, RetrievalTimeout, SqlRejected
+from retrieval.sql.schema import ColumnInfo, TableInfo
 from retrieval.types import Chunk, Document
 from retrieval.text import normalize
 
 SCHEMA = """
-CREATE TABLE documents (
+CREATE SCHEMA quarry;
+CREATE SCHEMA data;
+CREATE TABLE quarry.documents (
     doc_id VARCHAR PRIMARY KEY, title VARCHAR, source VARCHAR, date DATE,
     metadata JSON, acl VARCHAR[] NOT NULL, text VARCHAR NOT NULL, origin VARCHAR
 );
-CREATE TABLE chunks (
+CREATE TABLE quarry.chunks (
     "row" INTEGER PRIMARY KEY, chunk_id VARCHAR NOT NULL, doc_id VARCHAR NOT NULL,
     start_offset INTEGER NOT NULL, end_offset INTEGER NOT NULL, text VARCHAR NOT NULL,
     norm VARCHAR NOT NULL
 );
+CREATE TABLE quarry.tables (
+    name VARCHAR PRIMARY KEY, acl VARCHAR[] NOT NULL, row_acl BOOLEAN NOT NULL, id_column VARCHAR,
+    doc_column VARCHAR, n_rows BIGINT NOT NULL, columns JSON NOT NULL, source VARCHAR
+);
 """
 
 
-def write_catalog(path: Path, docs: Sequence[Document], origins: Sequence[str], chunks: Sequence[Chunk]) -> None:
+def write_catalog(path: Path, docs: Sequence[Document], origins: Sequence[str], chunks: Sequence[Chunk],
+                  tables: Sequence[TableSource] = ()) -> list[TableInfo]:
     """Create the catalog file in one transaction, loading rows through Arrow (fast at 100k)."""
     con = duckdb.connect(str(path))
     try:
@@ -60,12 +73,20 @@ def write_catalog(path: Path, docs: Sequence[Document], origins: Sequence[str], 
         })
         con.register("documents_in", documents)
         con.register("chunks_in", chunk_rows)
-        con.execute("INSERT INTO documents SELECT * FROM documents_in")
-        con.execute('INSERT INTO chunks SELECT * FROM chunks_in ORDER BY "row"')
+        con.execute("INSERT INTO quarry.documents SELECT * FROM documents_in")
+        con.execute('INSERT INTO quarry.chunks SELECT * FROM chunks_in ORDER BY "row"')
+        infos = load_tables(con, tables)
+        for t in infos:
+            con.execute(
+                "INSERT INTO quarry.tables VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                [t.name, list(t.acl), t.row_acl, t.id_column, t.doc_column, t.rows,
+                 json.dumps([[c.name, c.type] for c in t.columns]), t.source],
+            )
         con.execute("COMMIT")
         con.execute("CHECKPOINT")
     finally:
         con.close()
+    return infos
 
 
 class Catalog:
@@ -74,6 +95,9 @@ class Catalog:
     def __init__(self, path: Path) -> None:
         self.path = path
         self._con = duckdb.connect(str(path), read_only=True)
+        self._con.execute("SET TimeZone = 'UTC'")
+        self._con.execute("SET enable_external_access = false")
+        self._con.execute("SET lock_configuration = true")
         self._local = threading.local()
 
     def close(self) -> None:
@@ -85,18 +109,37 @@ class Catalog:
             cur = self._local.cur = self._con.cursor()
         return cur
 
+    def new_cursor(self) -> duckdb.DuckDBPyConnection:
+        """A cursor of its own, for work that may be interrupted (SQL with a time limit)."""
+        return self._con.cursor()
+
+    def tables(self) -> dict[str, TableInfo]:
+        """User tables by name (loaded once; a snapshot never changes)."""
+        cached = getattr(self, "_tables", None)
+        if cached is None:
+            rows = self.cursor().execute(
+                "SELECT name, acl, row_acl, id_column, doc_column, n_rows, columns, source FROM quarry.tables ORDER BY name"
+            ).fetchall()
+            cached = self._tables = {
+                r[0]: TableInfo(r[0], tuple(ColumnInfo(n, t) for n, t in json.loads(r[6])), tuple(r[1]), bool(r[2]),
+                                r[3], r[4], int(r[5]), r[7])
+                for r in rows
+            }
+        return cached
+
     def counts(self) -> dict[str, int]:
         cur = self.cursor()
-        docs = cur.execute("SELECT count(*) FROM documents").fetchall()[0][0]
-        chunks = cur.execute("SELECT count(*) FROM chunks").fetchall()[0][0]
-        return {"documents": int(docs), "chunks": int(chunks)}
+        docs = cur.execute("SELECT count(*) FROM quarry.documents").fetchall()[0][0]
+        chunks = cur.execute("SELECT count(*) FROM quarry.chunks").fetchall()[0][0]
+        tables = cur.execute("SELECT count(*) FROM quarry.tables").fetchall()[0][0]
+        return {"documents": int(docs), "chunks": int(chunks), "tables": int(tables)}
 
     def chunk_table(self) -> ChunkTable:
         """Load the per-chunk columns that access checks and hit building need."""
         rows = self.cursor().execute(
             """SELECT c.chunk_id, c.doc_id, c.text, c.start_offset, c.end_offset,
                       d.title, d.source, CAST(d.date AS VARCHAR) AS date_s, d.acl
-               FROM chunks c JOIN documents d USING (doc_id) ORDER BY c."row" """
+               FROM quarry.chunks c JOIN quarry.documents d USING (doc_id) ORDER BY c."row" """
         ).fetchnumpy()
         return ChunkTable(
             chunk_ids=rows["chunk_id"].tolist(),
@@ -112,7 +155,7 @@ class Catalog:
 
     def document(self, doc_id: str) -> Document | None:
         got = self.cursor().execute(
-            "SELECT doc_id, text, title, source, date, metadata, acl FROM documents WHERE doc_id = ?", [doc_id]
+            "SELECT doc_id, text, title, source, date, metadata, acl FROM quarry.documents WHERE doc_id = ?", [doc_id]
         ).fetchall()
         if not got:
             return None
@@ -137,12 +180,40 @@ class Catalog:
         )
         params: list[Any] = [x for n in needles for x in (n, n)] + list(patterns) + [normalize(t) for t in terms]
         params += needles + list(patterns)
-        sql = f'SELECT "row", {" + ".join(score)} AS s FROM chunks WHERE {" AND ".join(where)}'
+        sql = f'SELECT "row", {" + ".join(score)} AS s FROM quarry.chunks WHERE {" AND ".join(where)}'
         try:
             got = self.cursor().execute(sql, params).fetchall()
         except duckdb.InvalidInputException as e:
             raise InvalidRequest(f"invalid regular expression: {e}") from None
         return [(int(r), float(s)) for r, s in got]
+
+
+class SqlRunner:
+    """Runs guarded SELECTs on the read-only catalog with a row cap and a time limit."""
+
+    def __init__(self, catalog: Catalog) -> None:
+        self._catalog = catalog
+
+    def tables(self) -> dict[str, TableInfo]:
+        return self._catalog.tables()
+
+    def run(self, sql: str, timeout_s: float, max_rows: int) -> tuple[list[str], list[tuple[Any, ...]], bool]:
+        """(columns, rows, truncated). A statement still running at `timeout_s` is interrupted."""
+        cur = self._catalog.new_cursor()
+        timer = threading.Timer(timeout_s, cur.interrupt)
+        timer.start()
+        try:
+            cur.execute(sql)
+            rows = cur.fetchmany(max_rows + 1)
+            columns = [d[0] for d in cur.description or []]
+        except duckdb.InterruptException:
+            raise RetrievalTimeout(f"SQL exceeded its time limit of {timeout_s:g} s and was interrupted") from None
+        except duckdb.Error as e:
+            raise SqlRejected(f"the database refused the statement: {str(e).splitlines()[0]}") from None
+        finally:
+            timer.cancel()
+            cur.close()
+        return columns, rows[:max_rows], len(rows) > max_rows
 
 
 def _none_list(arr: np.ndarray) -> list[Any]:

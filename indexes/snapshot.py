@@ -27,10 +27,13 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Callable, Iterator, Sequence
 
+import numpy as np
+
 from indexes.bm25 import Bm25Index, Bm25Params
 from indexes.catalog import Catalog, write_catalog
 from indexes.chunking import DEFAULT_MAX_CHARS, chunk_documents
-from indexes.corpus import ADMIN_ONLY, load_documents
+from indexes.corpus import ADMIN_ONLY, discover, load_documents
+from indexes.tables import TableSource, file_digest, plan_tables
 from indexes.dense import DenseIndex
 from indexes.embedder import Embedder
 from retrieval.access import ChunkTable
@@ -56,14 +59,23 @@ def index_text(doc: Document, chunk: Chunk) -> str:
     return f"{doc.title}\n{chunk.text}" if doc.title else chunk.text
 
 
-def content_hash(docs: Sequence[Document]) -> str:
+def content_hash(docs: Sequence[Document], tables: Sequence[TableSource] = ()) -> str:
+    """Identifies the corpus: documents (all fields) and table files with their ACLs."""
     h = hashlib.sha256()
+    for t in tables:
+        h.update(json.dumps({"table": t.name, "sha256": file_digest(t.path), "acl": list(t.acl)}).encode())
     for d in docs:
         record = {"id": d.id, "text": d.text, "title": d.title, "source": d.source,
                   "date": d.date.isoformat() if d.date else None, "metadata": dict(d.metadata), "acl": list(d.acl)}
         h.update(json.dumps(record, sort_keys=True, ensure_ascii=False).encode("utf-8"))
         h.update(b"\n")
     return h.hexdigest()
+
+
+def corpus_digest(sources: Sequence[Path], default_acl: tuple[str, ...] = ADMIN_ONLY) -> str:
+    """The content hash an ingest of `sources` would record (to skip an unneeded rebuild)."""
+    docs = [ld.doc for ld in load_documents(sources, default_acl)]
+    return content_hash(docs, plan_tables(discover(sources)[1], default_acl))
 
 
 def _file_hash(path: Path) -> str:
@@ -110,8 +122,9 @@ def build_snapshot(
     report = progress or (lambda stage, done, total: None)
     t0 = time.perf_counter()
     loaded = load_documents(sources, options.default_acl)  # validation happens before any write
-    if not loaded:
-        raise IngestError("no documents found", ", ".join(map(str, sources)))
+    tables = plan_tables(discover(sources)[1], options.default_acl)
+    if not loaded and not tables:
+        raise IngestError("no documents or tables found", ", ".join(map(str, sources)))
     docs = [ld.doc for ld in loaded]
     chunks = chunk_documents(docs, options.max_chars)
     by_id = {d.id: d for d in docs}
@@ -123,51 +136,16 @@ def build_snapshot(
         snapshots.mkdir(exist_ok=True)
         for stale in snapshots.glob(".building-*"):
             shutil.rmtree(stale, ignore_errors=True)
-        digest = content_hash(docs)
+        digest = content_hash(docs, tables)
         name = f"{datetime.now(timezone.utc):%Y%m%dT%H%M%S}-{digest[:8]}-{uuid.uuid4().hex[:6]}"
         work = snapshots / f".building-{name}"
         work.mkdir()
-
-        t1 = time.perf_counter()
-        write_catalog(work / "catalog.duckdb", docs, [ld.origin for ld in loaded], chunks)
-        t_catalog = time.perf_counter() - t1
-        report("catalog", 1, 1)
-
-        t1 = time.perf_counter()
-        Bm25Index.build(texts, options.bm25).save(work / "bm25")
-        t_bm25 = time.perf_counter() - t1
-        report("bm25", 1, 1)
-
-        t1 = time.perf_counter()
-        done = [0]
-
-        def on_batch(n: int) -> None:
-            done[0] += n
-            report("embed", done[0], len(texts))
-
-        vectors = embedder.encode(texts, progress=on_batch)
-        t_embed = time.perf_counter() - t1
-
-        t1 = time.perf_counter()
-        DenseIndex.build(vectors).save(work / "dense.faiss")
-        t_faiss = time.perf_counter() - t1
-
-        t1 = time.perf_counter()
-        manifest = {
-            "format_version": FORMAT_VERSION,
-            "snapshot": name,
-            "built_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-            "model": {"id": embedder.model_id, "dim": embedder.dim},
-            "counts": {"documents": len(docs), "chunks": len(chunks)},
-            "content_hash": digest,
-            "options": {"default_acl": list(options.default_acl), "max_chars": options.max_chars, "bm25": asdict(options.bm25)},
-            "files": _snapshot_files(work),
-        }
-        t_hash = time.perf_counter() - t1
-        manifest["timings_s"] = {
-            "load_and_chunk": round(t_load, 3), "catalog": round(t_catalog, 3), "bm25": round(t_bm25, 3),
-            "embed": round(t_embed, 3), "faiss": round(t_faiss, 3), "manifest": round(t_hash, 3),
-        }
+        try:
+            manifest = _build_into(work, name, digest, loaded, docs, chunks, texts, tables, embedder, options, report)
+        except BaseException:
+            shutil.rmtree(work, ignore_errors=True)  # a failed build leaves nothing behind
+            raise
+        manifest["timings_s"]["load_and_chunk"] = round(t_load, 3)
         (work / "manifest.json").write_text(json.dumps(manifest, indent=2))
         _fsync_dir(work)
         final = snapshots / name
@@ -180,6 +158,52 @@ def build_snapshot(
         os.replace(pointer, index_dir / CURRENT)  # the atomic switch
         _fsync_dir(index_dir)
         _prune(snapshots, keep=name)
+    return manifest
+
+
+def _build_into(work: Path, name: str, digest: str, loaded, docs, chunks, texts, tables, embedder: Embedder,
+                options: BuildOptions, report: Progress) -> dict[str, Any]:
+    """Write catalog, BM25 and FAISS files into `work`; returns the manifest (not yet written)."""
+    t1 = time.perf_counter()
+    infos = write_catalog(work / "catalog.duckdb", docs, [ld.origin for ld in loaded], chunks, tables)
+    t_catalog = time.perf_counter() - t1
+    report("catalog", 1, 1)
+
+    t1 = time.perf_counter()
+    Bm25Index.build(texts, options.bm25).save(work / "bm25")
+    t_bm25 = time.perf_counter() - t1
+    report("bm25", 1, 1)
+
+    t1 = time.perf_counter()
+    done = [0]
+
+    def on_batch(n: int) -> None:
+        done[0] += n
+        report("embed", done[0], len(texts))
+
+    vectors = embedder.encode(texts, progress=on_batch) if texts else np.zeros((0, embedder.load().dim), np.float32)
+    t_embed = time.perf_counter() - t1
+
+    t1 = time.perf_counter()
+    DenseIndex.build(vectors).save(work / "dense.faiss")
+    t_faiss = time.perf_counter() - t1
+
+    t1 = time.perf_counter()
+    manifest = {
+        "format_version": FORMAT_VERSION,
+        "snapshot": name,
+        "built_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "model": {"id": embedder.model_id, "dim": embedder.dim},
+        "counts": {"documents": len(docs), "chunks": len(chunks), "tables": len(infos)},
+        "tables": {t.name: {"rows": t.rows, "acl": list(t.acl), "row_acl": t.row_acl} for t in infos},
+        "content_hash": digest,
+        "options": {"default_acl": list(options.default_acl), "max_chars": options.max_chars, "bm25": asdict(options.bm25)},
+        "files": _snapshot_files(work),
+    }
+    manifest["timings_s"] = {
+        "catalog": round(t_catalog, 3), "bm25": round(t_bm25, 3), "embed": round(t_embed, 3),
+        "faiss": round(t_faiss, 3), "manifest": round(time.perf_counter() - t1, 3),
+    }
     return manifest
 
 

@@ -5,9 +5,8 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from indexes.corpus import load_documents
 from indexes.embedder import Embedder
-from indexes.snapshot import BuildOptions, build_snapshot, content_hash, current_snapshot_path, read_manifest
+from indexes.snapshot import BuildOptions, build_snapshot, corpus_digest, current_snapshot_path, read_manifest
 from retrieval.errors import SnapshotError
 
 DEMO = Path(__file__).resolve().parents[1] / "eval_data" / "demo"
@@ -16,7 +15,7 @@ DEMO_SOURCES = [DEMO / "docs", DEMO / "tables"]
 
 def ensure_demo_index(index: Path, embedder: Embedder) -> dict:
     """Reuse the demo snapshot when its content hash matches the corpus; rebuild otherwise."""
-    digest = content_hash([d.doc for d in load_documents(DEMO_SOURCES)])
+    digest = corpus_digest(DEMO_SOURCES)
     try:
         manifest = read_manifest(current_snapshot_path(index))
         if manifest.get("content_hash") == digest and manifest.get("model", {}).get("id") == embedder.model_id:

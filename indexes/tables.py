@@ -1,0 +1,124 @@
+"""CSV and Parquet files become DuckDB tables (schema `data`) in the snapshot catalog.
+
+A table is named after its file (lower case, non-alphanumerics to `_`). Its table-level ACL
+comes from a sidecar `<name>.acl.json` (`{"acl": [...]}`) beside the file, else the ingest
+default. A column named `acl` is a row-level ACL: each cell a JSON list (or a list column in
+Parquet) validated like a document ACL; the service filters rows by it and never returns it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Sequence
+
+import duckdb
+
+from retrieval.errors import IngestError, InvalidRequest
+from retrieval.sql.schema import ColumnInfo, TableInfo
+from retrieval.types import check_acl
+
+_NAME_OK = re.compile(r"[a-z][a-z0-9_]{0,62}")
+SIDECAR_FIELDS = {"acl"}
+
+
+@dataclass(frozen=True)
+class TableSource:
+    name: str
+    path: Path
+    acl: tuple[str, ...]
+
+
+def table_name(path: Path) -> str:
+    name = re.sub(r"[^a-z0-9_]+", "_", path.stem.lower()).strip("_")
+    if not _NAME_OK.fullmatch(name):
+        raise IngestError("cannot derive a table name (it must start with a letter)", str(path))
+    return name
+
+
+def plan_tables(paths: Sequence[Path], default_acl: tuple[str, ...]) -> list[TableSource]:
+    """Names and table ACLs of the table files; errors name the file."""
+    out: dict[str, TableSource] = {}
+    for path in paths:
+        name = table_name(path)
+        if name in out:
+            raise IngestError(f"two files map to table {name!r} (also {out[name].path})", str(path))
+        sidecar = path.with_name(f"{path.stem}.acl.json")
+        acl = default_acl
+        if sidecar.exists():
+            try:
+                meta = json.loads(sidecar.read_text(encoding="utf-8"))
+            except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+                raise IngestError(f"unreadable ACL sidecar: {e}", str(sidecar)) from None
+            if not isinstance(meta, dict) or set(meta) - SIDECAR_FIELDS or "acl" not in meta:
+                raise IngestError('an ACL sidecar holds exactly {"acl": [...]}', str(sidecar))
+            try:
+                acl = check_acl(meta["acl"])
+            except InvalidRequest as e:
+                raise IngestError(e.message, str(sidecar)) from None
+        out[name] = TableSource(name, path, acl)
+    return list(out.values())
+
+
+def file_digest(path: Path) -> str:
+    h = hashlib.sha256()
+    with path.open("rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def load_tables(con: duckdb.DuckDBPyConnection, sources: Sequence[TableSource]) -> list[TableInfo]:
+    """Create `data.<name>` for each source inside the caller's transaction."""
+    infos = []
+    for src in sources:
+        reader = "read_parquet(?)" if src.path.suffix.lower() == ".parquet" else "read_csv(?, header = true, sample_size = -1)"
+        try:
+            con.execute(f'CREATE TABLE data."{src.name}" AS SELECT * FROM {reader}', [str(src.path)])
+        except duckdb.Error as e:
+            raise IngestError(f"cannot load table: {str(e).splitlines()[0]}", str(src.path)) from None
+        columns = [ColumnInfo(n, t) for n, t, *_ in con.execute(f'DESCRIBE data."{src.name}"').fetchall()]
+        names = [c.name for c in columns]
+        row_acl = "acl" in names
+        if row_acl:
+            _convert_row_acl(con, src, next(c for c in columns if c.name == "acl"))
+            columns = [ColumnInfo(n, t) for n, t, *_ in con.execute(f'DESCRIBE data."{src.name}"').fetchall()]
+        rows = con.execute(f'SELECT count(*) FROM data."{src.name}"').fetchall()[0][0]
+        infos.append(TableInfo(
+            name=src.name, columns=tuple(columns), acl=src.acl, row_acl=row_acl,
+            id_column=_id_column(con, src.name, columns, rows), doc_column="doc_id" if "doc_id" in names else None,
+            rows=int(rows), source=str(src.path),
+        ))
+    return infos
+
+
+def _convert_row_acl(con: duckdb.DuckDBPyConnection, src: TableSource, col: ColumnInfo) -> None:
+    """Validate every row's ACL (naming the file line) and store it as VARCHAR[]."""
+    values = [r[0] for r in con.execute(f'SELECT acl FROM data."{src.name}"').fetchall()]
+    for i, raw in enumerate(values):
+        line = i + 2 if src.path.suffix.lower() == ".csv" else i + 1  # header is line 1
+        try:
+            entries = json.loads(raw) if isinstance(raw, str) else raw
+            check_acl(entries)
+        except (json.JSONDecodeError, TypeError):
+            raise IngestError("row acl must be a JSON list of strings", str(src.path), line) from None
+        except InvalidRequest as e:
+            raise IngestError(f"row acl: {e.message}", str(src.path), line) from None
+    if not col.type.endswith("[]"):
+        con.execute(
+            f'CREATE OR REPLACE TABLE data."{src.name}" AS SELECT * REPLACE '
+            f"(CAST(from_json(acl, '[\"VARCHAR\"]') AS VARCHAR[]) AS acl) FROM data.\"{src.name}\""
+        )
+
+
+def _id_column(con: duckdb.DuckDBPyConnection, name: str, columns: list[ColumnInfo], rows: int) -> str | None:
+    """The first `*_id` text column (other than doc_id) whose values are unique: the row key."""
+    for c in columns:
+        if c.name.endswith("_id") and c.name != "doc_id" and c.type.upper().startswith("VARCHAR"):
+            distinct = con.execute(f'SELECT count(DISTINCT "{c.name}") FROM data."{name}"').fetchall()[0][0]
+            if distinct == rows:
+                return c.name
+    return None

@@ -1,0 +1,158 @@
+"""Dates and date ranges named in a question, resolved against a given `today`.
+
+Rules, not a model: ISO dates, "14 March 2025", "March 14, 2025", "March 2025", "Q3 2025",
+"2024" (as a year, 1990-2099), relative phrases (today, yesterday, this/last week, month,
+quarter, year, "last 30 days"), and the operators before / after / since / until /
+between X and Y / from X to Y. "after X" excludes X itself; "since X" includes it.
+"""
+
+from __future__ import annotations
+
+import calendar
+import re
+from dataclasses import dataclass
+from datetime import date, timedelta
+
+MONTHS = {m.lower(): i for i, m in enumerate(calendar.month_name) if m}
+MONTHS.update({m.lower(): i for i, m in enumerate(calendar.month_abbr) if m})
+MONTHS["sept"] = 9
+_MONTH = r"(jan(?:uary)?|feb(?:ruary)?|mar(?:ch)?|apr(?:il)?|may|june?|july?|aug(?:ust)?|sep(?:t(?:ember)?)?|oct(?:ober)?|nov(?:ember)?|dec(?:ember)?)"
+_ORD = {"first": 1, "second": 2, "third": 3, "fourth": 4, "1st": 1, "2nd": 2, "3rd": 3, "4th": 4}
+
+
+@dataclass(frozen=True)
+class DateRange:
+    """An inclusive range; None on a side means open. `text` is the phrase it came from."""
+
+    start: date | None
+    end: date | None
+    text: str
+
+    def contains(self, d: date) -> bool:
+        return (self.start is None or d >= self.start) and (self.end is None or d <= self.end)
+
+
+def _month_range(y: int, m: int) -> tuple[date, date]:
+    return date(y, m, 1), date(y, m, calendar.monthrange(y, m)[1])
+
+
+def _quarter_range(y: int, q: int) -> tuple[date, date]:
+    return date(y, 3 * q - 2, 1), _month_range(y, 3 * q)[1]
+
+
+# Each pattern yields (start, end) of a point or period; the order matters (longest first).
+_POINTS: list[tuple[re.Pattern[str], str]] = [
+    (re.compile(r"\b(\d{4})-(\d{2})-(\d{2})(?:[t ][\d:.]+z?)?\b", re.I), "iso"),
+    (re.compile(rf"\b(\d{{1,2}})(?:st|nd|rd|th)?\s+(?:of\s+)?{_MONTH}\.?,?\s+(\d{{4}})\b", re.I), "dmy"),
+    (re.compile(rf"\b{_MONTH}\.?\s+(\d{{1,2}})(?:st|nd|rd|th)?,?\s+(\d{{4}})\b", re.I), "mdy"),
+    (re.compile(rf"\b{_MONTH}\.?,?\s+(?:of\s+)?(\d{{4}})\b", re.I), "my"),
+    (re.compile(r"\bq([1-4])\s*(?:of\s+)?(\d{4})\b", re.I), "qy"),
+    (re.compile(r"\b(first|second|third|fourth|1st|2nd|3rd|4th)\s+quarter\s+(?:of\s+)?(\d{4})\b", re.I), "qy-word"),
+    (re.compile(r"\b(?:last|past|previous)\s+(\d{1,3})\s+days\b", re.I), "last-n-days"),
+    (re.compile(r"\b(today|yesterday)\b", re.I), "day-word"),
+    (re.compile(r"\b(?:so\s+far\s+)?(this|last|previous|past)\s+(week|month|quarter|year)\b", re.I), "relative"),
+    (re.compile(r"(?<![\w-])((?:19|20)\d{2})(?![\w-])"), "year"),
+]
+_BETWEEN = re.compile(r"\b(?:between|from)\s+(.+?)\s+(?:and|to|until|through)\s+(.+)", re.I)
+_OPERATOR = re.compile(r"\b(before|prior to|earlier than|after|later than|since|until|till|through|up to|by)\s*$", re.I)
+
+
+def _resolve(kind: str, m: re.Match[str], today: date) -> tuple[date, date] | None:
+    g = m.groups()
+    try:
+        if kind == "iso":
+            d = date(int(g[0]), int(g[1]), int(g[2]))
+            return d, d
+        if kind == "dmy":
+            d = date(int(g[2]), MONTHS[g[1].lower()[:3]], int(g[0]))
+            return d, d
+        if kind == "mdy":
+            d = date(int(g[2]), MONTHS[g[0].lower()[:3]], int(g[1]))
+            return d, d
+        if kind == "my":
+            return _month_range(int(g[1]), MONTHS[g[0].lower()[:3]])
+        if kind == "qy":
+            return _quarter_range(int(g[1]), int(g[0]))
+        if kind == "qy-word":
+            return _quarter_range(int(g[1]), _ORD[g[0].lower()])
+        if kind == "last-n-days":
+            return today - timedelta(days=int(g[0])), today
+        if kind == "day-word":
+            d = today if g[0].lower() == "today" else today - timedelta(days=1)
+            return d, d
+        if kind == "relative":
+            which, unit = g[0].lower(), g[1].lower()
+            back = which != "this"
+            so_far = m.group(0).lower().startswith("so far") or which == "this"
+            if unit == "week":
+                start = today - timedelta(days=today.weekday()) - timedelta(weeks=1 if back else 0)
+                end = start + timedelta(days=6)
+            elif unit == "month":
+                y, mth = (today.year, today.month - 1) if back else (today.year, today.month)
+                if mth == 0:
+                    y, mth = y - 1, 12
+                start, end = _month_range(y, mth)
+            elif unit == "quarter":
+                q = (today.month - 1) // 3 + 1
+                y, q = (today.year, q - 1) if back else (today.year, q)
+                if q == 0:
+                    y, q = y - 1, 4
+                start, end = _quarter_range(y, q)
+            else:
+                y = today.year - 1 if back else today.year
+                start, end = date(y, 1, 1), date(y, 12, 31)
+            if so_far and not back:
+                end = min(end, today)
+            return start, end
+        if kind == "year":
+            y = int(g[0])
+            return (date(y, 1, 1), date(y, 12, 31)) if 1990 <= y <= 2099 else None
+    except (ValueError, KeyError):
+        return None
+    return None
+
+
+def _points(text: str, today: date) -> list[tuple[int, int, date, date]]:
+    """Non-overlapping date mentions: (char start, char end, first day, last day)."""
+    taken: list[tuple[int, int, date, date]] = []
+    for pattern, kind in _POINTS:
+        for m in pattern.finditer(text):
+            if any(s < m.end() and m.start() < e for s, e, _, _ in taken):
+                continue
+            span = _resolve(kind, m, today)
+            if span:
+                taken.append((m.start(), m.end(), *span))
+    return sorted(taken)
+
+
+def find_dates(text: str, today: date, exclude: list[tuple[int, int]] | None = None) -> list[DateRange]:
+    """Date constraints of `text`, each with its operator applied; spans in `exclude` are skipped."""
+    points = [p for p in _points(text, today) if not any(s < p[1] and p[0] < e for s, e in exclude or [])]
+    out: list[DateRange] = []
+    i = 0
+    while i < len(points):
+        s, e, first, last = points[i]
+        before = text[max(0, s - 40) : s]
+        between = re.search(r"\b(between|from)\s+$", before, re.I)
+        if between and i + 1 < len(points) and re.fullmatch(r"\s+(?:and|to|until|through|-)\s+", text[e : points[i + 1][0]], re.I):
+            s2, e2, _, last2 = points[i + 1]
+            out.append(DateRange(first, last2, text[s - len(between.group(0)) + between.start() : e2].strip()))
+            i += 2
+            continue
+        op = _OPERATOR.search(before)
+        phrase = text[s:e]
+        if op:
+            word = op.group(1).lower()
+            phrase = f"{op.group(1)} {phrase}"
+            if word in ("before", "prior to", "earlier than"):
+                out.append(DateRange(None, first - timedelta(days=1), phrase))
+            elif word in ("after", "later than"):
+                out.append(DateRange(last + timedelta(days=1), None, phrase))
+            elif word == "since":
+                out.append(DateRange(first, None, phrase))
+            else:  # until, till, through, up to, by
+                out.append(DateRange(None, last, phrase))
+        else:
+            out.append(DateRange(first, last, phrase))
+        i += 1
+    return out

@@ -1,0 +1,188 @@
+"""The SQL route: a caller's statement or a translated question, guarded, then run.
+
+Rows are evidence too: `search` returns each row as a Hit (text `column=value; ...`, the
+linked document id when the table has a `doc_id` column), so the grader treats rows and
+passages alike; `answer` also keeps the table itself for the `rows` field of the answer.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import OrderedDict
+from dataclasses import dataclass
+from datetime import date, datetime
+from decimal import Decimal
+from threading import Lock
+from typing import Any, Mapping, Protocol, Sequence
+
+from retrieval.errors import Forbidden
+from retrieval.sql.guard import GuardedSql, guard_sql
+from retrieval.sql.schema import ColumnProfile, TableInfo
+from retrieval.sql.translate import Decline, Translation, Translator
+from retrieval.types import Filters, Hit, Principal
+
+MAX_CATEGORICAL = 60
+
+
+class SqlBackend(Protocol):
+    def tables(self) -> dict[str, TableInfo]: ...
+
+    def run(self, sql: str, timeout_s: float, max_rows: int) -> tuple[list[str], list[tuple[Any, ...]], bool]: ...
+
+
+@dataclass(frozen=True)
+class SqlLimits:
+    max_rows: int = 1000
+    timeout_s: float = 2.0
+
+
+@dataclass(frozen=True)
+class SqlResult:
+    sql: str
+    columns: tuple[str, ...]
+    rows: tuple[tuple[Any, ...], ...]
+    tables: tuple[str, ...]
+    truncated: bool
+    translated_from: str | None = None
+    doc_ids: tuple[str, ...] = ()
+
+    def to_json(self) -> dict[str, Any]:
+        return {"sql": self.sql, "columns": list(self.columns), "data": [list(r) for r in self.rows],
+                "tables": list(self.tables), "truncated": self.truncated, "doc_ids": list(self.doc_ids)}
+
+
+def json_value(v: Any) -> Any:
+    """DuckDB values as JSON: dates and timestamps in ISO 8601, decimals as floats."""
+    if isinstance(v, (datetime, date)):
+        return v.isoformat()
+    if isinstance(v, Decimal):
+        return float(v)
+    if isinstance(v, (list, tuple)):
+        return [json_value(x) for x in v]
+    if isinstance(v, (str, int, float, bool)) or v is None:
+        return v
+    return str(v)
+
+
+class SqlRetriever:
+    name = "sql"
+
+    def __init__(self, backend: SqlBackend, limits: SqlLimits = SqlLimits(), today: date | None = None) -> None:
+        self._backend = backend
+        self.limits = limits
+        self.today = today
+        self._profiles: OrderedDict[frozenset[str], dict[tuple[str, str], ColumnProfile]] = OrderedDict()
+        self._lock = Lock()
+
+    def readable_tables(self, principal: Principal) -> list[TableInfo]:
+        return [t for t in self._backend.tables().values() if t.readable_by(principal)]
+
+    def run_statement(self, statement: str, principal: Principal) -> SqlResult:
+        """A caller's own SQL: needs the `sql` scope; guarded; row ACLs applied by the service."""
+        if "sql" not in principal.scopes:
+            raise Forbidden("sending SQL needs the 'sql' scope")
+        return self._run(guard_sql(statement, self._backend.tables(), principal))
+
+    def translate(self, question: str, principal: Principal, today: date | None = None) -> Translation | Decline:
+        tables = self.readable_tables(principal)
+        if not tables:
+            return Decline("no readable tables")
+        translator = Translator(tables, self._profiles_for(principal, tables), today or self.today or date.today())
+        return translator.translate(question)
+
+    def answer(self, question: str, principal: Principal, today: date | None = None) -> SqlResult | Decline:
+        """Translate a question and run it; a Decline when it cannot be linked with confidence."""
+        out = self.translate(question, principal, today)
+        if isinstance(out, Decline):
+            return out
+        result = self._run(guard_sql(out.sql, self._backend.tables(), principal))
+        return SqlResult(result.sql, result.columns, result.rows, result.tables, result.truncated, question, result.doc_ids)
+
+    def search(self, query: str, principal: Principal, k: int, filters: Filters) -> list[Hit]:
+        """The shared retriever contract: translated rows as hits (none when it declines)."""
+        result = self.answer(query, principal)
+        return [] if isinstance(result, Decline) else rows_as_hits(result, k)
+
+    def _run(self, guarded: GuardedSql) -> SqlResult:
+        columns, rows, truncated = self._backend.run(guarded.sql, self.limits.timeout_s, self.limits.max_rows)
+        data = tuple(tuple(json_value(v) for v in r) for r in rows)
+        docs: list[str] = []
+        for t in guarded.tables:
+            info = self._backend.tables().get(t)
+            if info and info.doc_column and info.doc_column in columns:
+                i = columns.index(info.doc_column)
+                docs.extend(str(r[i]) for r in data if r[i])
+        return SqlResult(guarded.statement, tuple(columns), data, guarded.tables, truncated, doc_ids=tuple(dict.fromkeys(docs)))
+
+    def _profiles_for(self, principal: Principal, tables: Sequence[TableInfo]) -> dict[tuple[str, str], ColumnProfile]:
+        """Categorical values and id prefixes over the rows this principal may read (cached)."""
+        key = principal.access_tokens()
+        with self._lock:
+            if key in self._profiles:
+                self._profiles.move_to_end(key)
+                return self._profiles[key]
+        all_tables = self._backend.tables()
+        out: dict[tuple[str, str], ColumnProfile] = {}
+        for t in tables:
+            for col in t.visible_columns():
+                if col.kind != "text":
+                    continue
+                q = (f'SELECT count(DISTINCT "{col.name}"), list(DISTINCT regexp_extract("{col.name}", \'^([A-Za-z]+[-_]?)[0-9]\', 1)) '
+                     f"FROM {t.name}")
+                n, prefixes = self._backend.run(guard_sql(q, all_tables, principal).sql, self.limits.timeout_s, 1)[1][0]
+                values: tuple[str, ...] = ()
+                if n <= MAX_CATEGORICAL:
+                    vq = f'SELECT DISTINCT "{col.name}" FROM {t.name} WHERE "{col.name}" IS NOT NULL'
+                    values = tuple(sorted(str(r[0]) for r in self._backend.run(guard_sql(vq, all_tables, principal).sql, self.limits.timeout_s, MAX_CATEGORICAL)[1]))
+                out[(t.name, col.name)] = ColumnProfile(values, tuple(sorted({p.upper() for p in prefixes or () if p})))
+        with self._lock:
+            self._profiles[key] = out
+            if len(self._profiles) > 256:
+                self._profiles.popitem(last=False)
+        return out
+
+
+def rows_as_hits(result: SqlResult, k: int) -> list[Hit]:
+    """Rows as evidence hits: one per row, text `col=value; ...`, provenance the table."""
+    hits = []
+    doc_i = next((i for i, c in enumerate(result.columns) if c == "doc_id"), None)
+    table = result.tables[0] if result.tables else "sql"
+    for n, row in enumerate(result.rows[:k]):
+        text = "; ".join(f"{c}={json.dumps(v) if not isinstance(v, str) else v}" for c, v in zip(result.columns, row))
+        doc = str(row[doc_i]) if doc_i is not None and row[doc_i] else f"table:{table}"
+        hits.append(Hit(chunk_id=f"table:{table}#{n}", doc_id=doc, text=text, score=1.0, retrievers=("sql",),
+                        start=0, end=len(text), title=table, source="table", signals=(("sql", 1.0),)))
+    return hits
+
+
+def compare_rows(expected: Sequence[Sequence[Any]], actual: Sequence[Sequence[Any]], ordered: bool = False) -> bool:
+    """True when every expected column appears, in some column of the actual result, with the
+    same values row for row (extra actual columns are allowed; floats match to 2 decimals)."""
+    def norm(v: Any) -> Any:
+        if isinstance(v, bool) or v is None:
+            return v
+        if isinstance(v, (int, float)):
+            return round(float(v), 2)
+        return str(v)
+
+    if len(expected) != len(actual):
+        return False
+    if not expected:
+        return True
+    exp_rows = [tuple(norm(v) for v in r) for r in expected]
+    act_rows = [tuple(norm(v) for v in r) for r in actual]
+    width = len(exp_rows[0])
+    act_width = len(act_rows[0])
+
+    def project(mapping: tuple[int, ...]) -> list[tuple[Any, ...]]:
+        return [tuple(r[j] for j in mapping) for r in act_rows]
+
+    from itertools import permutations
+
+    for mapping in permutations(range(act_width), width):
+        got = project(mapping)
+        if (got == exp_rows) if ordered else (sorted(map(repr, got)) == sorted(map(repr, exp_rows))):
+            return True
+    return False
+
+

@@ -1,0 +1,1 @@
+"""The SQL route: table schemas, the read-only guard and the question-to-SQL translator."""

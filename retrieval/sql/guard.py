@@ -1,0 +1,142 @@
+"""The read-only guard every SQL statement passes, generated or sent by a caller.
+
+A statement runs only if sqlglot parses it (DuckDB dialect) into exactly one query (SELECT,
+or a UNION/INTERSECT/EXCEPT of SELECTs) whose every table is a readable user table or a CTE
+in scope and whose every function is on an allowlist. What runs is sqlglot's regeneration of
+the checked tree, not the caller's text, with each table replaced by the service's view of
+it: `data.<table>`, filtered by the row ACL for tables that have one. A forbidden table gets
+the same "unknown table" error as a missing one. Behind this guard the catalog connection
+has file and network access switched off and its configuration locked.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Mapping
+
+import sqlglot
+from sqlglot import exp
+from sqlglot.errors import ParseError, TokenError
+
+from retrieval.errors import SqlRejected
+from retrieval.sql.schema import TableInfo
+from retrieval.types import Principal
+
+MAX_SQL_CHARS = 10_000
+
+_FORBIDDEN_NODE_NAMES = (
+    "Command", "Pragma", "Set", "Use", "Attach", "Detach", "Copy", "Install", "Create", "Insert", "Update",
+    "Delete", "Drop", "Alter", "Merge", "Transaction", "Commit", "Rollback", "Into", "Describe", "Show",
+    "Summarize", "LoadData", "Export", "Grant", "Revoke", "Placeholder", "Parameter", "Analyze", "Refresh",
+)
+_FORBIDDEN_NODES = tuple(getattr(exp, n) for n in _FORBIDDEN_NODE_NAMES if hasattr(exp, n))
+
+# Functions by sqlglot class: aggregates, arithmetic, strings, dates, conditionals, windows.
+_ALLOWED_FUNC_CLASSES = frozenset("""
+Count Sum Avg Min Max Round Abs Floor Ceil Sign Sqrt Pow Ln Log Exp Cast TryCast Lower Upper Length Trim
+Substring Concat ConcatWs Coalesce Nullif If Case Extract TimestampTrunc DateTrunc TimeToStr StrToTime
+StrToDate Year Month Day Quarter Week DayOfWeek DayOfMonth DayOfYear DateDiff DateAdd DateSub TsOrDsAdd
+TsOrDsDiff TsOrDsToDate CurrentDate CurrentTimestamp Date Greatest Least StartsWith ArrayAgg GroupConcat
+Stddev StddevSamp StddevPop Variance VariancePop Median Quantile PercentileCont PercentileDisc
+ApproxDistinct CountIf RegexpLike RegexpExtract RegexpReplace Left Right Initcap Pad Reverse StrPosition
+LogicalOr LogicalAnd AnyValue ArgMax ArgMin First Last RowNumber Rank DenseRank Lag Lead FirstValue
+LastValue NthValue Ntile CumeDist PercentRank Exists ArrayContains ArraySize Filter Interval
+""".split())
+_ALLOWED_ANONYMOUS = frozenset("""
+strftime strptime date_part datepart date_diff datediff date_sub date_add epoch epoch_ms dayname monthname
+yearweek isodow dayofweek hour minute second today now current_date string_agg listagg median mode
+quantile_cont quantile_disc ifnull nvl split_part starts_with ends_with contains prefix suffix left right
+lpad rpad list_contains list_has len array_length trunc count_if bool_or bool_and any_value arg_max
+arg_min max_by min_by first last greatest least regexp_matches regexp_extract regexp_replace concat_ws
+format printf make_date last_day isoyear week weekofyear
+""".split())
+
+
+@dataclass(frozen=True)
+class GuardedSql:
+    sql: str  # what runs: the checked tree with every table replaced by the caller's view of it
+    statement: str  # the statement as understood (normalised by sqlglot)
+    tables: tuple[str, ...]
+
+
+def _reject(message: str, **context: object) -> SqlRejected:
+    return SqlRejected(message, **context)
+
+
+def _function_name(node: exp.Func) -> str:
+    return node.name if isinstance(node, exp.Anonymous) else type(node).__name__
+
+
+def _function_allowed(node: exp.Func) -> bool:
+    if isinstance(node, exp.Anonymous):
+        return node.name.lower() in _ALLOWED_ANONYMOUS
+    return type(node).__name__ in _ALLOWED_FUNC_CLASSES
+
+
+def _cte_in_scope(table: exp.Table, name: str) -> bool:
+    """True when a WITH clause of an enclosing query defines `name` (SQL scoping)."""
+    node = table.parent
+    while node is not None:
+        with_ = node.args.get("with_") or node.args.get("with")
+        if isinstance(with_, exp.With) and any(c.alias_or_name.lower() == name for c in with_.expressions):
+            return True
+        node = node.parent
+    return False
+
+
+def _view_of(table: exp.Table, info: TableInfo, principal: Principal) -> exp.Expression:
+    alias = table.args.get("alias") or exp.TableAlias(this=exp.to_identifier(info.name))
+    if not info.row_acl:
+        return exp.Table(this=exp.to_identifier(info.name, quoted=True), db=exp.to_identifier("data"), alias=alias)
+    tokens = ", ".join(exp.Literal.string(t).sql(dialect="duckdb") for t in sorted(principal.access_tokens()))
+    inner = sqlglot.parse_one(
+        f'SELECT * EXCLUDE (acl) FROM data."{info.name}" WHERE list_has_any(acl, [{tokens}])', read="duckdb"
+    )
+    return exp.Subquery(this=inner, alias=alias)
+
+
+def guard_sql(statement: object, tables: Mapping[str, TableInfo], principal: Principal) -> GuardedSql:
+    """Check one statement for `principal` and return what may run, or raise SqlRejected."""
+    if not isinstance(statement, str) or not statement.strip():
+        raise _reject("the statement is empty", reason="empty")
+    if len(statement) > MAX_SQL_CHARS:
+        raise _reject(f"the statement is {len(statement)} characters; the limit is {MAX_SQL_CHARS}", reason="too_long")
+    if "\x00" in statement:
+        raise _reject("the statement contains a NUL character", reason="nul")
+    try:
+        parsed = [s for s in sqlglot.parse(statement, read="duckdb") if s is not None]
+    except (ParseError, TokenError) as e:
+        raise _reject(f"could not parse the statement: {str(e).splitlines()[0][:200]}", reason="parse") from None
+    if len(parsed) != 1:
+        raise _reject(f"send exactly one statement; got {len(parsed)}", reason="multiple_statements")
+    root = parsed[0]
+    if not isinstance(root, exp.Query) or isinstance(root, _FORBIDDEN_NODES):
+        kind = statement.strip().split(None, 1)[0].upper() if statement.strip() else type(root).__name__
+        raise _reject(f"statement kind {kind} is not allowed; only one read-only SELECT", reason="statement_kind", kind=kind)
+    for node in root.walk():
+        if isinstance(node, _FORBIDDEN_NODES):
+            raise _reject(f"{type(node).__name__.upper()} is not allowed inside a query", reason="statement_kind")
+        if isinstance(node, exp.Func) and not isinstance(node, (exp.Connector, exp.Binary)) and not _function_allowed(node):
+            name = _function_name(node)
+            raise _reject(f"function {name!r} is not allowed", reason="function", function=name)
+    readable = {n.lower(): t for n, t in tables.items() if t.readable_by(principal)}
+    used: list[str] = []
+    for table in list(root.find_all(exp.Table)):
+        if not isinstance(table.this, exp.Identifier):
+            raise _reject(f"table function {table.this.sql(dialect='duckdb')[:60]!r} is not allowed", reason="function")
+        qualified = ".".join(p.name for p in (table.args.get("catalog"), table.args.get("db")) if p is not None)
+        name = table.name.lower()
+        if qualified:
+            raise _reject(f"unknown table '{qualified}.{table.name}'", reason="table", table=f"{qualified}.{table.name}")
+        if _cte_in_scope(table, name):
+            continue
+        info = readable.get(name)
+        if info is None:
+            raise _reject(f"unknown table '{table.name}'", reason="table", table=table.name)
+        used.append(info.name)
+        table.replace(_view_of(table, info, principal))
+    return GuardedSql(
+        sql=root.sql(dialect="duckdb", comments=False),
+        statement=statement.strip(),
+        tables=tuple(dict.fromkeys(used)),
+    )

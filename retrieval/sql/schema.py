@@ -1,0 +1,71 @@
+"""What the SQL route knows about a table: columns, types, ACLs and its key columns."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Literal
+
+from retrieval.types import Principal
+
+Kind = Literal["text", "number", "date", "timestamp", "bool", "list", "other"]
+
+
+def column_kind(duckdb_type: str) -> Kind:
+    t = duckdb_type.upper()
+    if t.endswith("[]") or t.startswith("LIST") or t.startswith("STRUCT") or t.startswith("MAP"):
+        return "list"
+    if t.startswith("TIMESTAMP"):
+        return "timestamp"
+    if t == "DATE":
+        return "date"
+    if t in {"BOOLEAN", "BOOL"}:
+        return "bool"
+    if any(t.startswith(x) for x in ("TINYINT", "SMALLINT", "INTEGER", "BIGINT", "HUGEINT", "UTINYINT", "USMALLINT",
+                                     "UINTEGER", "UBIGINT", "FLOAT", "DOUBLE", "DECIMAL", "REAL")):
+        return "number"
+    if t.startswith("VARCHAR") or t in {"TEXT", "STRING", "UUID"}:
+        return "text"
+    return "other"
+
+
+@dataclass(frozen=True)
+class ColumnInfo:
+    name: str
+    type: str
+
+    @property
+    def kind(self) -> Kind:
+        return column_kind(self.type)
+
+
+@dataclass(frozen=True)
+class TableInfo:
+    """A user table. `row_acl` means rows carry an `acl` column the service filters on."""
+
+    name: str
+    columns: tuple[ColumnInfo, ...]
+    acl: tuple[str, ...]
+    row_acl: bool = False
+    id_column: str | None = None
+    doc_column: str | None = None
+    rows: int = 0
+    source: str | None = field(default=None, compare=False)
+
+    def readable_by(self, principal: Principal) -> bool:
+        return principal.can_read(self.acl)
+
+    def visible_columns(self) -> tuple[ColumnInfo, ...]:
+        """Columns a caller sees: the row ACL column is the service's, not the caller's."""
+        return tuple(c for c in self.columns if not (self.row_acl and c.name == "acl"))
+
+    def column(self, name: str) -> ColumnInfo | None:
+        return next((c for c in self.visible_columns() if c.name == name), None)
+
+
+@dataclass(frozen=True)
+class ColumnProfile:
+    """What schema linking may know of a column, computed over the rows one principal may read:
+    its categorical values (when few) and the prefixes of identifier-like values ("INC-")."""
+
+    values: tuple[str, ...] = ()
+    prefixes: tuple[str, ...] = ()
