@@ -94,10 +94,17 @@ class Catalog:
 
     def __init__(self, path: Path) -> None:
         self.path = path
-        self._con = duckdb.connect(str(path), read_only=True)
-        self._con.execute("SET TimeZone = 'UTC'")
-        self._con.execute("SET enable_external_access = false")
-        self._con.execute("SET lock_configuration = true")
+        self._con = duckdb.connect(str(path), read_only=True, config={"enable_external_access": False})
+        try:
+            self._con.execute("SET TimeZone = 'UTC'")
+            self._con.execute("SET lock_configuration = true")
+        except duckdb.InvalidInputException:
+            pass  # another Catalog in this process opened the same file and locked it already
+        locked = self._con.execute(
+            "SELECT current_setting('enable_external_access'), current_setting('lock_configuration')"
+        ).fetchall()[0]
+        if locked != (False, True):
+            raise RuntimeError(f"catalog {path} is not locked down: {locked}")
         self._local = threading.local()
 
     def close(self) -> None:

@@ -181,7 +181,7 @@ def _build_into(work: Path, name: str, digest: str, loaded, docs, chunks, texts,
         done[0] += n
         report("embed", done[0], len(texts))
 
-    vectors = embedder.encode(texts, progress=on_batch) if texts else np.zeros((0, embedder.load().dim), np.float32)
+    vectors = embedder.encode(texts, progress=on_batch) if texts else np.zeros((0, embedder.dim or embedder.load().dim), np.float32)
     t_embed = time.perf_counter() - t1
 
     t1 = time.perf_counter()

@@ -13,10 +13,10 @@ from datetime import date
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
-from retrieval.errors import RetrievalError
+from retrieval.errors import InvalidRequest, RetrievalError
 from retrieval.types import Filters, Principal
 
-RETRIEVERS = ("exact", "bm25", "dense", "hybrid")
+RETRIEVERS = ("exact", "bm25", "dense", "hybrid", "sql")
 
 
 def _principal(args: argparse.Namespace, scopes: Sequence[str] = ("query",)) -> Principal:
@@ -82,6 +82,8 @@ def cmd_search(args: argparse.Namespace) -> int:
     from routes.engine import open_engine
 
     principal = _principal(args)
+    if args.retriever not in RETRIEVERS:
+        raise InvalidRequest(f"unknown retriever {args.retriever!r}; expected one of {sorted(RETRIEVERS)}")
     engine = open_engine(Path(args.index), _embedder(args))
     try:
         hits = search(engine.retrievers, args.retriever, args.query, principal, args.k, _filters(args), engine.limits)
@@ -92,6 +94,27 @@ def cmd_search(args: argparse.Namespace) -> int:
             print(f"{item['rank']:>3}  {item['score']:>9.4f}  {item['chunk_id']:<32}  {(item['title'] or '')[:60]}")
     else:
         _emit({"retriever": args.retriever, "hits": hits_json(hits)})
+    return 0
+
+
+def cmd_sql(args: argparse.Namespace) -> int:
+    """Run SQL (the CLI caller holds the `sql` scope), or translate a question with --question."""
+    from retrieval.sql.translate import Decline
+    from routes.engine import open_engine
+
+    principal = _principal(args, scopes=("query", "sql"))
+    engine = open_engine(Path(args.index), _embedder(args), today=args.today)
+    try:
+        if args.question:
+            out = engine.sql.answer(args.statement, principal)
+            if isinstance(out, Decline):
+                _emit({"declined": {"reason": out.reason, "unlinked": list(out.unlinked)}})
+                return 3
+            _emit({"question": args.statement, "rows": out.to_json()})
+        else:
+            _emit({"rows": engine.sql.run_statement(args.statement, principal).to_json()})
+    finally:
+        engine.close()
     return 0
 
 
@@ -151,6 +174,14 @@ def build_parser() -> argparse.ArgumentParser:
     who(sp)
     filters(sp)
     sp.set_defaults(func=cmd_search)
+
+    sp = sub.add_parser("sql", help="run one read-only SELECT over the tables (or translate a question)")
+    sp.add_argument("statement", help="a SELECT statement, or a question with --question")
+    sp.add_argument("--question", action="store_true", help="translate a natural-language question to SQL first")
+    sp.add_argument("--today", type=_iso_date, default=None, help="date that 'last quarter' etc. refer to (default: today)")
+    common(sp)
+    who(sp)
+    sp.set_defaults(func=cmd_sql)
 
     sp = sub.add_parser("serve", help="serve the HTTP API")
     common(sp)

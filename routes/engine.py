@@ -5,6 +5,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from datetime import date
+
+from indexes.catalog import SqlRunner
 from indexes.embedder import Embedder
 from indexes.snapshot import Snapshot, load_snapshot
 from retrieval.limits import Limits
@@ -13,9 +16,11 @@ from retrieval.retrievers.bm25 import Bm25Retriever
 from retrieval.retrievers.dense import DenseRetriever
 from retrieval.retrievers.exact import ExactRetriever
 from retrieval.retrievers.hybrid import FusionParams, HybridRetriever
+from retrieval.retrievers.sql import SqlLimits, SqlRetriever
 
 
-def build_retrievers(snapshot: Snapshot, embedder: Embedder, fusion: FusionParams = FusionParams()) -> dict[str, Retriever]:
+def build_retrievers(snapshot: Snapshot, embedder: Embedder, fusion: FusionParams = FusionParams(),
+                     sql_limits: SqlLimits = SqlLimits(), today: date | None = None) -> dict[str, Retriever]:
     bm25 = Bm25Retriever(snapshot.bm25, snapshot.chunks)
     dense = DenseRetriever(snapshot.dense, embedder.encode_query, snapshot.chunks)
     return {
@@ -23,6 +28,7 @@ def build_retrievers(snapshot: Snapshot, embedder: Embedder, fusion: FusionParam
         "bm25": bm25,
         "dense": dense,
         "hybrid": HybridRetriever(bm25, dense, fusion),
+        "sql": SqlRetriever(SqlRunner(snapshot.catalog), sql_limits, today),
     }
 
 
@@ -35,11 +41,16 @@ class Engine:
     retrievers: dict[str, Retriever]
     limits: Limits = field(default_factory=Limits)
 
+    @property
+    def sql(self) -> SqlRetriever:
+        return self.retrievers["sql"]  # type: ignore[return-value]
+
     def close(self) -> None:
         self.snapshot.close()
 
 
-def open_engine(index_dir: Path, embedder: Embedder | None = None, limits: Limits = Limits()) -> Engine:
+def open_engine(index_dir: Path, embedder: Embedder | None = None, limits: Limits = Limits(),
+                today: date | None = None) -> Engine:
     embedder = embedder or Embedder()
     snapshot = load_snapshot(index_dir, embedder)
-    return Engine(snapshot, embedder, build_retrievers(snapshot, embedder), limits)
+    return Engine(snapshot, embedder, build_retrievers(snapshot, embedder, today=today), limits)

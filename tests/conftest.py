@@ -45,3 +45,24 @@ def engine(mini_index, embedder):
     eng = open_engine(mini_index, embedder)
     yield eng
     eng.close()
+
+
+@pytest.fixture(scope="session")
+def tables_index(tmp_path_factory, embedder) -> Path:
+    """A snapshot of the demo tables alone (no documents, so nothing to embed)."""
+    from indexes.snapshot import build_snapshot
+
+    index = tmp_path_factory.mktemp("tables-index")
+    build_snapshot([DEMO / "tables"], index, embedder)
+    return index
+
+
+@pytest.fixture(scope="session")
+def sql_retriever(tables_index):
+    from indexes.catalog import Catalog, SqlRunner
+    from indexes.snapshot import current_snapshot_path
+    from retrieval.retrievers.sql import SqlLimits, SqlRetriever
+
+    catalog = Catalog(current_snapshot_path(tables_index) / "catalog.duckdb")
+    yield SqlRetriever(SqlRunner(catalog), SqlLimits(max_rows=1000, timeout_s=5.0))
+    catalog.close()

@@ -1,0 +1,62 @@
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from indexes.snapshot import build_snapshot, current_snapshot_path
+from indexes.tables import plan_tables, table_name
+from retrieval.errors import IngestError
+
+
+def write(path: Path, text: str) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text)
+    return path
+
+
+def test_table_names_come_from_file_names():
+    assert table_name(Path("x/Sev Incidents-2025.csv")) == "sev_incidents_2025"
+    with pytest.raises(IngestError, match="must start with a letter"):
+        table_name(Path("2025.csv"))
+
+
+def test_sidecar_sets_the_table_acl_and_defaults_fail_closed(tmp_path):
+    a = write(tmp_path / "a.csv", "x\n1\n")
+    b = write(tmp_path / "b.csv", "x\n1\n")
+    write(tmp_path / "a.acl.json", json.dumps({"acl": ["group:sre"]}))
+    plans = {t.name: t.acl for t in plan_tables([a, b], ("group:admin",))}
+    assert plans == {"a": ("group:sre",), "b": ("group:admin",)}
+
+
+@pytest.mark.parametrize("sidecar, message", [
+    ('{"acl": []}', "non-empty list"),
+    ('{"acl": ["public"], "owner": "x"}', "exactly"),
+    ("not json", "unreadable ACL sidecar"),
+])
+def test_bad_sidecar_is_an_error_naming_it(tmp_path, sidecar, message):
+    a = write(tmp_path / "a.csv", "x\n1\n")
+    write(tmp_path / "a.acl.json", sidecar)
+    with pytest.raises(IngestError, match=message) as err:
+        plan_tables([a], ("group:admin",))
+    assert err.value.path.endswith("a.acl.json")
+
+
+def test_bad_row_acl_stops_ingest_naming_the_line_and_keeps_the_previous_snapshot(tmp_path, embedder):
+    good = write(tmp_path / "src" / "t.csv", 'id,acl\nr1,"[""public""]"\n')
+    index = tmp_path / "index"
+    build_snapshot([good.parent], index, embedder)
+    before = current_snapshot_path(index)
+    write(good, 'id,acl\nr1,"[""public""]"\nr2,"[""group:""]"\n')
+    with pytest.raises(IngestError, match=r"t.csv:3: row acl: invalid acl entries"):
+        build_snapshot([good.parent], index, embedder)
+    assert current_snapshot_path(index) == before
+    assert [p.name for p in (index / "snapshots").iterdir()] == [before.name]
+
+
+def test_tables_are_recorded_in_the_manifest(tables_index):
+    manifest = json.loads((current_snapshot_path(tables_index) / "manifest.json").read_text())
+    assert manifest["counts"]["tables"] == 3
+    assert manifest["tables"]["tickets"]["row_acl"] is True
+    assert manifest["tables"]["deployments"]["acl"] == ["group:sre", "group:admin"]

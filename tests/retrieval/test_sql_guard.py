@@ -1,0 +1,157 @@
+"""Hostile statements are rejected (each for its stated reason) or safely confined."""
+
+from __future__ import annotations
+
+import pytest
+
+from retrieval.errors import Forbidden, RetrievalTimeout, SqlRejected
+from retrieval.retrievers.sql import SqlLimits, SqlRetriever
+from retrieval.types import Principal
+
+ERIN = Principal("erin", (), frozenset({"query", "sql"}))  # no groups: deployments is not hers
+ALICE = Principal("alice", ("sre",), frozenset({"query", "sql"}))
+
+HOSTILE = [
+    ("DROP TABLE incidents", "statement_kind"),
+    ("DELETE FROM incidents", "statement_kind"),
+    ("INSERT INTO incidents (incident_id) VALUES ('x')", "statement_kind"),
+    ("UPDATE incidents SET severity = 'sev1'", "statement_kind"),
+    ("CREATE TABLE stolen AS SELECT * FROM incidents", "statement_kind"),
+    ("ALTER TABLE incidents ADD COLUMN x INTEGER", "statement_kind"),
+    ("ATTACH '/tmp/evil.db' AS evil", "statement_kind"),
+    ("DETACH evil", "statement_kind"),
+    ("COPY incidents TO '/tmp/out.csv'", "statement_kind"),
+    ("PRAGMA database_list", "statement_kind"),
+    ("SET threads = 1", "statement_kind"),
+    ("RESET threads", "statement_kind"),
+    ("INSTALL httpfs", "statement_kind"),
+    ("LOAD httpfs", "statement_kind"),
+    ("CALL pragma_version()", "statement_kind"),
+    ("DESCRIBE incidents", "statement_kind"),
+    ("SHOW TABLES", "statement_kind"),
+    ("SUMMARIZE incidents", "statement_kind"),
+    ("VACUUM", "statement_kind"),
+    ("CHECKPOINT", "statement_kind"),
+    ("USE data", "statement_kind"),
+    ("/* just a comment */ DROP TABLE incidents", "statement_kind"),
+    ("EXPORT DATABASE '/tmp/x'", "parse"),
+    ("IMPORT DATABASE '/tmp/x'", "parse"),
+    ("SELECT 1; DROP TABLE incidents", "multiple_statements"),
+    ("SELECT 1; SELECT 2", "multiple_statements"),
+    ("SELECT 1 -- harmless\n; DELETE FROM incidents", "multiple_statements"),
+    ("SELECT * FROM read_csv('/etc/passwd')", "function"),
+    ("SELECT * FROM read_csv_auto('/etc/passwd')", "function"),
+    ("SELECT * FROM read_parquet('x.parquet')", "function"),
+    ("SELECT * FROM read_json('x.json')", "function"),
+    ("SELECT * FROM read_text('/etc/passwd')", "function"),
+    ("SELECT content FROM read_blob('/etc/shadow')", "function"),
+    ("SELECT * FROM glob('/*')", "function"),
+    ("SELECT * FROM sqlite_scan('x.db', 't')", "function"),
+    ("SELECT * FROM duckdb_tables()", "function"),
+    ("SELECT * FROM duckdb_settings()", "function"),
+    ("SELECT * FROM query('SELECT * FROM quarry.documents')", "function"),
+    ("SELECT * FROM query_table('quarry.documents')", "function"),
+    ("SELECT getenv('HOME')", "function"),
+    ("SELECT current_setting('threads')", "function"),
+    ("SELECT incident_id FROM incidents WHERE severity = (SELECT getenv('USER'))", "function"),
+    ("SELECT * FROM '/etc/passwd'", "table"),
+    ("SELECT * FROM 'https://example.com/x.csv'", "table"),
+    ("SELECT * FROM information_schema.tables", "table"),
+    ("SELECT * FROM pg_catalog.pg_class", "table"),
+    ("SELECT * FROM sqlite_master", "table"),
+    ("SELECT * FROM quarry.documents", "table"),
+    ("SELECT * FROM documents", "table"),
+    ("SELECT * FROM chunks", "table"),
+    ("SELECT * FROM data.deployments", "table"),
+    ("SELECT * FROM deployments", "table"),
+    ("sElEcT * FrOm DePlOyMeNtS", "table"),
+    ('SELECT * FROM "DEPLOYMENTS"', "table"),
+    ("SELECT * FROM deployment\u0455", "table"),  # Cyrillic dze looks like an s
+    ("WITH x AS (SELECT * FROM deployments) SELECT * FROM x", "table"),
+    ("SELECT * FROM incidents WHERE incident_id IN (SELECT fixes_incident FROM deployments)", "table"),
+    ("SELECT incident_id FROM incidents UNION SELECT release_id FROM deployments", "table"),
+    ("SELECT * FROM (WITH documents AS (SELECT 1) SELECT * FROM documents) a, documents", "table"),
+    ("SELECT ?", "statement_kind"),
+    ("", "empty"),
+    ("SELECT 1 " + "+ 1 " * 5000, "too_long"),
+    ("SELECT 'a\x00b'", "nul"),
+    ("\uff33\uff25\uff2c\uff25\uff23\uff34 1", "parse"),  # full-width letters
+]
+
+
+@pytest.mark.parametrize("statement, reason", HOSTILE)
+def test_hostile_statement_is_rejected_for_its_reason(sql_retriever, statement, reason):
+    with pytest.raises(SqlRejected) as err:
+        sql_retriever.run_statement(statement, ERIN)
+    assert err.value.code == "sql_rejected"
+    assert err.value.context["reason"] == reason, err.value.message
+
+
+def test_there_are_at_least_forty_hostile_statements():
+    assert len(HOSTILE) >= 40
+
+
+def test_forbidden_and_missing_tables_get_the_same_error(sql_retriever):
+    messages = []
+    for table in ("deployments", "no_such_table"):
+        with pytest.raises(SqlRejected) as err:
+            sql_retriever.run_statement(f"SELECT count(*) FROM {table}", ERIN)
+        messages.append(err.value.message.replace(table, "T"))
+    assert messages[0] == messages[1] == "unknown table 'T'"
+
+
+def test_row_acl_column_is_neither_returned_nor_selectable(sql_retriever):
+    result = sql_retriever.run_statement("SELECT * FROM tickets", ERIN)
+    assert "acl" not in result.columns
+    with pytest.raises(SqlRejected, match="database refused"):
+        sql_retriever.run_statement("SELECT acl FROM tickets", ERIN)
+
+
+def test_where_clause_cannot_widen_the_row_acl(sql_retriever):
+    narrow = sql_retriever.run_statement("SELECT count(*) FROM tickets", ERIN).rows[0][0]
+    tricks = [
+        "SELECT count(*) FROM tickets WHERE 1 = 1 OR true",
+        "SELECT count(*) FROM (SELECT * FROM tickets) t",
+        "WITH t AS (SELECT * FROM tickets) SELECT count(*) FROM t",
+        "SELECT count(*) FROM tickets AS public_rows",
+    ]
+    for sql in tricks:
+        assert sql_retriever.run_statement(sql, ERIN).rows[0][0] == narrow, sql
+
+
+def test_readable_table_with_cte_and_window_functions_runs(sql_retriever):
+    sql = ("WITH d AS (SELECT service, count(*) AS n FROM deployments GROUP BY service) "
+           "SELECT service, n, rank() OVER (ORDER BY n DESC) FROM d ORDER BY n DESC, service LIMIT 2")
+    result = sql_retriever.run_statement(sql, ALICE)
+    assert result.tables == ("deployments",) and len(result.rows) == 2
+
+
+def test_sending_sql_needs_the_sql_scope(sql_retriever):
+    with pytest.raises(Forbidden, match="'sql' scope"):
+        sql_retriever.run_statement("SELECT 1", Principal("erin"))
+
+
+def test_runaway_query_is_interrupted_at_the_time_limit(tables_index):
+    from indexes.catalog import Catalog, SqlRunner
+    from indexes.snapshot import current_snapshot_path
+
+    catalog = Catalog(current_snapshot_path(tables_index) / "catalog.duckdb")
+    slow = SqlRetriever(SqlRunner(catalog), SqlLimits(timeout_s=0.3))
+    try:
+        with pytest.raises(RetrievalTimeout, match="interrupted"):
+            slow.run_statement("SELECT count(*) FROM incidents a, incidents b, incidents c, incidents d, incidents e", ERIN)
+        assert slow.run_statement("SELECT count(*) FROM incidents", ERIN).rows == ((120,),)  # still usable
+    finally:
+        catalog.close()
+
+
+def test_row_limit_truncates_and_says_so(tables_index):
+    from indexes.catalog import Catalog, SqlRunner
+    from indexes.snapshot import current_snapshot_path
+
+    catalog = Catalog(current_snapshot_path(tables_index) / "catalog.duckdb")
+    try:
+        result = SqlRetriever(SqlRunner(catalog), SqlLimits(max_rows=5)).run_statement("SELECT * FROM incidents", ERIN)
+        assert len(result.rows) == 5 and result.truncated
+    finally:
+        catalog.close()
