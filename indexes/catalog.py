@@ -160,6 +160,25 @@ class Catalog:
             acls=[tuple(a) for a in rows["acl"].tolist()],
         )
 
+    def entity_names(self) -> tuple[list[tuple[int, str]], list[tuple[int, str]]]:
+        """(row, name) pairs for entities: document titles and identifiers inside titles, and
+        short string metadata values. Each chunk row carries its document's names."""
+        from retrieval.constraints import identifiers
+
+        cur = self.cursor()
+        titles: list[tuple[int, str]] = []
+        values: list[tuple[int, str]] = []
+        for row, title, metadata in cur.execute(
+            'SELECT c."row", d.title, d.metadata FROM quarry.chunks c JOIN quarry.documents d USING (doc_id) ORDER BY c."row"'
+        ).fetchall():
+            if title:
+                titles.append((row, title))
+                titles.extend((row, i) for i in identifiers(title))
+            for v in (json.loads(metadata) if metadata else {}).values():
+                if isinstance(v, str) and 0 < len(v.split()) <= 5:
+                    values.append((row, v))
+        return titles, values
+
     def document(self, doc_id: str) -> Document | None:
         got = self.cursor().execute(
             "SELECT doc_id, text, title, source, date, metadata, acl FROM quarry.documents WHERE doc_id = ?", [doc_id]

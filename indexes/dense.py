@@ -41,6 +41,12 @@ class DenseIndex:
     def load(cls, path: Path) -> DenseIndex:
         return cls(faiss.read_index(str(path)))
 
+    def vectors(self, rows: np.ndarray) -> np.ndarray:
+        """Stored vectors of some rows (to score known hits against a query)."""
+        if len(rows) == 0:
+            return np.zeros((0, self.dim), dtype=np.float32)
+        return self._index.reconstruct_batch(np.ascontiguousarray(rows, dtype=np.int64))
+
     def top_k(self, vector: np.ndarray, allowed: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
         """Best k allowed rows by cosine similarity (fewer only when fewer are allowed)."""
         n_allowed = int(allowed.sum())

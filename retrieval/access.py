@@ -43,6 +43,7 @@ class ChunkTable:
     _cache: OrderedDict = field(init=False, repr=False)
     _lock: Lock = field(init=False, repr=False)
     _doc_rows: dict[str, list[int]] | None = field(init=False, repr=False, default=None)
+    _chunk_rows: dict[str, int] | None = field(init=False, repr=False, default=None)
 
     def __post_init__(self) -> None:
         n = len(self.chunk_ids)
@@ -115,6 +116,12 @@ class ChunkTable:
             date=self.dates[row],
             signals=tuple(signals),
         )
+
+    def row_of(self, chunk_id: str) -> int | None:
+        """Row of a chunk id (None for evidence that is not a chunk, such as a table row)."""
+        if self._chunk_rows is None:
+            self._chunk_rows = {c: i for i, c in enumerate(self.chunk_ids)}
+        return self._chunk_rows.get(chunk_id)
 
     def rows_of_doc(self, doc_id: str) -> list[int]:
         """Rows of one document's chunks in order (used to expand and to show a document)."""

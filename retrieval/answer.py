@@ -26,3 +26,20 @@ def hit_json(hit: Hit, rank: int) -> dict[str, Any]:
 
 def hits_json(hits: Sequence[Hit]) -> list[dict[str, Any]]:
     return [hit_json(h, i) for i, h in enumerate(hits, start=1)]
+
+
+def result_json(result) -> dict[str, Any]:
+    """The answer shape of DESIGN.md for a LoopResult (HTTP, MCP and CLI print this)."""
+    rows = result.rows.to_json() if result.rows is not None and hasattr(result.rows, "to_json") else None
+    return {
+        "status": result.status,
+        "context": hits_json(result.context),
+        "rows": rows,
+        "gap": result.gap,
+        "constraints": result.constraints.to_json(),
+        "route": result.decision.to_json(),
+        "attempts": [a.to_json() for a in result.attempts],
+        "stop_reason": result.stop_reason,
+        "trace_id": result.trace_id,
+        "elapsed_ms": round(result.elapsed_ms, 2),
+    }

@@ -10,6 +10,10 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from datetime import date
+from typing import Sequence
+
+from retrieval.dates import DateRange, find_dates
 
 _QUOTED = re.compile(r'"([^"\n]{1,200})"|\u201c([^\u201d\n]{1,200})\u201d|`([^`\n]{1,200})`')
 _IDENTIFIER = re.compile(
@@ -66,3 +70,57 @@ def exact_query(query: str) -> ExactQuery:
     if not phrases and not idents:
         return ExactQuery((" ".join(q.split()),), ())
     return ExactQuery(tuple(phrases), tuple(identifier_pattern(i) for i in idents))
+
+
+@dataclass(frozen=True)
+class Constraints:
+    """What every answer must respect. Rewrites may add words, never remove one of these."""
+
+    identifiers: tuple[str, ...] = ()
+    phrases: tuple[str, ...] = ()
+    dates: tuple[DateRange, ...] = ()
+    entities: tuple[str, ...] = ()
+
+    def is_empty(self) -> bool:
+        return not (self.identifiers or self.phrases or self.dates or self.entities)
+
+    def to_json(self) -> dict:
+        return {
+            "identifiers": list(self.identifiers),
+            "phrases": list(self.phrases),
+            "dates": [{"text": d.text, "from": d.start.isoformat() if d.start else None,
+                       "to": d.end.isoformat() if d.end else None} for d in self.dates],
+            "entities": list(self.entities),
+        }
+
+    def labels(self) -> list[str]:
+        """One label per constraint, as the grader names what is missing."""
+        return ([f"identifier:{i}" for i in self.identifiers] + [f"phrase:{p}" for p in self.phrases]
+                + [f"date:{d.text}" for d in self.dates] + [f"entity:{e}" for e in self.entities])
+
+
+def extract(question: str, today: date, entities: Sequence[str] = ()) -> Constraints:
+    """Constraints of a question. `entities` are catalog entities already matched in it
+    (by the caller, against names the principal may see)."""
+    idents = identifiers(question)
+    spans = [(m.start(), m.end()) for i in idents for m in re.finditer(re.escape(i), question)]
+    spans += [(m.start(), m.end()) for m in _QUOTED.finditer(question)]
+    return Constraints(
+        identifiers=tuple(idents),
+        phrases=tuple(quoted_phrases(question)),
+        dates=tuple(find_dates(question, today, exclude=spans)),
+        entities=tuple(entities),
+    )
+
+
+def missing_from_queries(constraints: Constraints, queries: Sequence[str], date_filtered: bool = False) -> list[str]:
+    """Constraints a dispatched query set would drop: each identifier, phrase and entity must
+    appear in some query (case-insensitive), and each date phrase too unless a date filter
+    carries it. A single-query plan must therefore keep every constraint itself."""
+    text = " \n ".join(q.lower() for q in queries)
+    missing = [f"identifier:{i}" for i in constraints.identifiers if i.lower() not in text]
+    missing += [f"phrase:{p}" for p in constraints.phrases if p.lower() not in text]
+    missing += [f"entity:{e}" for e in constraints.entities if e.lower() not in text]
+    if not date_filtered:
+        missing += [f"date:{d.text}" for d in constraints.dates if d.text.lower() not in text]
+    return missing

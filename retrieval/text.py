@@ -37,3 +37,16 @@ def content_terms(text: str) -> list[str]:
         if len(w) > 1 and w not in STOPWORDS:
             seen.setdefault(w, None)
     return list(seen)
+
+
+def stem(word: str) -> str:
+    """Plural folding only (incidents -> incident, policies -> policy): cheap and predictable."""
+    for suf in ("ies", "es", "s"):
+        if word.endswith(suf) and len(word) > len(suf) + 2 and not word.endswith("ss"):
+            return word[: -len(suf)] + ("y" if suf == "ies" else "")
+    return word
+
+
+def term_set(text: str) -> set[str]:
+    """Stemmed content terms, for coverage: which of the question's terms a passage contains."""
+    return {stem(w) for w in content_terms(text)}

@@ -19,6 +19,7 @@ from typing import Literal, Mapping, Sequence
 from retrieval.constraints import identifiers
 from retrieval.dates import DateRange, find_dates
 from retrieval.sql.schema import ColumnInfo, ColumnProfile, TableInfo
+from retrieval.text import stem as _stem
 
 Agg = Literal["count", "avg", "sum", "max", "min"]
 
@@ -29,14 +30,20 @@ what which who whom whose when where how there their its it this that these thos
 me my we our us you your i show list give tell find get display return please much many so far
 total overall ever recorded record records single one value values table data number numbers
 took take taken takes spent needed currently still now amount among first assigned then than went go gone
+up down out along across over into onto about around within during after before since until ever
+include including included includes put puts shows show shown showed appear appears appeared ended end ends
+happen happened happens occur occurred affect affected affects involve involved involving belong belonged
+got get gets go goes going come came make made give given gave see saw seen often times time whole overall
+both also only just very all any some such other same own per across so far yet again too
+as owned owns own handled handle handles
 """.split())
 _COUNT = re.compile(r"\b(how many|count|number of)\b")  # "number of <numeric column>" is not a count
 _AVG = re.compile(r"\b(average|mean|on average)\b")
 _SUM = re.compile(r"\b(total|add up|sum of|sum)\b")
-_MAX = re.compile(r"\b(longest|largest|highest|maximum|max|biggest|most recent|latest|slowest|greatest|most expensive)\b")
+_MAX = re.compile(r"\b(longest|largest|highest|maximum|max|biggest|most recently|most recent|latest|newest|slowest|greatest|most expensive)\b")
 _MIN = re.compile(r"\b(shortest|quickest|lowest|minimum|min|smallest|earliest|fastest|cheapest|fewest|oldest)\b")
 _MOST = re.compile(r"(?<!\bat )\b(most|fewest|least)\b")
-_GROUP = re.compile(r"\b(?:per|by|for each|each|broken down by|break down (?:the )?\w+ by|grouped by)\s+(?!number\b|count\b|total\b)(\w[\w-]*)")
+_GROUP = re.compile(r"\b(?:per|by|for each|in each|each|broken down by|break down (?:the )?[\w-]+(?: [\w-]+)? by|grouped by|split by)\s+(?:the\s+|a\s+|an\s+)?(?!number\b|count\b|total\b)(\w[\w-]*)")
 _NUM = r"(\d+|two|three|four|five|six|seven|eight|nine|ten)"
 _TOP = re.compile(
     rf"\b(?:top|first|last)\s+{_NUM}\b|\b{_NUM}\s+(?=(?:most|least|latest|newest|oldest|largest|smallest|highest|lowest|biggest)\b)"
@@ -46,15 +53,18 @@ _WORDNUM = {"one": 1, "a": 1, "an": 1, "two": 2, "three": 3, "four": 4, "five": 
             "eight": 8, "nine": 9, "ten": 10}
 _COMPARE = re.compile(
     r"\b(more than|over|greater than|above|at least|no less than|fewer than|less than|under|below|at most|"
-    r"no more than|exactly|equal to)\s+(\d+(?:\.\d+)?|an?|one|two|three|four|five|six|seven|eight|nine|ten)\b"
+    r"no more than|exactly|equal to|longer than|shorter than|faster than|quicker than|slower than|higher than|"
+    r"lower than|bigger than|smaller than|exceeding|beyond|within)\s+(\d+(?:\.\d+)?|an?|one|two|three|four|five|six|seven|eight|nine|ten)\b"
 )
 _OPS = {"more than": ">", "over": ">", "greater than": ">", "above": ">", "at least": ">=", "no less than": ">=",
         "fewer than": "<", "less than": "<", "under": "<", "below": "<", "at most": "<=", "no more than": "<=",
-        "exactly": "=", "equal to": "="}
+        "exactly": "=", "equal to": "=", "longer than": ">", "shorter than": "<", "faster than": "<",
+        "quicker than": "<", "slower than": ">", "higher than": ">", "lower than": "<", "bigger than": ">",
+        "smaller than": "<", "exceeding": ">", "beyond": ">", "within": "<="}
+_WHEN = re.compile(r"^\s*(when|on what date|what date|which date|what day|on which day)\b")
 _UNIT_SYNONYMS = {"usd": ("dollar", "dollars", "usd", "$"), "hours": ("hour", "hours", "time", "duration"), "count": ("number",)}
 _DATE_VERBS = {"opened": "open", "open": "open", "resolved": "resolv", "closed": "close", "deployed": "deploy",
-               "released": "deploy", "shipped": "deploy", "rolled out": "deploy", "created": "creat"}
-_ORDER_CUES = frozenset("latest first newest first oldest first recent".split())
+               "released": "deploy", "shipped": "deploy", "ship": "deploy", "rolled out": "deploy", "created": "creat"}
 _WORD = re.compile(r"[a-z0-9][a-z0-9_.$-]*")
 
 
@@ -81,13 +91,6 @@ class _Link:
     value_forms: set[str] = field(default_factory=set)
     where: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
-
-
-def _stem(word: str) -> str:
-    for suf in ("ies", "es", "s"):
-        if word.endswith(suf) and len(word) > len(suf) + 2:
-            return word[: -len(suf)] + ("y" if suf == "ies" else "")
-    return word
 
 
 def _root(word: str) -> str:
@@ -169,7 +172,7 @@ class Translator:
         words = set(_WORD.findall(text))
         for t in self.tables.values():
             score = 3 * len(self._table_words(t) & words)
-            score += sum(2 for i in idents if self._id_columns(t, i))
+            score += sum(2 + (2 if t.id_column in self._id_columns(t, i) else 0) for i in idents if self._id_columns(t, i))
             score += sum(1 for c in t.visible_columns() if any(_matches(w, _column_words(c)) for w in words))
             score += len({c for c, _, _ in self._value_hits(t, text)})
             scored.append((score, bool(self._table_words(t) & words), t.name))
@@ -203,7 +206,10 @@ class Translator:
 
     # -- translation ---------------------------------------------------------------------
     def translate(self, question: str) -> Translation | Decline:
-        text = " ".join(re.sub(r"[?,;:!()]|\.(?=\s|$)", " ", question.lower()).split())
+        text = question.lower().replace("\u2019", "'")
+        text = re.sub(r"\b(what|who|where|when|how|that|it|there)'s\b", r"\1 is", text)
+        text = re.sub(r"'s\b|s'(?=\s)", "", text)
+        text = " ".join(re.sub(r"[?,;:!()]|\.(?=\s|$)", " ", text).split())
         idents = [i for i in identifiers(question)]
         t = self._pick_table(text, idents)
         if t is None:
@@ -239,6 +245,7 @@ class Translator:
 
         # dates -> range on the date column the verb names
         spans = [(m.start(), m.end()) for i in idents for m in re.finditer(re.escape(i.lower()), text)]
+        spans += [(m.start(), m.end()) for m in _COMPARE.finditer(text)]  # "over 2000 dollars" is no year
         ranges = find_dates(text, self.today, exclude=spans)
         if ranges:
             dcol = self._date_column(t, text)
@@ -292,10 +299,11 @@ class Translator:
         superlative: Literal["max", "min"] | None = None
         if m := _MAX.search(text):
             superlative = "max"
-            link.consumed |= set(m.group(0).split())
         elif m := _MIN.search(text):
             superlative = "min"
-            link.consumed |= set(m.group(0).split())
+        for rx in (_MAX, _MIN):
+            for cue in rx.finditer(text):
+                link.consumed |= set(cue.group(0).split())
         most = _MOST.search(text)
         if most:
             link.consumed.add(most.group(1))
@@ -305,7 +313,20 @@ class Translator:
             limit = int(_WORDNUM.get(number, number))
             link.consumed |= set(m.group(0).split())
         group = None
-        m = next((g for g in _GROUP.finditer(text) if g.group(1) not in link.value_forms), None)
+        filtered = set(re.findall(r'"(\w+)" = ', " ".join(link.where)))
+
+        def groupable(word: str) -> ColumnInfo | None:
+            if word in link.value_forms:
+                return None
+            return next((c for c in t.visible_columns() if c.kind == "text" and c.name not in filtered
+                         and c.name != t.id_column and not c.name.endswith("_id") and _matches(word, _column_words(c))), None)
+
+        if limit is None:
+            nouns = "|".join(map(re.escape, sorted(self._table_words(t), key=len, reverse=True)))
+            if m := re.search(rf"\b{_NUM}\s+(?:\w+\s+)?(?:{nouns})\b", text):
+                limit = int(_WORDNUM.get(m.group(1), m.group(1)))
+                link.consumed.add(m.group(1))
+        m = next((g for g in _GROUP.finditer(text) if groupable(g.group(1)) is not None), None)
         if m is None and limit:
             # "top 3 services by number of incidents": the noun after the number is the group
             m = re.search(rf"\b(?:top|first|last)\s+{_NUM}\s+([\w-]+)", text)
@@ -314,11 +335,9 @@ class Translator:
             if m:
                 m = re.search(rf"(\b{re.escape(m.group(2))}\b)", text)
         if m:
-            word = m.group(1)
-            group = next((c for c in t.visible_columns() if _matches(word, _column_words(c)) and c.kind == "text"), None)
-            if group is None:
-                return Decline(f"cannot group by {word!r}", (word,))
-            link.consumed |= set(m.group(0).split())
+            group = groupable(m.group(1))
+            if group is not None:
+                link.consumed |= set(m.group(0).split())
         date_col = self._date_column(t, text)
         if measure is not None:
             self._consume_column(link, measure, words)
@@ -333,7 +352,7 @@ class Translator:
         if group is None and most and (superlative or most) and agg is None:
             word_after = re.search(r"\bwhich\s+(?:(?:two|three|four|five|six|seven|eight|nine|ten|\d+)\s+)?([\w-]+)", text)
             if word_after:
-                group = next((c for c in t.visible_columns() if _matches(word_after.group(1), _column_words(c) | {c.name}) and c.kind == "text"), None)
+                group = groupable(word_after.group(1))
                 if group is not None:
                     link.consumed.add(word_after.group(1))
                     agg = "count"
@@ -372,15 +391,25 @@ class Translator:
             asked = [c for c in t.visible_columns() if c.name != lookup_col and any(_matches(w, _column_words(c)) for w in unexplained)]
             if not asked and measure is not None:
                 asked = [measure]
+            if _WHEN.search(text) or {"date", "day"} & words:
+                dcol = self._date_column(t, text)
+                if dcol is not None and dcol not in asked:
+                    asked.insert(0, dcol)
+                    link.consumed |= {"when", "date", "day", "what", "on", "which"} & words
             if not asked:
                 return Decline("the question names a record but no column to read from it")
             for c in asked:
                 self._consume_column(link, c, words)
             cols = ", ".join(f'"{c.name}"' for c in asked)
             return self._finish(t, link, words, Translation(f"SELECT {cols} FROM {t.name}{where}", t.name, "lookup"))
-        # a list of records
+        # a list of records, with the columns the question names ("along with their severity")
         order = f' ORDER BY "{key}"' if key else ""
         extra = [c for c in re.findall(r'"(\w+)" [<>=]', where) if c not in display]
+        filtered_eq = set(re.findall(r'"(\w+)" = ', where))
+        for c in t.visible_columns():
+            if c.name not in display and c.name not in filtered_eq and any(_matches(w, _column_words(c)) for w in words - link.consumed - FILLER):
+                extra.append(c.name)
+                self._consume_column(link, c, words)
         if limit and date_col:
             order = f' ORDER BY "{date_col.name}" DESC' + (f', "{key}" DESC' if key else "")
             extra.append(date_col.name)
@@ -392,16 +421,18 @@ class Translator:
 
     def _finish(self, t: TableInfo, link: _Link, words: set[str], out: Translation) -> Translation | Decline:
         """Decline when some content word was linked to nothing."""
-        left = sorted(w for w in words - link.consumed - FILLER if not w.isdigit() and not _is_linked(w, t))
+        used = {c.name for c in t.visible_columns() if f'"{c.name}"' in out.sql}
+        left = sorted(w for w in words - link.consumed - FILLER if not w.isdigit() and not _is_linked(w, t, used))
         left = [w for w in left if not re.fullmatch(r"[\d.:-]+", w)]
         if left:
             return Decline("could not link every word of the question to the schema", tuple(left))
         return out
 
 
-def _is_linked(word: str, t: TableInfo) -> bool:
-    """Words that name a column of the table are explained even when not used as a filter."""
-    return any(_matches(word, _column_words(c)) for c in t.visible_columns())
+def _is_linked(word: str, t: TableInfo, used: set[str]) -> bool:
+    """A word naming a column is explained only when the SQL uses that column; otherwise
+    the question asks something about it that the translation would silently drop."""
+    return any(_matches(word, _column_words(c)) for c in t.visible_columns() if c.name in used)
 
 
 def _agg_expr(agg: Agg, measure: ColumnInfo | None) -> str | None:

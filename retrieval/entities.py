@@ -1,0 +1,97 @@
+"""Entities the catalog knows (document titles, short metadata values), found in text.
+
+Matching is by whole words on normalised text, longest first. A one-word entity counts only
+when it is written as a name (capitalised in the text, or containing a digit or a hyphen),
+so common words that happen to be titles do not become constraints. Every entity carries the
+chunk rows it comes from: callers keep only entities the principal may read, so a forbidden
+document's title is never reported back as a constraint or used to bridge.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import Iterable, Sequence
+
+import numpy as np
+
+from retrieval.text import STOPWORDS
+
+MAX_WORDS = 8
+_PAREN = re.compile(r"\s*\([^)]*\)\s*$")
+_TOKEN = re.compile(r"[\w][\w'.&-]*", re.UNICODE)
+
+
+def _key(text: str) -> str:
+    return " ".join(t.lower() for t in _TOKEN.findall(text))
+
+
+@dataclass
+class EntityIndex:
+    """normalised entity -> (display form, chunk rows that carry it)."""
+
+    entries: dict[str, tuple[str, np.ndarray]] = field(default_factory=dict)
+
+    @classmethod
+    def build(cls, names_by_row: Iterable[tuple[int, str]]) -> EntityIndex:
+        rows: dict[str, list[int]] = {}
+        display: dict[str, str] = {}
+        for row, name in names_by_row:
+            name = _PAREN.sub("", name).strip()
+            key = _key(name)
+            n_words = len(key.split())
+            if not key or n_words > MAX_WORDS or key in STOPWORDS or len(key) < 3 or key.isdigit():
+                continue
+            rows.setdefault(key, []).append(row)
+            display.setdefault(key, name)
+        return cls({k: (display[k], np.unique(np.asarray(v, dtype=np.int64))) for k, v in rows.items()})
+
+    def __len__(self) -> int:
+        return len(self.entries)
+
+    def rows(self, key: str) -> np.ndarray:
+        return self.entries[key][1]
+
+    def find(self, text: str, allowed: np.ndarray | None = None, exclude: Sequence[str] = ()) -> list[str]:
+        """Entities named in `text` (display form), longest match first, readable ones only."""
+        tokens = [(m.group(0), m.start()) for m in _TOKEN.finditer(text)]
+        lowered = [t.lower() for t, _ in tokens]
+        skip = {_key(e) for e in exclude}
+        found: list[str] = []
+        i = 0
+        while i < len(tokens):
+            matched = 0
+            for n in range(min(MAX_WORDS, len(tokens) - i), 0, -1):
+                key = " ".join(lowered[i : i + n])
+                entry = self.entries.get(key)
+                if entry is None or key in skip:
+                    continue
+                if n == 1 and not _looks_like_name(tokens[i][0]):
+                    continue
+                if allowed is not None and not allowed[entry[1]].any():
+                    continue
+                found.append(entry[0])
+                matched = n
+                break
+            i += matched or 1
+        return list(dict.fromkeys(found))
+
+
+def _looks_like_name(token: str) -> bool:
+    return token[:1].isupper() or any(c.isdigit() for c in token) or "-" in token
+
+
+def bridge_candidates(titles: EntityIndex, doc_ids: Sequence[str], hits: Sequence, question: str,
+                      allowed: np.ndarray) -> tuple[str, ...]:
+    """Documents whose title (or an identifier in it) a first-hop passage names and the
+    question does not: candidate second hops, in order of first mention, readable ones only."""
+    in_question = {e.lower() for e in titles.find(question, allowed)}
+    out: dict[str, None] = {}
+    for h in hits:
+        for name in titles.find(f"{h.title or ''}\n{h.text}", allowed):
+            if name.lower() in in_question:
+                continue
+            for row in titles.rows(_key(name)):
+                if allowed[row] and doc_ids[row] != h.doc_id:
+                    out.setdefault(doc_ids[row], None)
+    return tuple(out)

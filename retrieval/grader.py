@@ -1,0 +1,131 @@
+"""Is the evidence set sufficient? Hard constraints first, then calibrated relevance.
+
+Judged on the set, not on single passages: every identifier, quoted phrase, entity and date
+range of the question must be met by some returned passage or row (a date is met by a
+document dated inside the range or by a date written inside the range), and a logistic
+score over relevance signals must reach the threshold. The signals are the same whatever
+route produced the hits (every hit is scored by BM25 and dense before grading):
+
+- top_dense: best cosine between question and passage; dense_margin: best minus the mean
+  of the top 5 (a clear winner is a good sign); mean_dense_top3;
+- coverage: share of the question's content terms found in the whole set; top_coverage:
+  the share the best single passage covers;
+- agreement: overlap of the top 3 passages by BM25 and by dense (two views agreeing);
+- top_bm25: best BM25 score per query term, squashed to [0, 1).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from dataclasses import dataclass, field
+from datetime import date
+from typing import Literal, Mapping, Sequence
+
+from retrieval.constraints import Constraints
+from retrieval.dates import find_dates
+from retrieval.text import normalize, term_set
+from retrieval.types import Hit
+
+GRADE_FEATURES = ("top_dense", "dense_margin", "mean_dense_top3", "coverage", "top_coverage", "agreement", "top_bm25")
+Reason = Literal["no_authorized_evidence", "constraint_unmet", "insufficient_evidence"]
+
+
+@dataclass(frozen=True)
+class GraderConfig:
+    bias: float = -7.0
+    weights: Mapping[str, float] = field(default_factory=lambda: {
+        "top_dense": 9.0, "dense_margin": 4.0, "mean_dense_top3": 2.0, "coverage": 2.5,
+        "top_coverage": 1.5, "agreement": 0.8, "top_bm25": 1.0,
+    })
+    threshold: float = 0.5
+    source: str = "defaults"
+
+    def to_json(self) -> dict:
+        return {"bias": self.bias, "weights": dict(self.weights), "threshold": self.threshold, "source": self.source}
+
+    @classmethod
+    def from_json(cls, data: Mapping) -> GraderConfig:
+        return cls(float(data["bias"]), dict(data["weights"]), float(data.get("threshold", 0.5)), data.get("source", "file"))
+
+    @classmethod
+    def load(cls, text: str) -> GraderConfig:
+        return cls.from_json(json.loads(text))
+
+
+@dataclass(frozen=True)
+class Grade:
+    sufficient: bool
+    reason: Reason | None
+    missing: tuple[str, ...] = ()
+    score: float = 0.0
+    features: Mapping[str, float] = field(default_factory=dict)
+
+    def to_json(self) -> dict:
+        return {"sufficient": self.sufficient, "reason": self.reason, "missing": list(self.missing), "score": round(self.score, 4)}
+
+
+def _whole_token(needle: str, haystack: str) -> bool:
+    return re.search(r"(?<![\w])" + re.escape(needle.lower()) + r"(?![\w])", haystack) is not None
+
+
+def unmet_constraints(constraints: Constraints, hits: Sequence[Hit], today: date) -> list[str]:
+    """Labels of the constraints no hit satisfies."""
+    texts = [normalize(f"{h.title or ''}\n{h.text}") for h in hits]
+    missing = [f"identifier:{i}" for i in constraints.identifiers if not any(_whole_token(i, t) for t in texts)]
+    missing += [f"phrase:{p}" for p in constraints.phrases if not any(normalize(p) in t for t in texts)]
+    missing += [f"entity:{e}" for e in constraints.entities if not any(_whole_token(normalize(e), t) for t in texts)]
+    for d in constraints.dates:
+        dated = any(h.date and d.contains(date.fromisoformat(h.date[:10])) for h in hits)
+        written = dated or any(
+            (r.start is None or d.end is None or r.start <= d.end) and (r.end is None or d.start is None or r.end >= d.start)
+            for h in hits for r in find_dates(h.text, today) if r.start is not None and r.end is not None
+        )
+        if not written:
+            missing.append(f"date:{d.text}")
+    return missing
+
+
+def evidence_features(question: str, hits: Sequence[Hit]) -> dict[str, float]:
+    """The relevance signals of an evidence set (see the module docstring)."""
+    dense = sorted((h.signal("dense") or 0.0 for h in hits), reverse=True)
+    q_terms = term_set(question)
+    per_hit = [term_set(f"{h.title or ''} {h.text}") for h in hits]
+    union = set().union(*per_hit) if per_hit else set()
+    by_bm25 = [h.chunk_id for h in sorted(hits, key=lambda h: -(h.signal("bm25") or 0.0))[:3]]
+    by_dense = [h.chunk_id for h in sorted(hits, key=lambda h: -(h.signal("dense") or 0.0))[:3]]
+    top_bm25 = max((h.signal("bm25") or 0.0 for h in hits), default=0.0) / max(1, len(q_terms))
+    return {
+        "top_dense": dense[0] if dense else 0.0,
+        "dense_margin": (dense[0] - sum(dense[:5]) / len(dense[:5])) if dense else 0.0,
+        "mean_dense_top3": sum(dense[:3]) / len(dense[:3]) if dense else 0.0,
+        "coverage": len(q_terms & union) / len(q_terms) if q_terms else 1.0,
+        "top_coverage": max((len(q_terms & t) / len(q_terms) for t in per_hit), default=0.0) if q_terms else 1.0,
+        "agreement": len(set(by_bm25) & set(by_dense)) / 3 if hits else 0.0,
+        "top_bm25": top_bm25 / (top_bm25 + 1.0),
+    }
+
+
+def relevance(features: Mapping[str, float], config: GraderConfig) -> float:
+    z = config.bias + sum(config.weights.get(f, 0.0) * features.get(f, 0.0) for f in GRADE_FEATURES)
+    return 1.0 / (1.0 + math.exp(-max(-50.0, min(50.0, z))))
+
+
+def grade(question: str, constraints: Constraints, hits: Sequence[Hit], config: GraderConfig, today: date,
+          rows: bool = False) -> Grade:
+    """Verdict on one evidence set. Rows from a confident SQL translation are relevant by
+    construction, so only their presence and the constraints are checked."""
+    if not hits:
+        return Grade(False, "no_authorized_evidence", tuple(constraints.labels()))
+    if rows:
+        missing = [m for m in unmet_constraints(constraints, hits, today) if not m.startswith("date:")]
+        return Grade(not missing, "constraint_unmet" if missing else None, tuple(missing), 1.0)
+    missing = unmet_constraints(constraints, hits, today)
+    feats = evidence_features(question, hits)
+    score = relevance(feats, config)
+    if missing:
+        return Grade(False, "constraint_unmet", tuple(missing), score, feats)
+    if score < config.threshold:
+        return Grade(False, "insufficient_evidence", ("relevance",), score, feats)
+    return Grade(True, None, (), score, feats)

@@ -1,0 +1,247 @@
+"""The bounded query loop: route, retrieve, grade, rewrite, until sufficient or out of budget.
+
+A small explicit state machine. One attempt is one retrieval call (a decomposed plan's
+sub-queries run concurrently and count as one attempt). Before each attempt the loop checks
+the budget (attempts, deadline) and the plan (constraints kept, not tried before). Each
+call gets `min(call timeout, time left)`; a timed-out or failing call is recorded as such.
+If no attempt succeeded, the outcome is a retryable error, never "no evidence".
+
+The router, grader and rewriter are plain functions and configs passed in, so a
+model-driven policy can replace any of them without touching this loop.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from concurrent.futures import Executor, TimeoutError as FutureTimeout
+from dataclasses import dataclass, field
+from datetime import date
+from typing import Any, Callable, Mapping, Sequence
+
+from retrieval.constraints import Constraints, extract
+from retrieval.errors import RetrievalError, RetrievalTimeout, RetrievalUnavailable
+from retrieval.fusion import rrf
+from retrieval.grader import Grade, GraderConfig, grade
+from retrieval.retrievers import Retriever
+from retrieval.rewrite import Plan, RewriteContext, Tried, first_plan, next_plan, plan_is_allowed
+from retrieval.router import RouteDecision, RouterConfig, features, route
+from retrieval.types import Filters, Hit, Principal
+
+StopReason = str  # "sufficient" | "attempts_exhausted" | "deadline" | "no_strategy_left"
+
+
+@dataclass(frozen=True)
+class Budget:
+    max_attempts: int = 3
+    deadline_ms: int = 2000
+    call_timeout_ms: int = 1500
+    k: int = 8
+
+
+@dataclass(frozen=True)
+class LoopDeps:
+    """Everything the loop calls, built once at startup."""
+
+    retrievers: Mapping[str, Retriever]
+    router: RouterConfig
+    grader: GraderConfig
+    executor: Executor
+    annotate: Callable[[str, Sequence[Hit], Principal], list[Hit]]
+    find_entities: Callable[[str, Principal], list[str]]
+    bridge_docs: Callable[[Sequence[Hit], str, Principal], tuple[str, ...]]
+    sql_linked: Callable[[str, Principal], bool]
+    sql_rows: Callable[[str, Principal], Any] | None = None  # question -> SqlResult | Decline
+    today: Callable[[], date] = date.today
+    clock: Callable[[], float] = time.monotonic
+
+
+@dataclass
+class Attempt:
+    n: int
+    plan: Plan
+    hits: tuple[Hit, ...]
+    grade: Grade | None
+    ms: float
+    error: str | None = None
+    rows: Any = None
+
+    def to_json(self) -> dict:
+        out = {"n": self.n, "route": self.plan.route, "strategy": self.plan.strategy, "query": self.plan.query_text(),
+               "hits": len(self.hits), "grade": self.grade.to_json() if self.grade else None, "ms": round(self.ms, 2)}
+        if self.plan.filters != Filters():
+            f = self.plan.filters
+            out["filters"] = {k: (v.isoformat() if hasattr(v, "isoformat") else list(v) if isinstance(v, tuple) else v)
+                              for k, v in (("sources", f.sources), ("date_from", f.date_from), ("date_to", f.date_to),
+                                           ("doc_ids", f.doc_ids)) if v is not None}
+        if self.error:
+            out["error"] = self.error
+        return out
+
+
+@dataclass
+class LoopResult:
+    question: str
+    status: str  # "answer_context" | "evidence_gap"
+    context: tuple[Hit, ...]
+    rows: Any
+    gap: dict | None
+    constraints: Constraints
+    decision: RouteDecision
+    attempts: list[Attempt]
+    stop_reason: StopReason
+    trace_id: str
+    elapsed_ms: float
+    loop_overhead_ms: float = 0.0
+    extra: dict = field(default_factory=dict)
+
+
+def _evidence(plan: Plan, new_hits: list[Hit], previous: Tried | None, k: int) -> list[Hit]:
+    """What an attempt's grade judges: its own hits, or for a bridge the first hop plus them."""
+    if plan.merge_previous and previous is not None:
+        first = list(previous.hits)
+        keep = max(1, k - min(len(new_hits), k // 2))
+        merged = first[:keep] + [h for h in new_hits if h.chunk_id not in {f.chunk_id for f in first[:keep]}]
+        return merged[:k]
+    return new_hits[:k]
+
+
+def run_loop(question: str, principal: Principal, budget: Budget, deps: LoopDeps, filters: Filters = Filters()) -> LoopResult:
+    """Answer one question for one principal within the budget (see module docstring)."""
+    clock = deps.clock
+    started = clock()
+    deadline = started + budget.deadline_ms / 1000.0
+    in_calls = 0.0
+    today = deps.today()
+
+    entities = deps.find_entities(question, principal)
+    constraints = extract(question, today, entities)
+    available = [r for r in deps.retrievers if r != "sql"] + (["sql"] if deps.sql_rows is not None else [])
+    linked = "sql" in available and deps.sql_linked(question, principal)
+    decision = route(features(question, constraints, linked), deps.router, available)
+    if decision.chosen == "sql" and not linked:
+        decision = RouteDecision(decision.ranked[1], decision.scores, decision.ranked[1:], decision.reason)
+    ctx = RewriteContext(question, constraints, decision, linked, filters,
+                         lambda hits, q: deps.bridge_docs(hits, q, principal))
+
+    attempts: list[Attempt] = []
+    history: list[Tried] = []
+    tried: set[tuple] = set()
+    plan: Plan | None = first_plan(ctx)
+    stop: StopReason = "no_strategy_left"
+    while True:
+        if plan is None:
+            stop = "no_strategy_left"
+            break
+        if len(attempts) >= budget.max_attempts:
+            stop = "attempts_exhausted"
+            break
+        remaining = deadline - clock()
+        if remaining <= 0.001:
+            stop = "deadline"
+            break
+        problems = plan_is_allowed(plan, constraints, tried)
+        if problems:  # never dispatch a plan that loosens the question or repeats itself
+            raise AssertionError(f"rewriter proposed a forbidden plan: {problems}")
+        tried.add(plan.key())
+        t0 = clock()
+        hits, rows, error = _dispatch(plan, principal, budget, deps, min(budget.call_timeout_ms / 1000.0, remaining))
+        in_calls += clock() - t0
+        previous = next((t for t in history if t.grade is not None and t.hits), None)
+        verdict: Grade | None = None
+        if error is None:
+            evidence = _evidence(plan, hits, previous, budget.k)
+            if rows is None:
+                evidence = deps.annotate(question, evidence, principal)
+            verdict = grade(question, constraints, evidence, deps.grader, today, rows=rows is not None)
+            hits = evidence
+        attempts.append(Attempt(len(attempts) + 1, plan, tuple(hits), verdict, (clock() - t0) * 1000, error, rows))
+        history.append(Tried(plan, tuple(hits), verdict))
+        if verdict is not None and verdict.sufficient:
+            stop = "sufficient"
+            break
+        if error == "retrieval_timeout" and deadline - clock() <= 0.001:
+            stop = "deadline"
+            break
+        plan = next_plan(ctx, history, tried)
+
+    elapsed = (clock() - started) * 1000
+    return _result(question, constraints, decision, attempts, stop, elapsed, elapsed - in_calls * 1000)
+
+
+def _dispatch(plan: Plan, principal: Principal, budget: Budget, deps: LoopDeps, timeout_s: float) -> tuple[list[Hit], Any, str | None]:
+    """Run the plan's call(s) with a timeout; returns (hits, rows or None, error code or None)."""
+    if plan.route == "sql":
+        future = deps.executor.submit(deps.sql_rows, plan.queries[0], principal)
+        try:
+            out = future.result(timeout=timeout_s)
+        except FutureTimeout:
+            return [], None, "retrieval_timeout"
+        except RetrievalError as e:
+            return [], None, e.code
+        except Exception:  # noqa: BLE001 - a broken retriever is recorded, not raised
+            return [], None, "retrieval_unavailable"
+        from retrieval.retrievers.sql import SqlResult, rows_as_hits
+
+        if not isinstance(out, SqlResult):
+            return [], None, None  # declined: no rows, graded as no evidence
+        return rows_as_hits(out, budget.k), out, None
+    retriever = deps.retrievers[plan.route]
+    futures = [deps.executor.submit(retriever.search, q, principal, budget.k, plan.filters) for q in plan.queries]
+    results: dict[str, list[Hit]] = {}
+    errors: list[str] = []
+    end = time.monotonic() + timeout_s
+    for q, f in zip(plan.queries, futures):
+        try:
+            results[q] = f.result(timeout=max(0.0, end - time.monotonic()))
+        except FutureTimeout:
+            errors.append("retrieval_timeout")
+        except RetrievalError as e:
+            errors.append(e.code)
+        except Exception:  # noqa: BLE001
+            errors.append("retrieval_unavailable")
+    if not results:
+        return [], None, errors[0] if errors else "retrieval_unavailable"
+    if len(plan.queries) == 1:
+        return results[plan.queries[0]], None, None
+    return rrf(results, limit=budget.k), None, None
+
+
+def _result(question: str, constraints: Constraints, decision: RouteDecision, attempts: list[Attempt], stop: StopReason,
+            elapsed_ms: float, overhead_ms: float) -> LoopResult:
+    trace_id = uuid.uuid4().hex
+    succeeded = [a for a in attempts if a.error is None]
+    if attempts and not succeeded:
+        codes = {a.error for a in attempts}
+        cls = RetrievalTimeout if codes == {"retrieval_timeout"} else RetrievalUnavailable
+        raise cls(f"no retrieval attempt succeeded ({', '.join(sorted(c for c in codes if c))}); retry later",
+                  attempts=[a.to_json() for a in attempts])
+    final = next((a for a in reversed(succeeded) if a.grade and a.grade.sufficient), None)
+    if final is not None:
+        return LoopResult(question, "answer_context", final.hits if final.rows is None else (), _rows(final), None,
+                          constraints, decision, attempts, stop, trace_id, elapsed_ms, overhead_ms)
+    best = max(succeeded, key=lambda a: (len(a.grade.missing) == 0 if a.grade else False, a.grade.score if a.grade else 0.0,
+                                         -a.n), default=None)
+    if stop == "deadline":
+        reason = "deadline_exceeded"
+    elif all(not a.hits for a in succeeded):
+        reason = "no_authorized_evidence"
+    elif best is not None and best.grade is not None and best.grade.reason == "constraint_unmet":
+        reason = "constraint_unmet"
+    else:
+        reason = "insufficient_evidence"
+    missing = list(best.grade.missing) if best and best.grade else list(constraints.labels())
+    detail = {
+        "no_authorized_evidence": "no passage or row the caller may read matched the question",
+        "constraint_unmet": "no authorized evidence satisfies: " + ", ".join(missing),
+        "insufficient_evidence": "the best authorized evidence did not pass the relevance threshold",
+        "deadline_exceeded": "the deadline ran out before sufficient evidence was found",
+    }[reason]
+    partial = best.hits if best is not None and best.rows is None else ()
+    gap = {"reason": reason, "missing": missing, "detail": detail, "partial_context": bool(partial)}
+    return LoopResult(question, "evidence_gap", partial, _rows(best) if best else None, gap, constraints, decision,
+                      attempts, stop, trace_id, elapsed_ms, overhead_ms)
+
+
+def _rows(attempt: Attempt | None) -> Any:
+    return attempt.rows if attempt is not None and attempt.rows is not None else None

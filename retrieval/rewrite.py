@@ -1,0 +1,217 @@
+"""What to try next when the evidence is not sufficient.
+
+A plan is one attempt: a route, one query (or several sub-queries run concurrently) and
+filters. Strategies, each applicable only in some states:
+
+- decompose: a comparison or conjunction ("X or Y", "compare X and Y", two questions joined
+  by "and") becomes sub-queries, one per part, that share the rest of the question;
+- bridge: catalog entities (titles of other documents) named in the first-hop passages but
+  not in the question are candidate second hops; they are ranked by dense similarity to the
+  question and merged with the first hop (multi-hop questions);
+- switch_route: the router's next-best route for the same question (exact first when an
+  identifier or phrase is what is missing);
+- date_filter: a date constraint becomes a document-date filter (a tightening, never a
+  loosening);
+- expand: add terms that recur in the top authorized passages (pseudo-relevance feedback);
+- relax: drop words that matched nothing so far (constraint words are never dropped).
+
+The order depends on why the last grade failed. Every plan is checked before dispatch: it
+must keep every constraint (`missing_from_queries`) and its (route, normalised queries,
+filters) key must not have been tried.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import Counter
+from dataclasses import dataclass, field, replace
+from typing import Callable, Iterator, Sequence
+
+from retrieval.constraints import Constraints, missing_from_queries
+from retrieval.grader import Grade
+from retrieval.router import RouteDecision
+from retrieval.text import STOPWORDS, content_terms, normalize, stem
+from retrieval.types import Filters, Hit
+
+TEXT_ROUTES = ("exact", "bm25", "dense", "hybrid")
+ORDER = {
+    "constraint_unmet": ("switch_route", "date_filter", "decompose", "bridge", "expand", "relax"),
+    "insufficient_evidence": ("decompose", "bridge", "switch_route", "expand", "relax", "date_filter"),
+    "no_authorized_evidence": ("switch_route", "relax", "decompose", "expand", "bridge", "date_filter"),
+}
+MAX_BRIDGE_DOCS = 12
+
+
+@dataclass(frozen=True)
+class Plan:
+    strategy: str
+    route: str
+    queries: tuple[str, ...]
+    filters: Filters = field(default_factory=Filters)
+    merge_previous: bool = False  # bridge: the evidence is the previous set plus the new hits
+    reason: str = ""
+
+    def key(self) -> tuple:
+        return (self.route, tuple(sorted(normalize(q) for q in self.queries)), self.filters)
+
+    def query_text(self) -> str:
+        return " || ".join(self.queries)
+
+
+@dataclass(frozen=True)
+class Tried:
+    plan: Plan
+    hits: tuple[Hit, ...]
+    grade: Grade | None  # None when the attempt failed
+
+
+BridgeFinder = Callable[[Sequence[Hit], str], tuple[str, ...]]
+
+
+@dataclass(frozen=True)
+class RewriteContext:
+    question: str
+    constraints: Constraints
+    decision: RouteDecision
+    sql_linked: bool
+    base_filters: Filters
+    bridge_docs: BridgeFinder
+
+
+def plan_is_allowed(plan: Plan, constraints: Constraints, tried_keys: set[tuple]) -> list[str]:
+    """Why a plan may not be dispatched (empty when it may)."""
+    problems = [f"drops {m}" for m in missing_from_queries(constraints, plan.queries, date_filtered=plan.filters.date_from is not None or plan.filters.date_to is not None)]
+    if plan.key() in tried_keys:
+        problems.append("repeats an earlier (route, query)")
+    return problems
+
+
+def next_plan(ctx: RewriteContext, history: Sequence[Tried], tried_keys: set[tuple]) -> Plan | None:
+    """The first applicable, constraint-keeping, untried plan, in the order the last failure suggests."""
+    last = next((t for t in reversed(history) if t.grade is not None), None)
+    reason = last.grade.reason if last and last.grade.reason else "no_authorized_evidence"
+    for strategy in ORDER.get(reason, ORDER["insufficient_evidence"]):
+        for plan in _STRATEGIES[strategy](ctx, history, last):
+            if not plan_is_allowed(plan, ctx.constraints, tried_keys):
+                return plan
+    return None
+
+
+def first_plan(ctx: RewriteContext) -> Plan:
+    return Plan("initial", ctx.decision.chosen, (ctx.question,), ctx.base_filters, reason=ctx.decision.reason)
+
+
+# -- strategies ---------------------------------------------------------------------------
+
+def _switch_route(ctx: RewriteContext, history: Sequence[Tried], last: Tried | None) -> Iterator[Plan]:
+    ranked = [r for r in ctx.decision.ranked if r in TEXT_ROUTES or (r == "sql" and ctx.sql_linked)]
+    if last and last.grade and any(m.startswith(("identifier:", "phrase:")) for m in last.grade.missing) and "exact" in ranked:
+        ranked.remove("exact")
+        ranked.insert(0, "exact")
+    for r in ranked:
+        yield Plan("switch_route", r, (ctx.question,), ctx.base_filters, reason=f"next-best route {r}")
+
+
+def _date_filter(ctx: RewriteContext, history: Sequence[Tried], last: Tried | None) -> Iterator[Plan]:
+    bounded = [d for d in ctx.constraints.dates if d.start or d.end]
+    if not bounded:
+        return
+    start = max((d.start for d in bounded if d.start), default=None)
+    end = min((d.end for d in bounded if d.end), default=None)
+    base = ctx.base_filters
+    start = max(filter(None, (start, base.date_from)), default=None)
+    end = min(filter(None, (end, base.date_to)), default=None)
+    if start and end and start > end:
+        return
+    filters = replace(base, date_from=start, date_to=end)
+    route = last.plan.route if last and last.plan.route in TEXT_ROUTES else "hybrid"
+    yield Plan("date_filter", route, (ctx.question,), filters, reason="documents dated inside the question's range")
+
+
+_SPLIT_ALTERNATIVES = re.compile(r"^(?P<base>.*?)[,:]?\s*(?:between\s+)?(?P<a>[^,]+?)\s+(?:or|and|vs\.?|versus)\s+(?P<b>[^,?]+?)\s*\??$", re.I)
+_COMPARE = re.compile(r"\b(compare|compared|difference between|which|who|whose|both|either)\b", re.I)
+
+
+def split_question(question: str) -> tuple[str, ...]:
+    """Sub-queries of a comparison or conjunction; () when the question is not multi-part."""
+    q = question.strip()
+    halves = re.split(r"\s+and\s+", q, maxsplit=1, flags=re.I)
+    if len(halves) == 2 and q.count("?") <= 1:
+        left, right = halves
+        if len(content_terms(left)) >= 3 and len(content_terms(right)) >= 3 and re.match(r"(who|what|which|when|where|why|how|is|are|was|did|does)\b", right, re.I):
+            return (left.rstrip(" ,"), right)
+    if not _COMPARE.search(q):
+        return ()
+    m = _SPLIT_ALTERNATIVES.match(q)
+    if not m:
+        return ()
+    base, a, b = m.group("base").strip(), m.group("a").strip(), m.group("b").strip()
+    if not a or not b or len(a.split()) > 8 or len(b.split()) > 8:
+        return ()
+    base_terms = " ".join(w for w in re.findall(r"[\w'-]+", base) if w.lower() not in {"which", "who", "whose", "compare", "between"})
+    return (f"{a} {base_terms}".strip(), f"{b} {base_terms}".strip())
+
+
+def _decompose(ctx: RewriteContext, history: Sequence[Tried], last: Tried | None) -> Iterator[Plan]:
+    parts = split_question(ctx.question)
+    if len(parts) >= 2:
+        yield Plan("decompose", "hybrid", parts, ctx.base_filters, reason=f"{len(parts)} sub-queries run concurrently")
+
+
+def _bridge(ctx: RewriteContext, history: Sequence[Tried], last: Tried | None) -> Iterator[Plan]:
+    first = next((t for t in history if t.grade is not None and t.hits), None)
+    if first is None:
+        return
+    docs = ctx.bridge_docs(first.hits, ctx.question)
+    already = {h.doc_id for h in first.hits}
+    docs = tuple(d for d in docs if d not in already)[:MAX_BRIDGE_DOCS]
+    if not docs:
+        return
+    filters = replace(ctx.base_filters, doc_ids=tuple(sorted(docs)) if ctx.base_filters.doc_ids is None
+                      else tuple(sorted(set(docs) & set(ctx.base_filters.doc_ids))))
+    if not filters.doc_ids:
+        return
+    yield Plan("bridge", "dense", (ctx.question,), filters, merge_previous=True,
+               reason=f"second hop over {len(filters.doc_ids)} documents named in the first-hop passages")
+
+
+def _expand(ctx: RewriteContext, history: Sequence[Tried], last: Tried | None) -> Iterator[Plan]:
+    if not last or not last.hits:
+        return
+    q_terms = {stem(t) for t in content_terms(ctx.question)}
+    counts: Counter[str] = Counter()
+    for h in last.hits[:3]:
+        for t in set(content_terms(h.text)):
+            if stem(t) not in q_terms and not t.isdigit() and len(t) > 3 and t not in STOPWORDS:
+                counts[t] += 1
+    extra = [t for t, n in counts.most_common(5) if n >= 2]
+    if extra:
+        yield Plan("expand", "hybrid", (f"{ctx.question} {' '.join(extra)}",), ctx.base_filters,
+                   reason=f"added terms shared by the top passages: {', '.join(extra)}")
+
+
+def _relax(ctx: RewriteContext, history: Sequence[Tried], last: Tried | None) -> Iterator[Plan]:
+    seen = set()
+    for t in history:
+        for h in t.hits:
+            seen |= {stem(w) for w in content_terms(f"{h.title or ''} {h.text}")}
+    keep_text = " ".join([*ctx.constraints.identifiers, *ctx.constraints.phrases, *ctx.constraints.entities,
+                          *(d.text for d in ctx.constraints.dates)]).lower()
+    terms = content_terms(ctx.question)
+    kept = [t for t in terms if stem(t) in seen or t in keep_text]
+    if not seen or len(kept) == len(terms) or not kept:
+        return
+    quoted = [f'"{p}"' for p in ctx.constraints.phrases]
+    query = " ".join(dict.fromkeys([*quoted, *ctx.constraints.identifiers, *ctx.constraints.entities,
+                                    *(d.text for d in ctx.constraints.dates), *kept]))
+    yield Plan("relax", "hybrid", (query,), ctx.base_filters, reason="dropped words that matched no passage")
+
+
+_STRATEGIES: dict[str, Callable[[RewriteContext, Sequence[Tried], Tried | None], Iterator[Plan]]] = {
+    "switch_route": _switch_route,
+    "date_filter": _date_filter,
+    "decompose": _decompose,
+    "bridge": _bridge,
+    "expand": _expand,
+    "relax": _relax,
+}
