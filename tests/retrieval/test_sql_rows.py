@@ -88,7 +88,7 @@ def test_translator_answers_most_labeled_questions_exactly_and_never_wrongly(sql
 
 def test_translator_declines_words_it_cannot_link(sql_retriever):
     out = sql_retriever.answer("How many incidents made the customers happy in 2025?", Principal("alice", ("sre",)))
-    assert isinstance(out, Decline) and {"customers", "happy", "made"} <= set(out.unlinked)
+    assert isinstance(out, Decline) and {"customers", "happy"} <= set(out.unlinked)
     nothing = sql_retriever.answer("What is the average mood of the dispatch team?", Principal("alice", ("sre",)))
     assert isinstance(nothing, Decline)
 
