@@ -70,7 +70,7 @@ def main() -> None:
     catalog = Catalog(current_snapshot_path(index) / "catalog.duckdb")
     retriever = SqlRetriever(SqlRunner(catalog))
     results = {"machine": machine()}
-    for name in ("sql_questions", "sql_questions_holdout"):
+    for name in ("sql_questions", "sql_questions_holdout", "sql_questions_holdout2"):
         path = ROOT / "eval_data" / "demo" / f"{name}.jsonl"
         if path.exists():
             r = results[name] = score(retriever, path)

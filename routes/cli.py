@@ -97,6 +97,34 @@ def cmd_search(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_query(args: argparse.Namespace) -> int:
+    """The loop for one question: an answer context or an evidence gap, as JSON."""
+    from retrieval.answer import result_json
+    from routes.engine import open_engine
+
+    principal = _principal(args)
+    engine = open_engine(Path(args.index), _embedder(args), today=args.today)
+    try:
+        result = engine.query(args.question, principal, k=args.k, max_attempts=args.max_attempts,
+                              deadline_ms=args.deadline_ms, filters=_filters(args))
+    finally:
+        engine.close()
+    payload = result_json(result)
+    if args.table:
+        print(f"{payload['status']}  route={payload['route']['chosen']}  stop={payload['stop_reason']}  {payload['elapsed_ms']} ms")
+        for a in payload["attempts"]:
+            g = a["grade"] or {}
+            print(f"  attempt {a['n']}: {a['strategy']:<12} {a['route']:<7} hits={a['hits']:<3} "
+                  f"sufficient={g.get('sufficient')} {g.get('reason') or ''} {a.get('error') or ''}")
+        for item in payload["context"]:
+            print(f"  {item['rank']:>2}. {item['doc_id']:<36} {(item['title'] or '')[:70]}")
+        if payload["gap"]:
+            print(f"  gap: {payload['gap']['reason']}: {payload['gap']['detail']}")
+    else:
+        _emit(payload)
+    return 0
+
+
 def cmd_sql(args: argparse.Namespace) -> int:
     """Run SQL (the CLI caller holds the `sql` scope), or translate a question with --question."""
     from retrieval.sql.translate import Decline
@@ -174,6 +202,18 @@ def build_parser() -> argparse.ArgumentParser:
     who(sp)
     filters(sp)
     sp.set_defaults(func=cmd_search)
+
+    sp = sub.add_parser("query", help="answer a question: routed, graded, rewritten within a budget")
+    sp.add_argument("question")
+    sp.add_argument("-k", "--k", type=int, default=None, help="passages in the answer context (default 8, max 50)")
+    sp.add_argument("--max-attempts", type=int, default=None, help="retrieval attempts (default 3, cap 6)")
+    sp.add_argument("--deadline-ms", type=int, default=None, help="time budget in ms (default 2000)")
+    sp.add_argument("--today", type=_iso_date, default=None, help="date that relative dates refer to (default: today)")
+    sp.add_argument("--table", action="store_true", help="print a readable summary instead of JSON")
+    common(sp)
+    who(sp)
+    filters(sp)
+    sp.set_defaults(func=cmd_query)
 
     sp = sub.add_parser("sql", help="run one read-only SELECT over the tables (or translate a question)")
     sp.add_argument("statement", help="a SELECT statement, or a question with --question")

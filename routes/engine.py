@@ -1,22 +1,35 @@
-"""Wiring: load the model and the current snapshot once, build the retrievers over them."""
+"""Wiring: load the model and the current snapshot once, build retrievers and the loop over them."""
 
 from __future__ import annotations
 
+import json
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from pathlib import Path
-
 from datetime import date
+from pathlib import Path
+from typing import Sequence
 
 from indexes.catalog import SqlRunner
 from indexes.embedder import Embedder
 from indexes.snapshot import Snapshot, load_snapshot
-from retrieval.limits import Limits
+from retrieval.constraints import identifiers
+from retrieval.entities import EntityIndex, bridge_candidates
+from retrieval.errors import InvalidRequest
+from retrieval.grader import GraderConfig
+from retrieval.limits import Limits, check_filters, check_k, check_query
+from retrieval.loop import Budget, LoopDeps, LoopResult, run_loop
 from retrieval.retrievers import Retriever
 from retrieval.retrievers.bm25 import Bm25Retriever
 from retrieval.retrievers.dense import DenseRetriever
 from retrieval.retrievers.exact import ExactRetriever
 from retrieval.retrievers.hybrid import FusionParams, HybridRetriever
 from retrieval.retrievers.sql import SqlLimits, SqlRetriever
+from retrieval.router import RouterConfig
+from retrieval.signals import HitScorer
+from retrieval.sql.translate import Translation
+from retrieval.types import Filters, Hit, Principal
+
+TUNED_CONFIG = "tuned.json"  # written by `quarry tune` into the index directory
 
 
 def build_retrievers(snapshot: Snapshot, embedder: Embedder, fusion: FusionParams = FusionParams(),
@@ -32,6 +45,26 @@ def build_retrievers(snapshot: Snapshot, embedder: Embedder, fusion: FusionParam
     }
 
 
+@dataclass(frozen=True)
+class Policies:
+    """Router, grader and fusion parameters: defaults, or what `quarry tune` fitted."""
+
+    router: RouterConfig = field(default_factory=RouterConfig)
+    grader: GraderConfig = field(default_factory=GraderConfig)
+    fusion: FusionParams = field(default_factory=FusionParams)
+
+    @classmethod
+    def load(cls, index_dir: Path) -> Policies:
+        path = index_dir / TUNED_CONFIG
+        if not path.is_file():
+            return cls()
+        data = json.loads(path.read_text())
+        fusion = data.get("fusion") or {}
+        return cls(RouterConfig.from_json(data["router"]), GraderConfig.from_json(data["grader"]),
+                   FusionParams(rrf_k=int(fusion.get("rrf_k", 60)), depth=int(fusion.get("depth", 100)),
+                                weights=dict(fusion.get("weights", {"bm25": 1.0, "dense": 1.0}))))
+
+
 @dataclass
 class Engine:
     """Everything a request needs, built once per process and passed in."""
@@ -39,18 +72,71 @@ class Engine:
     snapshot: Snapshot
     embedder: Embedder
     retrievers: dict[str, Retriever]
-    limits: Limits = field(default_factory=Limits)
+    limits: Limits
+    policies: Policies
+    titles: EntityIndex
+    names: EntityIndex
+    executor: ThreadPoolExecutor
+    today: date | None = None
+    deps: LoopDeps = field(init=False)
+
+    def __post_init__(self) -> None:
+        scorer = HitScorer(self.snapshot.bm25, self.snapshot.dense, self.embedder.encode_query, self.snapshot.chunks)
+        has_tables = bool(self.snapshot.catalog.tables())
+        self.deps = LoopDeps(
+            retrievers={k: v for k, v in self.retrievers.items() if k != "sql"},
+            router=self.policies.router,
+            grader=self.policies.grader,
+            executor=self.executor,
+            annotate=scorer.annotate,
+            find_entities=self.find_entities,
+            bridge_docs=self.bridge_docs,
+            sql_linked=lambda q, p: isinstance(self.sql.translate(q, p, self.today), Translation),
+            sql_rows=(lambda q, p: self.sql.answer(q, p, self.today)) if has_tables else None,
+            today=lambda: self.today or date.today(),
+        )
 
     @property
     def sql(self) -> SqlRetriever:
         return self.retrievers["sql"]  # type: ignore[return-value]
 
+    def find_entities(self, text: str, principal: Principal) -> list[str]:
+        """Catalog entities named in `text` that belong to documents the principal may read."""
+        allowed = self.snapshot.chunks.mask(principal, Filters())
+        skip = identifiers(text)
+        return list(dict.fromkeys(self.titles.find(text, allowed, skip) + self.names.find(text, allowed, skip)))
+
+    def bridge_docs(self, hits: Sequence[Hit], question: str, principal: Principal) -> tuple[str, ...]:
+        allowed = self.snapshot.chunks.mask(principal, Filters())
+        return bridge_candidates(self.titles, self.snapshot.chunks.doc_ids, hits, question, allowed)
+
+    def query(self, question: str, principal: Principal, *, k: int | None = None, max_attempts: int | None = None,
+              deadline_ms: int | None = None, filters: Filters = Filters()) -> LoopResult:
+        """Run the loop for one question with validated, capped budgets."""
+        lim = self.limits
+        attempts = lim.default_attempts if max_attempts is None else max_attempts
+        if isinstance(attempts, bool) or not isinstance(attempts, int) or not 1 <= attempts <= lim.max_attempts:
+            raise InvalidRequest(f"max_attempts must be an integer from 1 to {lim.max_attempts}")
+        deadline = lim.default_deadline_ms if deadline_ms is None else deadline_ms
+        if isinstance(deadline, bool) or not isinstance(deadline, int) or not 1 <= deadline <= lim.max_deadline_ms:
+            raise InvalidRequest(f"deadline_ms must be an integer from 1 to {lim.max_deadline_ms}")
+        budget = Budget(attempts, deadline, min(lim.call_timeout_ms, deadline), check_k(k, lim))
+        return run_loop(check_query(question, lim), principal, budget, self.deps, check_filters(filters, lim))
+
     def close(self) -> None:
+        self.executor.shutdown(wait=False, cancel_futures=True)
         self.snapshot.close()
 
 
 def open_engine(index_dir: Path, embedder: Embedder | None = None, limits: Limits = Limits(),
-                today: date | None = None) -> Engine:
+                today: date | None = None, policies: Policies | None = None, workers: int = 4) -> Engine:
     embedder = embedder or Embedder()
     snapshot = load_snapshot(index_dir, embedder)
-    return Engine(snapshot, embedder, build_retrievers(snapshot, embedder, today=today), limits)
+    policies = policies or Policies.load(index_dir)
+    titles, values = snapshot.catalog.entity_names()
+    return Engine(
+        snapshot=snapshot, embedder=embedder,
+        retrievers=build_retrievers(snapshot, embedder, policies.fusion, today=today),
+        limits=limits, policies=policies, titles=EntityIndex.build(titles), names=EntityIndex.build(values),
+        executor=ThreadPoolExecutor(max_workers=workers, thread_name_prefix="quarry-retrieve"), today=today,
+    )

@@ -36,8 +36,10 @@ happen happened happens occur occurred affect affected affects involve involved 
 got get gets go goes going come came make made give given gave see saw seen often times time whole overall
 both also only just very all any some such other same own per across so far yet again too
 as owned owns own handled handle handles
+hey hi hello could would can will please provide tell know want like need curious m fine just well kindly
+level hit hits
 """.split())
-_COUNT = re.compile(r"\b(how many|count|number of)\b")  # "number of <numeric column>" is not a count
+_COUNT = re.compile(r"\b(how many|counts?|number of)\b")  # "number of <numeric column>" is not a count
 _AVG = re.compile(r"\b(average|mean|on average)\b")
 _SUM = re.compile(r"\b(total|add up|sum of|sum)\b")
 _MAX = re.compile(r"\b(longest|largest|highest|maximum|max|biggest|most recently|most recent|latest|newest|slowest|greatest|most expensive)\b")
@@ -61,7 +63,7 @@ _OPS = {"more than": ">", "over": ">", "greater than": ">", "above": ">", "at le
         "exactly": "=", "equal to": "=", "longer than": ">", "shorter than": "<", "faster than": "<",
         "quicker than": "<", "slower than": ">", "higher than": ">", "lower than": "<", "bigger than": ">",
         "smaller than": "<", "exceeding": ">", "beyond": ">", "within": "<="}
-_WHEN = re.compile(r"^\s*(when|on what date|what date|which date|what day|on which day)\b")
+_WHEN = re.compile(r"\b(when|on what date|what date|which date|what day|on which day)\b")
 _UNIT_SYNONYMS = {"usd": ("dollar", "dollars", "usd", "$"), "hours": ("hour", "hours", "time", "duration"), "count": ("number",)}
 _DATE_VERBS = {"opened": "open", "open": "open", "resolved": "resolv", "closed": "close", "deployed": "deploy",
                "released": "deploy", "shipped": "deploy", "ship": "deploy", "rolled out": "deploy", "created": "creat"}
@@ -323,7 +325,7 @@ class Translator:
 
         if limit is None:
             nouns = "|".join(map(re.escape, sorted(self._table_words(t), key=len, reverse=True)))
-            if m := re.search(rf"\b{_NUM}\s+(?:\w+\s+)?(?:{nouns})\b", text):
+            if m := re.search(rf"\b{_NUM}\s+(?:[\w-]+\s+)?(?:{nouns})\b", text):
                 limit = int(_WORDNUM.get(m.group(1), m.group(1)))
                 link.consumed.add(m.group(1))
         m = next((g for g in _GROUP.finditer(text) if groupable(g.group(1)) is not None), None)
