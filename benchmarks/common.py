@@ -32,7 +32,7 @@ def build_or_reuse(name: str, sources: list[Path], embedder, rebuild: bool = Fal
         except Exception:
             pass
     t0 = time.perf_counter()
-    manifest = build_snapshot(sources, index, embedder, BuildOptions(**options))
+    manifest = build_snapshot(sources, index, embedder, BuildOptions(reuse_embeddings=False, **options))
     manifest["timings_s"]["wall_total"] = round(time.perf_counter() - t0, 3)
     (index / "last_build.json").write_text(json.dumps(manifest["timings_s"]))
     return index, manifest

@@ -117,6 +117,24 @@ class Bm25Index:
             out[rows] += data[lo:hi] * np.float32(self._idf(df, N=n_allowed) / global_idf)
         return out
 
+    def term_weights(self, query: str, allowed: np.ndarray | None = None) -> dict[str, float]:
+        """idf of each indexed query term over the allowed rows (how informative each term is)."""
+        if self._model is None:
+            return {}
+        indptr = self._model.scores["indptr"]
+        indices = self._model.scores["indices"]
+        n = self.size if allowed is None else int(allowed.sum())
+        out: dict[str, float] = {}
+        for term in dict.fromkeys(self.tokenize(query)):
+            t = self._model.vocab_dict.get(term)
+            if t is None:
+                continue
+            rows = indices[int(indptr[t]) : int(indptr[t + 1])]
+            df = len(rows) if allowed is None else int(allowed[rows].sum())
+            if df:
+                out[term] = float(self._idf(df, N=max(n, 1)))
+        return out
+
     def top_k(self, query: str, allowed: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
         """Best k allowed rows with a positive score; unauthorized rows are never ranked."""
         scores = self.scores(query, allowed)

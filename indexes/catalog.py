@@ -36,7 +36,7 @@ CREATE TABLE quarry.documents (
 CREATE TABLE quarry.chunks (
     "row" INTEGER PRIMARY KEY, chunk_id VARCHAR NOT NULL, doc_id VARCHAR NOT NULL,
     start_offset INTEGER NOT NULL, end_offset INTEGER NOT NULL, text VARCHAR NOT NULL,
-    norm VARCHAR NOT NULL
+    norm VARCHAR NOT NULL, embed_key VARCHAR NOT NULL
 );
 CREATE TABLE quarry.tables (
     name VARCHAR PRIMARY KEY, acl VARCHAR[] NOT NULL, row_acl BOOLEAN NOT NULL, id_column VARCHAR,
@@ -46,7 +46,7 @@ CREATE TABLE quarry.tables (
 
 
 def write_catalog(path: Path, docs: Sequence[Document], origins: Sequence[str], chunks: Sequence[Chunk],
-                  tables: Sequence[TableSource] = ()) -> list[TableInfo]:
+                  tables: Sequence[TableSource] = (), embed_keys: Sequence[str] = ()) -> list[TableInfo]:
     """Create the catalog file in one transaction, loading rows through Arrow (fast at 100k)."""
     con = duckdb.connect(str(path))
     try:
@@ -70,6 +70,7 @@ def write_catalog(path: Path, docs: Sequence[Document], origins: Sequence[str], 
             "end_offset": pa.array([c.end for c in chunks], type=pa.int32()),
             "text": [c.text for c in chunks],
             "norm": [normalize(c.text) for c in chunks],
+            "embed_key": list(embed_keys) if embed_keys else [""] * len(chunks),
         })
         con.register("documents_in", documents)
         con.register("chunks_in", chunk_rows)
@@ -159,6 +160,10 @@ class Catalog:
             dates=_none_list(rows["date_s"]),
             acls=[tuple(a) for a in rows["acl"].tolist()],
         )
+
+    def embed_keys(self) -> list[str]:
+        """Per row, the hash of the text the embedder saw (to reuse vectors in a rebuild)."""
+        return [r[0] for r in self.cursor().execute('SELECT embed_key FROM quarry.chunks ORDER BY "row"').fetchall()]
 
     def entity_names(self) -> tuple[list[tuple[int, str]], list[tuple[int, str]]]:
         """(row, name) pairs for entities: document titles and identifiers inside titles, and

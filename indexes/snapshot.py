@@ -52,6 +52,8 @@ class BuildOptions:
     default_acl: tuple[str, ...] = ADMIN_ONLY
     max_chars: int = DEFAULT_MAX_CHARS
     bm25: Bm25Params = Bm25Params()
+    reuse_embeddings: bool = True  # reuse vectors of unchanged chunk texts from the current snapshot
+    reuse_from: Path | None = None  # another index directory to reuse vectors from (default: this one)
 
 
 def index_text(doc: Document, chunk: Chunk) -> str:
@@ -141,7 +143,8 @@ def build_snapshot(
         work = snapshots / f".building-{name}"
         work.mkdir()
         try:
-            manifest = _build_into(work, name, digest, loaded, docs, chunks, texts, tables, embedder, options, report)
+            reuse = previous_vectors(options.reuse_from or index_dir, embedder.model_id) if options.reuse_embeddings else {}
+            manifest = _build_into(work, name, digest, loaded, docs, chunks, texts, tables, embedder, options, report, reuse)
         except BaseException:
             shutil.rmtree(work, ignore_errors=True)  # a failed build leaves nothing behind
             raise
@@ -161,11 +164,40 @@ def build_snapshot(
     return manifest
 
 
+def embed_key(text: str) -> str:
+    return hashlib.sha1(text.encode("utf-8")).hexdigest()
+
+
+def previous_vectors(index_dir: Path, model_id: str) -> dict[str, np.ndarray]:
+    """Vectors of the current snapshot by text hash, when it was built with the same model."""
+    try:
+        path = current_snapshot_path(index_dir)
+        manifest = read_manifest(path)
+    except SnapshotError:
+        return {}
+    if manifest.get("model", {}).get("id") != model_id or manifest.get("format_version") != FORMAT_VERSION:
+        return {}
+    try:
+        catalog = Catalog(path / "catalog.duckdb")
+        try:
+            keys = catalog.embed_keys()
+        finally:
+            catalog.close()
+        dense = DenseIndex.load(path / "dense.faiss")
+    except Exception:  # noqa: BLE001 - an unreadable old snapshot only means nothing to reuse
+        return {}
+    if dense.size != len(keys):
+        return {}
+    vectors = dense.vectors(np.arange(len(keys), dtype=np.int64))
+    return {k: vectors[i] for i, k in enumerate(keys) if k}
+
+
 def _build_into(work: Path, name: str, digest: str, loaded, docs, chunks, texts, tables, embedder: Embedder,
-                options: BuildOptions, report: Progress) -> dict[str, Any]:
+                options: BuildOptions, report: Progress, reuse: dict[str, np.ndarray]) -> dict[str, Any]:
     """Write catalog, BM25 and FAISS files into `work`; returns the manifest (not yet written)."""
+    keys = [embed_key(t) for t in texts]
     t1 = time.perf_counter()
-    infos = write_catalog(work / "catalog.duckdb", docs, [ld.origin for ld in loaded], chunks, tables)
+    infos = write_catalog(work / "catalog.duckdb", docs, [ld.origin for ld in loaded], chunks, tables, keys)
     t_catalog = time.perf_counter() - t1
     report("catalog", 1, 1)
 
@@ -181,7 +213,14 @@ def _build_into(work: Path, name: str, digest: str, loaded, docs, chunks, texts,
         done[0] += n
         report("embed", done[0], len(texts))
 
-    vectors = embedder.encode(texts, progress=on_batch) if texts else np.zeros((0, embedder.dim or embedder.load().dim), np.float32)
+    dim = embedder.dim or embedder.load().dim
+    vectors = np.zeros((len(texts), dim), dtype=np.float32)
+    todo = [i for i, k in enumerate(keys) if k not in reuse]
+    for i, k in enumerate(keys):
+        if k in reuse:
+            vectors[i] = reuse[k]
+    if todo:
+        vectors[todo] = embedder.encode([texts[i] for i in todo], progress=on_batch)
     t_embed = time.perf_counter() - t1
 
     t1 = time.perf_counter()
@@ -195,6 +234,7 @@ def _build_into(work: Path, name: str, digest: str, loaded, docs, chunks, texts,
         "built_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         "model": {"id": embedder.model_id, "dim": embedder.dim},
         "counts": {"documents": len(docs), "chunks": len(chunks), "tables": len(infos)},
+        "embeddings": {"computed": len(todo), "reused": len(texts) - len(todo)},
         "tables": {t.name: {"rows": t.rows, "acl": list(t.acl), "row_acl": t.row_acl} for t in infos},
         "content_hash": digest,
         "options": {"default_acl": list(options.default_acl), "max_chars": options.max_chars, "bm25": asdict(options.bm25)},

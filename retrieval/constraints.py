@@ -39,11 +39,22 @@ def quoted_phrases(text: str) -> list[str]:
     return list(dict.fromkeys(p for p in found if p))
 
 
+_DATE_TOKEN = re.compile(r"^(q[1-4]|\d{4}-\d{2}-\d{2}(t[\d:.]+z?)?|\d{1,2}(st|nd|rd|th))$", re.I)
+
+
 def identifiers(text: str) -> list[str]:
-    """Identifier-like tokens outside quotes, in order, deduplicated, original casing kept."""
+    """Identifier-like tokens outside quotes, in order, deduplicated, original casing kept.
+    Date tokens (`Q3`, `2025-03-14`) are dates, not identifiers."""
     unquoted = _QUOTED.sub(" ", text)
-    found = [m.group(0) for m in _IDENTIFIER.finditer(unquoted)]
+    found = [m.group(0) for m in _IDENTIFIER.finditer(unquoted) if not _DATE_TOKEN.match(m.group(0))]
     return list(dict.fromkeys(t for t in found if not _ORDINAL.fullmatch(t) and not re.fullmatch(r"\d{4}", t)))
+
+
+def is_strong_identifier(token: str) -> bool:
+    """INC-2041, E4012, /etc/x.yaml, LEDGER_LOCK_TIMEOUT: specific enough to look up exactly.
+    Short codes such as sev2, p1 or v2 are weak: they name categories, not things."""
+    digits = sum(c.isdigit() for c in token)
+    return digits >= 3 or any(c in token for c in "/_.:") or ("-" in token and digits >= 1)
 
 
 def identifier_pattern(identifier: str) -> str:

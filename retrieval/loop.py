@@ -153,7 +153,7 @@ def run_loop(question: str, principal: Principal, budget: Budget, deps: LoopDeps
             evidence = _evidence(plan, hits, previous, budget.k)
             if rows is None:
                 evidence = deps.annotate(question, evidence, principal)
-            verdict = grade(question, constraints, evidence, deps.grader, today, rows=rows is not None)
+            verdict = grade(question, constraints, evidence, deps.grader, today, rows_sql=rows.sql if rows is not None else None)
             hits = evidence
         attempts.append(Attempt(len(attempts) + 1, plan, tuple(hits), verdict, (clock() - t0) * 1000, error, rows))
         history.append(Tried(plan, tuple(hits), verdict))

@@ -13,12 +13,12 @@ import re
 from dataclasses import dataclass, field
 from typing import Mapping, Sequence
 
-from retrieval.constraints import Constraints
+from retrieval.constraints import Constraints, is_strong_identifier
 from retrieval.text import STOPWORDS, words
 
 ROUTES = ("exact", "bm25", "dense", "hybrid", "sql")
 FEATURES = (
-    "identifier", "phrase", "regex", "sql_link", "aggregate_cue", "question_word", "short_keywords",
+    "identifier", "weak_identifier", "phrase", "regex", "sql_link", "aggregate_cue", "question_word", "short_keywords",
     "long_question", "multi_part", "entity", "date", "n_terms",
 )
 _QUESTION = re.compile(r"^\s*(who|whom|whose|what|which|when|where|why|how|is|are|was|were|do|does|did|can|could|should|will|i|we|my|our)\b", re.I)
@@ -33,7 +33,8 @@ def features(question: str, constraints: Constraints, sql_linked: bool) -> dict[
     is_question = bool(_QUESTION.search(question)) or question.strip().endswith("?")
     q = question.strip()
     return {
-        "identifier": 1.0 if constraints.identifiers else 0.0,
+        "identifier": 1.0 if any(is_strong_identifier(i) for i in constraints.identifiers) else 0.0,
+        "weak_identifier": 1.0 if any(not is_strong_identifier(i) for i in constraints.identifiers) else 0.0,
         "phrase": 1.0 if constraints.phrases else 0.0,
         "regex": 1.0 if len(q) > 2 and q.startswith("/") and q.endswith("/") else 0.0,
         "sql_link": 1.0 if sql_linked else 0.0,
@@ -55,7 +56,7 @@ class RouterConfig:
     bias: Mapping[str, float] = field(default_factory=lambda: {"exact": -1.0, "bm25": 0.0, "dense": 0.0, "hybrid": 0.5, "sql": -2.0})
     weights: Mapping[str, Mapping[str, float]] = field(default_factory=lambda: {
         "exact": {"identifier": 3.0, "phrase": 3.0, "regex": 6.0, "sql_link": -1.0, "multi_part": -0.5},
-        "bm25": {"short_keywords": 1.5, "question_word": -0.5, "identifier": 0.5},
+        "bm25": {"short_keywords": 1.5, "question_word": -0.5, "identifier": 0.5, "weak_identifier": 0.3},
         "dense": {"question_word": 0.6, "long_question": 0.6, "identifier": -1.0, "entity": -0.3},
         "hybrid": {"multi_part": 0.6, "entity": 0.4, "question_word": 0.2},
         "sql": {"sql_link": 4.0, "aggregate_cue": 1.0},

@@ -15,6 +15,10 @@ from retrieval.types import Filters, Hit, Principal
 class ScoredLexicalIndex(Protocol):
     def scores(self, query: str, allowed: np.ndarray | None = None) -> np.ndarray: ...
 
+    def term_weights(self, query: str, allowed: np.ndarray | None = None) -> dict[str, float]: ...
+
+    def tokenize(self, text: str) -> list[str]: ...
+
 
 class StoredVectors(Protocol):
     def vectors(self, rows: np.ndarray) -> np.ndarray: ...
@@ -28,19 +32,25 @@ class HitScorer:
         self._chunks = chunks
 
     def annotate(self, question: str, hits: Sequence[Hit], principal: Principal) -> list[Hit]:
-        """Add missing `bm25` and `dense` signals (ACL-scoped BM25 statistics, as in retrieval)."""
+        """Add the `bm25` and `dense` scores and `qcov` (the idf-weighted share of the question's
+        terms the passage contains) to each chunk hit; statistics are ACL-scoped as in retrieval."""
         rows = [self._chunks.row_of(h.chunk_id) for h in hits]
-        todo = [i for i, r in enumerate(rows) if r is not None and (hits[i].signal("bm25") is None or hits[i].signal("dense") is None)]
+        todo = [i for i, r in enumerate(rows) if r is not None]
         if not todo:
             return list(hits)
         idx = np.asarray([rows[i] for i in todo], dtype=np.int64)
         allowed = self._chunks.mask(principal, Filters())
         bm25 = self._bm25.scores(question, allowed)[idx]
         dense = self._dense.vectors(idx) @ self._encode(question)[0]
+        weights = self._bm25.term_weights(question, allowed)
+        total = sum(weights.values())
         out = list(hits)
         for j, i in enumerate(todo):
-            signals = dict(out[i].signals)
+            h = out[i]
+            terms = set(self._bm25.tokenize(f"{h.title or ''} {h.text}"))
+            signals = dict(h.signals)
             signals.setdefault("bm25", float(bm25[j]))
             signals.setdefault("dense", float(dense[j]))
-            out[i] = replace(out[i], signals=tuple(signals.items()))
+            signals["qcov"] = sum(w for t, w in weights.items() if t in terms) / total if total else 0.0
+            out[i] = replace(h, signals=tuple(signals.items()))
         return out

@@ -71,8 +71,8 @@ def cmd_ingest(args: argparse.Namespace) -> int:
     acl = check_acl(args.default_acl) if args.default_acl else ADMIN_ONLY
     embedder = Embedder(args.model_path)
     manifest = build_snapshot([Path(s) for s in args.sources], Path(args.index), embedder,
-                              BuildOptions(default_acl=acl), progress=_progress_bar())
-    _emit({k: manifest[k] for k in ("snapshot", "counts", "model", "content_hash", "timings_s")})
+                              BuildOptions(default_acl=acl, reuse_embeddings=not args.no_reuse), progress=_progress_bar())
+    _emit({k: manifest[k] for k in ("snapshot", "counts", "embeddings", "model", "content_hash", "timings_s")})
     return 0
 
 
@@ -84,7 +84,7 @@ def cmd_search(args: argparse.Namespace) -> int:
     principal = _principal(args)
     if args.retriever not in RETRIEVERS:
         raise InvalidRequest(f"unknown retriever {args.retriever!r}; expected one of {sorted(RETRIEVERS)}")
-    engine = open_engine(Path(args.index), _embedder(args))
+    engine = open_engine(Path(args.index), _embedder(args), warm=args.retriever in ("dense", "hybrid"))
     try:
         hits = search(engine.retrievers, args.retriever, args.query, principal, args.k, _filters(args), engine.limits)
     finally:
@@ -131,7 +131,7 @@ def cmd_sql(args: argparse.Namespace) -> int:
     from routes.engine import open_engine
 
     principal = _principal(args, scopes=("query", "sql"))
-    engine = open_engine(Path(args.index), _embedder(args), today=args.today)
+    engine = open_engine(Path(args.index), _embedder(args), today=args.today, warm=False)
     try:
         if args.question:
             out = engine.sql.answer(args.statement, principal)
@@ -190,6 +190,8 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("sources", nargs="+", help="JSONL, Markdown/text files or folders of them")
     sp.add_argument("--default-acl", nargs="+", default=None,
                     help="ACL for documents without one (default: group:admin, i.e. private to admins)")
+    sp.add_argument("--no-reuse", action="store_true",
+                    help="embed every chunk again instead of reusing vectors of unchanged chunks from the current snapshot")
     common(sp)
     sp.set_defaults(func=cmd_ingest)
 

@@ -129,9 +129,15 @@ class Engine:
 
 
 def open_engine(index_dir: Path, embedder: Embedder | None = None, limits: Limits = Limits(),
-                today: date | None = None, policies: Policies | None = None, workers: int = 4) -> Engine:
+                today: date | None = None, policies: Policies | None = None, workers: int = 4,
+                warm: bool = True) -> Engine:
+    """Load everything once. `warm` loads the model and runs one query embedding now, so the
+    first request does not spend its deadline importing torch."""
     embedder = embedder or Embedder()
     snapshot = load_snapshot(index_dir, embedder)
+    if warm and len(snapshot.chunks):
+        embedder.load().encode_query("warm up")
+        embedder.clear_cache()
     policies = policies or Policies.load(index_dir)
     titles, values = snapshot.catalog.entity_names()
     return Engine(
