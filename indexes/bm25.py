@@ -11,11 +11,11 @@ a chunk down for containing it; the Lucene idf keeps such terms slightly positiv
 With `method="robertson"` the rankings equal rank_bm25.BM25Okapi's (tests/indexes/test_bm25.py).
 
 Collection statistics follow the access scope: when a principal may not read every chunk,
-each query term's idf is recomputed from N and df counted over the authorized chunks only
-(bm25s stores idf x tf-part per posting, so a per-term rescale is exact). Otherwise the
-presence of a forbidden chunk would change authorized chunks' scores and order, which would
-let a caller detect it. Only the length normalisation keeps the snapshot-wide average
-chunk length, a single number.
+N, each term's df and the average chunk length are counted over the authorized chunks only,
+so scores equal those of an index built from the authorized chunks alone. Otherwise the
+presence of a forbidden chunk would shift authorized chunks' scores and order, which would
+let a caller detect it. bm25s stores idf x tf-part per posting; with the stored chunk
+lengths the raw term frequency is recovered exactly and rescored with the scoped statistics.
 """
 
 from __future__ import annotations
@@ -63,10 +63,12 @@ class Tokenizer:
 class Bm25Index:
     """A bm25s index whose row i is chunk row i of the snapshot."""
 
-    def __init__(self, model: bm25s.BM25 | None, params: Bm25Params, size: int) -> None:
+    def __init__(self, model: bm25s.BM25 | None, params: Bm25Params, size: int, lengths: np.ndarray | None = None) -> None:
         self._model = model
         self.params = params
         self.size = size
+        self._lengths = np.zeros(size, dtype=np.float64) if lengths is None else lengths.astype(np.float64)
+        self._avgdl = float(self._lengths.mean()) if size else 1.0
         self.tokenize = Tokenizer(params.stem, params.stopwords)
         self._idf = _select_idf_scorer(params.method)
 
@@ -79,20 +81,21 @@ class Bm25Index:
         corpus = [tokenize(t) or ["\x00"] for t in texts]
         model = bm25s.BM25(method=params.method, k1=params.k1, b=params.b)
         model.index(corpus, show_progress=False)
-        return cls(model, params, len(texts))
+        return cls(model, params, len(texts), np.asarray([len(c) for c in corpus], dtype=np.float64))
 
     def save(self, directory: Path) -> None:
         directory.mkdir(parents=True, exist_ok=True)
         if self._model is not None:
             self._model.save(str(directory), show_progress=False)
         (directory / "quarry_bm25.json").write_text(json.dumps({**asdict(self.params), "size": self.size}))
+        np.save(directory / "quarry_lengths.npy", self._lengths.astype(np.float32))
 
     @classmethod
     def load(cls, directory: Path) -> Bm25Index:
         meta = json.loads((directory / "quarry_bm25.json").read_text())
         size = meta.pop("size")
         model = bm25s.BM25.load(str(directory), show_progress=False, verbosity=0) if size else None
-        return cls(model, Bm25Params(**meta), size)
+        return cls(model, Bm25Params(**meta), size, np.load(directory / "quarry_lengths.npy"))
 
     def scores(self, query: str, allowed: np.ndarray | None = None) -> np.ndarray:
         """BM25 score of every row, with idf taken over the `allowed` rows (all rows if None).
@@ -106,16 +109,24 @@ class Bm25Index:
         if n_allowed == self.size:
             return self._model.get_scores_from_ids(ids)
         data, indices, indptr = (self._model.scores[k] for k in ("data", "indices", "indptr"))
-        out = np.zeros(self.size, dtype=np.float32)
+        k1, b = self.params.k1, self.params.b
+        scoped_avgdl = float(self._lengths[allowed].mean()) if n_allowed else 1.0
+        out = np.zeros(self.size, dtype=np.float64)
         for t in ids:  # repeated query terms count again, as in bm25s and rank-bm25
             lo, hi = int(indptr[t]), int(indptr[t + 1])
             rows = indices[lo:hi]
-            df = int(allowed[rows].sum())
+            keep = allowed[rows]
+            df = int(keep.sum())
             global_idf = self._idf(hi - lo, N=self.size)
             if df == 0 or global_idf <= 0:
                 continue
-            out[rows] += data[lo:hi] * np.float32(self._idf(df, N=n_allowed) / global_idf)
-        return out
+            rows = rows[keep]
+            dl = self._lengths[rows]
+            tfc = data[lo:hi][keep].astype(np.float64) / global_idf  # tf / (tf + K) with snapshot-wide K
+            tf = np.rint(tfc * k1 * (1 - b + b * dl / self._avgdl) / (1.0 - tfc))
+            scoped = tf / (tf + k1 * (1 - b + b * dl / scoped_avgdl))
+            out[rows] += self._idf(df, N=n_allowed) * scoped
+        return out.astype(np.float32)
 
     def term_weights(self, query: str, allowed: np.ndarray | None = None) -> dict[str, float]:
         """idf of each indexed query term over the allowed rows (how informative each term is)."""

@@ -66,3 +66,23 @@ def sql_retriever(tables_index):
     catalog = Catalog(current_snapshot_path(tables_index) / "catalog.duckdb")
     yield SqlRetriever(SqlRunner(catalog), SqlLimits(max_rows=1000, timeout_s=5.0))
     catalog.close()
+
+
+@pytest.fixture(scope="session")
+def demo_index(tmp_path_factory, embedder) -> Path:
+    from indexes.snapshot import build_snapshot
+
+    index = tmp_path_factory.mktemp("demo-index")
+    build_snapshot([DEMO / "docs", DEMO / "tables"], index, embedder)
+    return index
+
+
+@pytest.fixture(scope="session")
+def demo_engine(demo_index, embedder):
+    from datetime import date
+
+    from routes.engine import open_engine
+
+    eng = open_engine(demo_index, embedder, today=date(2025, 11, 1))
+    yield eng
+    eng.close()

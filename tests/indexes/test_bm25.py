@@ -80,15 +80,16 @@ def test_query_without_indexed_terms_scores_nothing():
 
 
 @pytest.mark.parametrize("query", ["ledger lock timeout", "routing engine memory", "keys rotate signing", "leave"])
-def test_idf_counts_only_authorized_chunks(query):
-    """Scores of authorized rows equal the Lucene formula with N and df over those rows only."""
+def test_statistics_count_only_authorized_chunks(query):
+    """Scores of authorized rows equal the Lucene formula with N, df and the average length
+    over those rows only, i.e. those of an index built from the authorized chunks alone."""
     k1, b = 1.5, 0.75
     index = Bm25Index.build(TEXTS, Bm25Params())
     rng = np.random.default_rng(len(query))
     allowed = rng.random(N) < 0.5
     got = index.scores(query, allowed)
-    avgdl = sum(map(len, CORPUS)) / N  # length normalisation stays snapshot-wide
     n_auth = int(allowed.sum())
+    avgdl = sum(len(CORPUS[i]) for i in range(N) if allowed[i]) / n_auth
     expected = np.zeros(N)
     for term in TOKENIZE(query):
         df = sum(term in set(CORPUS[i]) for i in range(N) if allowed[i])
@@ -99,3 +100,12 @@ def test_idf_counts_only_authorized_chunks(query):
             tf = doc.count(term)
             expected[i] += idf * tf / (tf + k1 * (1 - b + b * len(doc) / avgdl))
     np.testing.assert_allclose(got[allowed], expected[allowed], rtol=1e-4, atol=1e-6)
+
+
+def test_scoped_scores_equal_an_index_of_the_authorized_chunks_alone():
+    rng = np.random.default_rng(3)
+    allowed = rng.random(N) < 0.6
+    full = Bm25Index.build(TEXTS)
+    alone = Bm25Index.build([t for t, a in zip(TEXTS, allowed) if a])
+    for query in ["ledger lock timeout", "certificate release tracking gateway", "leave policy parents"]:
+        np.testing.assert_allclose(full.scores(query, allowed)[allowed], alone.scores(query), rtol=1e-4, atol=1e-6)

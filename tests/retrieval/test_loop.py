@@ -1,0 +1,128 @@
+"""The loop: budgets, constraint-keeping rewrites, no repeats, deadlines and faults."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import replace
+
+import pytest
+from hypothesis import HealthCheck, given, settings, strategies as st
+
+from retrieval.constraints import missing_from_queries
+from retrieval.errors import RetrievalTimeout, RetrievalUnavailable
+from retrieval.grader import GraderConfig
+from retrieval.loop import Budget, run_loop
+from retrieval.types import Filters, Principal
+
+NEVER_SUFFICIENT = GraderConfig(threshold=1.1)  # forces the loop through its rewrites
+FRAGMENTS = ["INC-2077", "E4012", "SEC-210", "3.1.2", "/etc/auth/keys.yaml", '"tracking gateway"', '"signing keys"',
+             "in June 2024", "before March 2025", "between January 2024 and March 2024", "outage", "release",
+             "certificate", "ledger", "timeout", "how", "which", "fixed", "or", "and", "compare", "rotate", "budget",
+             "Which took longer, INC-2077 or INC-2041?", "what is the leave policy and who approves expenses"]
+PRINCIPALS = [Principal("erin"), Principal("carol", ("security", "sre")), Principal("bob", ("finance",))]
+
+
+class Slow:
+    def __init__(self, inner, seconds: float) -> None:
+        self.inner, self.seconds, self.name = inner, seconds, inner.name
+
+    def search(self, *args):
+        time.sleep(self.seconds)
+        return self.inner.search(*args)
+
+
+class Broken:
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+    def search(self, *args):
+        raise RuntimeError("index file vanished")
+
+
+def deps_with(engine, **changes):
+    return replace(engine.deps, **changes)
+
+
+@given(
+    question=st.lists(st.sampled_from(FRAGMENTS), min_size=1, max_size=7).map(" ".join),
+    principal=st.sampled_from(PRINCIPALS),
+    attempts=st.integers(1, 6),
+    k=st.integers(1, 10),
+)
+@settings(max_examples=60, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+def test_every_dispatched_query_keeps_constraints_within_budget_and_never_repeats(engine, question, principal, attempts, k):
+    budget = Budget(max_attempts=attempts, deadline_ms=5000, call_timeout_ms=4000, k=k)
+    result = run_loop(question, principal, budget, deps_with(engine, grader=NEVER_SUFFICIENT))
+    assert 1 <= len(result.attempts) <= attempts
+    keys = [a.plan.key() for a in result.attempts]
+    assert len(set(keys)) == len(keys)
+    for a in result.attempts:
+        dated = a.plan.filters.date_from is not None or a.plan.filters.date_to is not None
+        assert missing_from_queries(result.constraints, a.plan.queries, date_filtered=dated) == [], a.plan
+        assert len(a.hits) <= k
+    assert result.status == "evidence_gap"
+    assert result.stop_reason in {"attempts_exhausted", "no_strategy_left"}
+    if len(result.attempts) < attempts:
+        assert result.stop_reason == "no_strategy_left"
+
+
+@pytest.mark.parametrize("deadline_ms", [150, 400])
+def test_deadline_is_honoured_with_slow_retrievers(engine, deadline_ms):
+    slow = {name: Slow(r, 0.12) for name, r in engine.deps.retrievers.items()}
+    budget = Budget(max_attempts=6, deadline_ms=deadline_ms, call_timeout_ms=1000, k=5)
+    t0 = time.monotonic()
+    try:
+        result = run_loop("how do I rotate the signing keys", Principal("erin"), budget,
+                          deps_with(engine, retrievers=slow, grader=NEVER_SUFFICIENT))
+    except RetrievalTimeout:
+        result = None  # the first call alone outlived the deadline: a retryable timeout, not a gap
+    elapsed = (time.monotonic() - t0) * 1000
+    assert elapsed <= deadline_ms + 100
+    if result is not None:
+        assert result.stop_reason == "deadline" and result.gap["reason"] == "deadline_exceeded"
+        assert len(result.attempts) < 6
+
+
+def test_a_failing_retriever_is_recorded_and_the_loop_moves_on(engine):
+    retrievers = dict(engine.deps.retrievers, dense=Broken("dense"))
+    result = run_loop("how can I renew the key that signs authentication tokens", Principal("erin"),
+                      Budget(max_attempts=3), deps_with(engine, retrievers=retrievers))
+    first = result.attempts[0]
+    assert first.plan.route == "dense" and first.error == "retrieval_unavailable" and first.hits == ()
+    assert len(result.attempts) >= 2 and result.attempts[1].error is None
+
+
+def test_when_every_attempt_fails_the_outcome_is_a_retryable_error_not_a_gap(engine):
+    retrievers = {name: Broken(name) for name in engine.deps.retrievers}
+    with pytest.raises(RetrievalUnavailable) as err:
+        run_loop("carrier webhook retries", Principal("erin"), Budget(max_attempts=3), deps_with(engine, retrievers=retrievers))
+    assert err.value.retryable and len(err.value.context["attempts"]) == 3  # the budget was spent and counted
+
+
+def test_a_timed_out_call_counts_against_the_budget(engine):
+    retrievers = dict(engine.deps.retrievers, bm25=Slow(engine.deps.retrievers["bm25"], 1.0))
+    result = run_loop("carrier webhook retries", Principal("erin"), Budget(max_attempts=2, deadline_ms=3000, call_timeout_ms=100),
+                      deps_with(engine, retrievers=retrievers))
+    assert result.attempts[0].plan.route == "bm25" and result.attempts[0].error == "retrieval_timeout"
+    assert len(result.attempts) == 2 and result.attempts[1].error is None
+
+
+def test_all_calls_timing_out_is_a_retryable_timeout(engine):
+    retrievers = {name: Slow(r, 0.5) for name, r in engine.deps.retrievers.items()}
+    with pytest.raises(RetrievalTimeout) as err:
+        run_loop("carrier webhook retries", Principal("erin"), Budget(max_attempts=2, deadline_ms=3000, call_timeout_ms=50),
+                 deps_with(engine, retrievers=retrievers))
+    assert err.value.code == "retrieval_timeout" and err.value.retryable
+
+
+def test_sufficient_first_attempt_stops_the_loop(engine):
+    result = run_loop("INC-2077", Principal("erin"), Budget(), engine.deps)
+    assert result.status == "answer_context" and result.stop_reason == "sufficient" and len(result.attempts) == 1
+    assert {h.doc_id for h in result.context} == {"m05", "m06"}
+
+
+def test_identifier_that_no_readable_passage_contains_is_an_unmet_constraint(engine):
+    result = run_loop("what was fixed in SEC-210", Principal("erin"), Budget(max_attempts=3), engine.deps)
+    assert result.status == "evidence_gap"
+    assert result.gap["reason"] in {"constraint_unmet", "no_authorized_evidence"}
+    assert all(h.doc_id != "m11" for a in result.attempts for h in a.hits)  # the security-only finding never surfaces
