@@ -19,7 +19,7 @@ from retrieval.text import STOPWORDS
 
 MAX_WORDS = 8
 _PAREN = re.compile(r"\s*\([^)]*\)\s*$")
-_TOKEN = re.compile(r"[\w][\w'.&-]*", re.UNICODE)
+_TOKEN = re.compile(r"\w+(?:['.&-]\w+)*", re.UNICODE)  # no trailing punctuation: "University." -> "University"
 
 
 def _key(text: str) -> str:
@@ -53,7 +53,8 @@ class EntityIndex:
         return self.entries[key][1]
 
     def find(self, text: str, allowed: np.ndarray | None = None, exclude: Sequence[str] = ()) -> list[str]:
-        """Entities named in `text` (display form), longest match first, readable ones only."""
+        """Entities named in `text`, as written there (so a constraint is a substring of the
+        question), longest match first, readable ones only."""
         tokens = [(m.group(0), m.start()) for m in _TOKEN.finditer(text)]
         lowered = [t.lower() for t, _ in tokens]
         skip = {_key(e) for e in exclude}
@@ -70,7 +71,9 @@ class EntityIndex:
                     continue
                 if allowed is not None and not allowed[entry[1]].any():
                     continue
-                found.append(entry[0])
+                m_start = tokens[i][1]
+                last, last_start = tokens[i + n - 1]
+                found.append(text[m_start : last_start + len(last)])
                 matched = n
                 break
             i += matched or 1
@@ -83,15 +86,13 @@ def _looks_like_name(token: str) -> bool:
 
 def bridge_candidates(titles: EntityIndex, doc_ids: Sequence[str], hits: Sequence, question: str,
                       allowed: np.ndarray) -> tuple[str, ...]:
-    """Documents whose title (or an identifier in it) a first-hop passage names and the
-    question does not: candidate second hops, in order of first mention, readable ones only."""
-    in_question = {e.lower() for e in titles.find(question, allowed)}
+    """Documents whose title (or an identifier in it) the question or a first-hop passage
+    names: candidate second hops, in order of first mention, readable ones only."""
     out: dict[str, None] = {}
-    for h in hits:
-        for name in titles.find(f"{h.title or ''}\n{h.text}", allowed):
-            if name.lower() in in_question:
-                continue
+    sources = [(None, question)] + [(h.doc_id, f"{h.title or ''}\n{h.text}") for h in hits]
+    for origin, text in sources:  # documents the question names, then those the passages name
+        for name in titles.find(text, allowed):
             for row in titles.rows(_key(name)):
-                if allowed[row] and doc_ids[row] != h.doc_id:
+                if allowed[row] and doc_ids[row] != origin:
                     out.setdefault(doc_ids[row], None)
     return tuple(out)

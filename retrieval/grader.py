@@ -12,6 +12,9 @@ route produced the hits (every hit is scored by BM25 and dense before grading):
   the share the best single passage covers;
 - agreement: overlap of the top 3 passages by BM25 and by dense (two views agreeing);
 - top_bm25: best BM25 score per query term, squashed to [0, 1);
+A set is also insufficient while the question or its top passages name (by title) a
+readable document it does not hold: multi-hop evidence points at its own second hop.
+
 - top_qcov: the largest idf-weighted share of the question's terms one passage contains
   (rare, specific terms count most); qcov_dense: that share times the passage's cosine,
   for the single best passage by this product (one passage both on topic and specific).
@@ -45,14 +48,17 @@ class GraderConfig:
         "agreement": 1.0, "top_bm25": 0.5, "top_qcov": 0.0, "qcov_dense": 1.6,
     })
     threshold: float = 0.5
+    link_passages: int = 1  # documents named by the question or the top n passages but absent are missing evidence
     source: str = "defaults"
 
     def to_json(self) -> dict:
-        return {"bias": self.bias, "weights": dict(self.weights), "threshold": self.threshold, "source": self.source}
+        return {"bias": self.bias, "weights": dict(self.weights), "threshold": self.threshold,
+                "link_passages": self.link_passages, "source": self.source}
 
     @classmethod
     def from_json(cls, data: Mapping) -> GraderConfig:
-        return cls(float(data["bias"]), dict(data["weights"]), float(data.get("threshold", 0.5)), data.get("source", "file"))
+        return cls(float(data["bias"]), dict(data["weights"]), float(data.get("threshold", 0.5)),
+                   int(data.get("link_passages", 1)), data.get("source", "file"))
 
     @classmethod
     def load(cls, text: str) -> GraderConfig:
@@ -119,8 +125,17 @@ def relevance(features: Mapping[str, float], config: GraderConfig) -> float:
     return 1.0 / (1.0 + math.exp(-max(-50.0, min(50.0, z))))
 
 
+def pending_links(hits: Sequence[Hit], linked: Sequence[tuple[str, float]]) -> list[str]:
+    """Readable documents the question or the top passages name (by title) that the set does
+    not hold: evidence the set itself points to, most similar to the question first. A
+    second hop is often unlike the question (that is why the first hop missed it), so no
+    similarity bar applies."""
+    present = {h.doc_id for h in hits}
+    return [d for d, _ in linked if d not in present]
+
+
 def grade(question: str, constraints: Constraints, hits: Sequence[Hit], config: GraderConfig, today: date,
-          rows_sql: str | None = None) -> Grade:
+          rows_sql: str | None = None, linked: Sequence[tuple[str, float]] = ()) -> Grade:
     """Verdict on one evidence set. Rows from a confident SQL translation (`rows_sql` is its
     statement) are relevant by construction: only their presence and the constraints are
     checked, against the rows and the statement (which carries the date predicates)."""
@@ -136,4 +151,7 @@ def grade(question: str, constraints: Constraints, hits: Sequence[Hit], config: 
         return Grade(False, "constraint_unmet", tuple(missing), score, feats)
     if score < config.threshold:
         return Grade(False, "insufficient_evidence", ("relevance",), score, feats)
+    pending = pending_links(hits, linked)
+    if pending:
+        return Grade(False, "insufficient_evidence", tuple(f"linked:{d}" for d in pending), score, feats)
     return Grade(True, None, (), score, feats)

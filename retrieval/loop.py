@@ -50,6 +50,7 @@ class LoopDeps:
     annotate: Callable[[str, Sequence[Hit], Principal], list[Hit]]
     find_entities: Callable[[str, Principal], list[str]]
     bridge_docs: Callable[[Sequence[Hit], str, Principal], tuple[str, ...]]
+    linked_docs: Callable[[Sequence[Hit], str, Principal], list[tuple[str, float]]]
     sql_linked: Callable[[str, Principal], bool]
     sql_rows: Callable[[str, Principal], Any] | None = None  # question -> SqlResult | Decline
     today: Callable[[], date] = date.today
@@ -100,8 +101,10 @@ def _evidence(plan: Plan, new_hits: list[Hit], previous: Tried | None, k: int) -
     """What an attempt's grade judges: its own hits, or for a bridge the first hop plus them."""
     if plan.merge_previous and previous is not None:
         first = list(previous.hits)
-        keep = max(1, k - min(len(new_hits), k // 2))
-        merged = first[:keep] + [h for h in new_hits if h.chunk_id not in {f.chunk_id for f in first[:keep]}]
+        keep = max(1, k - max(1, k // 4))  # the second hop takes the last quarter of the context
+        kept_ids = {f.chunk_id for f in first[:keep]}
+        merged = first[:keep] + [h for h in new_hits if h.chunk_id not in kept_ids]
+        merged += [h for h in first[keep:] if h.chunk_id not in {m.chunk_id for m in merged}]
         return merged[:k]
     return new_hits[:k]
 
@@ -153,7 +156,10 @@ def run_loop(question: str, principal: Principal, budget: Budget, deps: LoopDeps
             evidence = _evidence(plan, hits, previous, budget.k)
             if rows is None:
                 evidence = deps.annotate(question, evidence, principal)
-            verdict = grade(question, constraints, evidence, deps.grader, today, rows_sql=rows.sql if rows is not None else None)
+            linked = (deps.linked_docs(evidence[: deps.grader.link_passages], question, principal)
+                      if rows is None and not plan.merge_previous else ())
+            verdict = grade(question, constraints, evidence, deps.grader, today,
+                            rows_sql=rows.sql if rows is not None else None, linked=linked)
             hits = evidence
         attempts.append(Attempt(len(attempts) + 1, plan, tuple(hits), verdict, (clock() - t0) * 1000, error, rows))
         history.append(Tried(plan, tuple(hits), verdict))

@@ -162,7 +162,8 @@ def _bridge(ctx: RewriteContext, history: Sequence[Tried], last: Tried | None) -
     first = next((t for t in history if t.grade is not None and t.hits), None)
     if first is None:
         return
-    docs = ctx.bridge_docs(first.hits, ctx.question)
+    pending = [m.split(":", 1)[1] for m in (last.grade.missing if last and last.grade else ()) if m.startswith("linked:")]
+    docs = tuple(pending) or ctx.bridge_docs(first.hits, ctx.question)
     already = {h.doc_id for h in first.hits}
     docs = tuple(d for d in docs if d not in already)[:MAX_BRIDGE_DOCS]
     if not docs:

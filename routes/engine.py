@@ -9,6 +9,8 @@ from datetime import date
 from pathlib import Path
 from typing import Sequence
 
+import numpy as np
+
 from indexes.catalog import SqlRunner
 from indexes.embedder import Embedder
 from indexes.snapshot import Snapshot, load_snapshot
@@ -91,6 +93,7 @@ class Engine:
             annotate=scorer.annotate,
             find_entities=self.find_entities,
             bridge_docs=self.bridge_docs,
+            linked_docs=self.linked_docs,
             sql_linked=lambda q, p: isinstance(self.sql.translate(q, p, self.today), Translation),
             sql_rows=(lambda q, p: self.sql.answer(q, p, self.today)) if has_tables else None,
             today=lambda: self.today or date.today(),
@@ -109,6 +112,21 @@ class Engine:
     def bridge_docs(self, hits: Sequence[Hit], question: str, principal: Principal) -> tuple[str, ...]:
         allowed = self.snapshot.chunks.mask(principal, Filters())
         return bridge_candidates(self.titles, self.snapshot.chunks.doc_ids, hits, question, allowed)
+
+    def linked_docs(self, hits: Sequence[Hit], question: str, principal: Principal) -> list[tuple[str, float]]:
+        """Bridge candidates with their best chunk's cosine to the question, most similar first."""
+        docs = self.bridge_docs(hits, question, principal)
+        if not docs:
+            return []
+        chunks = self.snapshot.chunks
+        allowed = chunks.mask(principal, Filters())
+        query = self.embedder.encode_query(question)[0]
+        out = []
+        for d in docs:
+            rows = np.asarray([r for r in chunks.rows_of_doc(d) if allowed[r]], dtype=np.int64)
+            if len(rows):
+                out.append((d, float((self.snapshot.dense.vectors(rows) @ query).max())))
+        return sorted(out, key=lambda x: -x[1])
 
     def query(self, question: str, principal: Principal, *, k: int | None = None, max_attempts: int | None = None,
               deadline_ms: int | None = None, filters: Filters = Filters()) -> LoopResult:
