@@ -23,12 +23,14 @@ configure_process()
 
 def build_or_reuse(name: str, sources: list[Path], embedder, rebuild: bool = False, **options: Any) -> tuple[Path, dict]:
     """Build the benchmark index once (or again with rebuild=True); returns (index dir, manifest)."""
-    from indexes.snapshot import BuildOptions, build_snapshot, current_snapshot_path, read_manifest
+    from indexes.snapshot import FORMAT_VERSION, BuildOptions, build_snapshot, current_snapshot_path, read_manifest
 
     index = CACHE / name
     if not rebuild:
         try:
-            return index, read_manifest(current_snapshot_path(index))
+            manifest = read_manifest(current_snapshot_path(index))
+            if manifest.get("format_version") == FORMAT_VERSION:
+                return index, manifest
         except Exception:
             pass
     t0 = time.perf_counter()

@@ -72,7 +72,7 @@ def scifact(embedder: Embedder) -> dict:
     engine = open_engine(index, embedder)
     queries, qrels = load_queries(root), load_qrels(root, "test")
     k = 10
-    base, auto, attempts, one_attempt_ms, hybrid_ms, overhead, routes = [], [], [], [], [], [], {}
+    base, auto, attempts, one_attempt_ms, hybrid_ms, overhead, routes, strategies = [], [], [], [], [], [], {}, {}
     for qid, rel in qrels.items():
         engine.embedder.clear_cache()
         t0 = time.perf_counter()
@@ -87,11 +87,13 @@ def scifact(embedder: Embedder) -> dict:
         attempts.append(len(result.attempts))
         overhead.append(result.loop_overhead_ms / len(result.attempts))
         routes[result.decision.chosen] = routes.get(result.decision.chosen, 0) + 1
+        for a in result.attempts:
+            strategies[a.plan.strategy] = strategies.get(a.plan.strategy, 0) + 1
         if len(result.attempts) == 1:
             one_attempt_ms.append(ms)
     engine.close()
     out = {"queries": len(qrels), "plain_hybrid_ndcg@10": round(mean(base), 4), "loop_ndcg@10": round(mean(auto), 4),
-           "mean_attempts": round(mean(attempts), 3), "routes": routes,
+           "mean_attempts": round(mean(attempts), 3), "routes": routes, "strategies": strategies,
            "one_attempt_p50_ms": round(percentile(one_attempt_ms, 50), 2), "one_attempt_queries": len(one_attempt_ms),
            "plain_hybrid_p50_ms": round(percentile(hybrid_ms, 50), 2),
            "loop_overhead_ms_per_attempt_p50": round(percentile(overhead, 50), 3),
@@ -180,7 +182,7 @@ def main() -> None:
     wanted = set(args.only.split(","))
     embedder = Embedder().load()
     results: dict = {"machine": machine()}
-    for name, fn in (("hotpotqa", hotpotqa), ("scifact", scifact), ("demo-gaps", demo_gaps), ("scifact-gaps", scifact_gaps)):
+    for name, fn in (("hotpotqa", hotpotqa), ("scifact", scifact), ("demo-gaps", demo_gaps), ("scifact-gaps", scifact_gaps)):  # noqa: E501
         if name in wanted:
             results[name] = fn(embedder)
     write_json("loop" if wanted == {"hotpotqa", "scifact", "demo-gaps", "scifact-gaps"} else f"loop-{'-'.join(sorted(wanted))}", results)

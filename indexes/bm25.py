@@ -23,6 +23,7 @@ from __future__ import annotations
 import json
 import re
 import unicodedata
+from functools import lru_cache
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Literal, Sequence
@@ -55,6 +56,13 @@ class Tokenizer:
         self._stop = frozenset(STOPWORDS_EN) if stopwords else frozenset()
 
     def __call__(self, text: str) -> list[str]:
+        return list(self._cached(text))
+
+    @lru_cache(maxsize=8192)  # noqa: B019 - one tokenizer per index, bounded cache of passage texts
+    def _cached(self, text: str) -> tuple[str, ...]:
+        return tuple(self._tokenize(text))
+
+    def _tokenize(self, text: str) -> list[str]:
         text = unicodedata.normalize("NFKC", text).lower()
         tokens = [t for t in _TOKEN.findall(text) if t not in self._stop]
         return self._stemmer.stemWords(tokens) if self._stemmer else tokens

@@ -173,12 +173,19 @@ class Catalog:
         cur = self.cursor()
         titles: list[tuple[int, str]] = []
         values: list[tuple[int, str]] = []
-        for row, title, metadata in cur.execute(
-            'SELECT c."row", d.title, d.metadata FROM quarry.chunks c JOIN quarry.documents d USING (doc_id) ORDER BY c."row"'
-        ).fetchall():
+        records = cur.execute(
+            'SELECT c."row", c.doc_id, d.title, d.metadata FROM quarry.chunks c JOIN quarry.documents d USING (doc_id) ORDER BY c."row"'
+        ).fetchall()
+        # An identifier in a title names that document only when no other title carries it
+        # ("INC-2041: ..." yes; a gene name shared by twenty paper titles no).
+        docs_with: dict[str, set[str]] = {}
+        for _, doc_id, title, _ in records:
+            for i in identifiers(title or ""):
+                docs_with.setdefault(i.lower(), set()).add(doc_id)
+        for row, doc_id, title, metadata in records:
             if title:
                 titles.append((row, title))
-                titles.extend((row, i) for i in identifiers(title))
+                titles.extend((row, i) for i in identifiers(title) if len(docs_with[i.lower()]) == 1)
             for v in (json.loads(metadata) if metadata else {}).values():
                 if isinstance(v, str) and 0 < len(v.split()) <= 5:
                     values.append((row, v))

@@ -40,7 +40,7 @@ from retrieval.access import ChunkTable
 from retrieval.errors import IngestError, SnapshotError
 from retrieval.types import Chunk, Document
 
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2  # 2: internal tables in schema quarry, user tables, per-chunk embed keys, BM25 lengths
 CURRENT = "CURRENT"
 KEEP_SNAPSHOTS = 2  # the current one and the one before, for a quick rollback
 

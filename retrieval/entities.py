@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
+from functools import lru_cache
 from typing import Iterable, Sequence
 
 import numpy as np
@@ -26,11 +27,17 @@ def _key(text: str) -> str:
     return " ".join(t.lower() for t in _TOKEN.findall(text))
 
 
-@dataclass
+@dataclass(eq=False)
 class EntityIndex:
     """normalised entity -> (display form, chunk rows that carry it)."""
 
     entries: dict[str, tuple[str, np.ndarray]] = field(default_factory=dict)
+    _longest: dict[str, int] = field(default_factory=dict, repr=False)  # first word -> longest entity length
+
+    def __post_init__(self) -> None:
+        for key in self.entries:
+            first, n = key.split(" ", 1)[0], key.count(" ") + 1
+            self._longest[first] = max(self._longest.get(first, 0), n)
 
     @classmethod
     def build(cls, names_by_row: Iterable[tuple[int, str]]) -> EntityIndex:
@@ -55,29 +62,30 @@ class EntityIndex:
     def find(self, text: str, allowed: np.ndarray | None = None, exclude: Sequence[str] = ()) -> list[str]:
         """Entities named in `text`, as written there (so a constraint is a substring of the
         question), longest match first, readable ones only."""
+        skip = {_key(e) for e in exclude}
+        found = [surface for surface, key in self._mentions(text)
+                 if key not in skip and (allowed is None or allowed[self.entries[key][1]].any())]
+        return list(dict.fromkeys(found))
+
+    @lru_cache(maxsize=8192)  # noqa: B019 - passages recur across questions; one index per snapshot
+    def _mentions(self, text: str) -> tuple[tuple[str, str], ...]:
+        """(surface form, key) of every entity mention, before any access filtering."""
         tokens = [(m.group(0), m.start()) for m in _TOKEN.finditer(text)]
         lowered = [t.lower() for t, _ in tokens]
-        skip = {_key(e) for e in exclude}
-        found: list[str] = []
+        out: list[tuple[str, str]] = []
         i = 0
         while i < len(tokens):
             matched = 0
-            for n in range(min(MAX_WORDS, len(tokens) - i), 0, -1):
+            for n in range(min(self._longest.get(lowered[i], 0), len(tokens) - i), 0, -1):
                 key = " ".join(lowered[i : i + n])
-                entry = self.entries.get(key)
-                if entry is None or key in skip:
+                if key not in self.entries or (n == 1 and not _looks_like_name(tokens[i][0])):
                     continue
-                if n == 1 and not _looks_like_name(tokens[i][0]):
-                    continue
-                if allowed is not None and not allowed[entry[1]].any():
-                    continue
-                m_start = tokens[i][1]
                 last, last_start = tokens[i + n - 1]
-                found.append(text[m_start : last_start + len(last)])
+                out.append((text[tokens[i][1] : last_start + len(last)], key))
                 matched = n
                 break
             i += matched or 1
-        return list(dict.fromkeys(found))
+        return tuple(out)
 
 
 def _looks_like_name(token: str) -> bool:

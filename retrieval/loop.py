@@ -226,8 +226,11 @@ def _result(question: str, constraints: Constraints, decision: RouteDecision, at
     if final is not None:
         return LoopResult(question, "answer_context", final.hits if final.rows is None else (), _rows(final), None,
                           constraints, decision, attempts, stop, trace_id, elapsed_ms, overhead_ms)
-    best = max(succeeded, key=lambda a: (len(a.grade.missing) == 0 if a.grade else False, a.grade.score if a.grade else 0.0,
-                                         -a.n), default=None)
+    # Best partial evidence: fewest unmet constraints, then the earliest attempt (the router's
+    # own choice). Relevance scores are not compared across routes: a dense-only set always
+    # looks closer to the question than a fused one, without being better evidence.
+    best = min((a for a in succeeded if a.hits), key=lambda a: (_unmet(a), a.n), default=None) or \
+        (succeeded[0] if succeeded else None)
     if stop == "deadline":
         reason = "deadline_exceeded"
     elif all(not a.hits for a in succeeded):
@@ -247,6 +250,12 @@ def _result(question: str, constraints: Constraints, decision: RouteDecision, at
     gap = {"reason": reason, "missing": missing, "detail": detail, "partial_context": bool(partial)}
     return LoopResult(question, "evidence_gap", partial, _rows(best) if best else None, gap, constraints, decision,
                       attempts, stop, trace_id, elapsed_ms, overhead_ms)
+
+
+def _unmet(attempt: Attempt) -> int:
+    if attempt.grade is None:
+        return 1 << 30
+    return sum(1 for m in attempt.grade.missing if not m.startswith(("relevance", "linked:")))
 
 
 def _rows(attempt: Attempt | None) -> Any:

@@ -40,6 +40,7 @@ ORDER = {
     "no_authorized_evidence": ("switch_route", "relax", "decompose", "expand", "bridge", "date_filter"),
 }
 MAX_BRIDGE_DOCS = 12
+ONCE = frozenset({"decompose", "date_filter", "expand", "relax"})  # strategies worth one try each
 
 
 @dataclass(frozen=True)
@@ -90,7 +91,10 @@ def next_plan(ctx: RewriteContext, history: Sequence[Tried], tried_keys: set[tup
     """The first applicable, constraint-keeping, untried plan, in the order the last failure suggests."""
     last = next((t for t in reversed(history) if t.grade is not None), None)
     reason = last.grade.reason if last and last.grade.reason else "no_authorized_evidence"
+    used = {t.plan.strategy for t in history}
     for strategy in ORDER.get(reason, ORDER["insufficient_evidence"]):
+        if strategy in ONCE and strategy in used:
+            continue
         for plan in _STRATEGIES[strategy](ctx, history, last):
             if not plan_is_allowed(plan, ctx.constraints, tried_keys):
                 return plan
@@ -103,8 +107,16 @@ def first_plan(ctx: RewriteContext) -> Plan:
 
 # -- strategies ---------------------------------------------------------------------------
 
+# Hybrid fuses bm25 and dense: once it ran a query, neither alone can add evidence for it.
+_SUBSUMES = {"hybrid": ("bm25", "dense")}
+
+
 def _switch_route(ctx: RewriteContext, history: Sequence[Tried], last: Tried | None) -> Iterator[Plan]:
-    ranked = [r for r in ctx.decision.ranked if r in TEXT_ROUTES or (r == "sql" and ctx.sql_linked)]
+    tried = {t.plan.route for t in history if t.plan.queries == (ctx.question,)}
+    covered = tried | {r for t in tried for r in _SUBSUMES.get(t, ())}
+    literal = bool(ctx.constraints.identifiers or ctx.constraints.phrases or ctx.question.strip().startswith("/"))
+    ranked = [r for r in ctx.decision.ranked if r not in covered
+              and (r in ("bm25", "dense", "hybrid") or (r == "exact" and literal) or (r == "sql" and ctx.sql_linked))]
     if last and last.grade and any(m.startswith(("identifier:", "phrase:")) for m in last.grade.missing) and "exact" in ranked:
         ranked.remove("exact")
         ranked.insert(0, "exact")
@@ -163,7 +175,7 @@ def _bridge(ctx: RewriteContext, history: Sequence[Tried], last: Tried | None) -
     if first is None:
         return
     pending = [m.split(":", 1)[1] for m in (last.grade.missing if last and last.grade else ()) if m.startswith("linked:")]
-    docs = tuple(pending) or ctx.bridge_docs(first.hits, ctx.question)
+    docs = tuple(pending) or ctx.bridge_docs(first.hits[:3], ctx.question)
     already = {h.doc_id for h in first.hits}
     docs = tuple(d for d in docs if d not in already)[:MAX_BRIDGE_DOCS]
     if not docs:

@@ -53,12 +53,14 @@ def features(question: str, constraints: Constraints, sql_linked: bool) -> dict[
 class RouterConfig:
     """Per-route bias and feature weights; score = bias + sum(weight * feature)."""
 
-    bias: Mapping[str, float] = field(default_factory=lambda: {"exact": -1.0, "bm25": 0.0, "dense": 0.0, "hybrid": 0.5, "sql": -2.0})
+    # Hand-set defaults: hybrid unless a strong cue says otherwise (it fuses bm25 and dense and
+    # is the best single route on SciFact); `quarry tune` refits these on labeled questions.
+    bias: Mapping[str, float] = field(default_factory=lambda: {"exact": -1.0, "bm25": 0.0, "dense": 0.0, "hybrid": 1.0, "sql": -2.0})
     weights: Mapping[str, Mapping[str, float]] = field(default_factory=lambda: {
-        "exact": {"identifier": 3.0, "phrase": 3.0, "regex": 6.0, "sql_link": -1.0, "multi_part": -0.5},
-        "bm25": {"short_keywords": 1.5, "question_word": -0.5, "identifier": 0.5, "weak_identifier": 0.3},
-        "dense": {"question_word": 0.6, "long_question": 0.6, "identifier": -1.0, "entity": -0.3},
-        "hybrid": {"multi_part": 0.6, "entity": 0.4, "question_word": 0.2},
+        "exact": {"identifier": 3.0, "phrase": 3.0, "regex": 6.0, "sql_link": -1.0, "multi_part": -0.5, "long_question": -2.5},
+        "bm25": {"short_keywords": 1.2, "question_word": -0.5, "identifier": 0.5, "weak_identifier": 0.3},
+        "dense": {"question_word": 0.3, "long_question": 0.3, "identifier": -1.0, "entity": -0.3},
+        "hybrid": {"multi_part": 0.3, "entity": 0.2},
         "sql": {"sql_link": 4.0, "aggregate_cue": 1.0},
     })
     source: str = "defaults"

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import re
 import unicodedata
+from functools import lru_cache
 
 # Lucene's English stopwords plus question words that carry no topical content.
 STOPWORDS = frozenset(
@@ -47,6 +48,7 @@ def stem(word: str) -> str:
     return word
 
 
-def term_set(text: str) -> set[str]:
+@lru_cache(maxsize=8192)
+def term_set(text: str) -> frozenset[str]:
     """Stemmed content terms, for coverage: which of the question's terms a passage contains."""
-    return {stem(w) for w in content_terms(text)}
+    return frozenset(stem(w) for w in content_terms(text))

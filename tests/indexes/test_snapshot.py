@@ -35,7 +35,7 @@ def edit_manifest(index: Path, **changes) -> None:
 
 def test_manifest_records_model_counts_hash_and_files(mini_index):
     manifest = json.loads((current_snapshot_path(mini_index) / "manifest.json").read_text())
-    assert manifest["format_version"] == 1
+    assert manifest["format_version"] == 2
     assert manifest["model"] == {"id": "sentence-transformers/all-MiniLM-L6-v2", "dim": 384}
     assert manifest["counts"]["documents"] == 23 and manifest["counts"]["chunks"] >= 23
     assert len(manifest["content_hash"]) == 64
