@@ -15,7 +15,7 @@ filters. Strategies, each applicable only in some states:
 - expand: add terms that recur in the top authorized passages (pseudo-relevance feedback);
 - relax: drop words that matched nothing so far (constraint words are never dropped).
 
-The order depends on why the last grade failed. Every plan is checked before dispatch: it
+The order depends on why the last grade failed (see ORDER). Every plan is checked before dispatch: it
 must keep every constraint (`missing_from_queries`) and its (route, normalised queries,
 filters) key must not have been tried.
 """
@@ -34,9 +34,13 @@ from retrieval.text import STOPWORDS, content_terms, normalize, stem
 from retrieval.types import Filters, Hit
 
 TEXT_ROUTES = ("exact", "bm25", "dense", "hybrid")
+# Expansion and relaxation fix recall (nothing, or not the required thing, was found). When
+# on-topic passages were found but do not answer, rewording the query only finds them again,
+# so for insufficient evidence the loop looks for more parts (decompose), the documents the
+# evidence points to (bridge) or another kind of evidence (switch_route).
 ORDER = {
     "constraint_unmet": ("switch_route", "date_filter", "decompose", "bridge", "expand", "relax"),
-    "insufficient_evidence": ("decompose", "bridge", "switch_route", "expand", "relax", "date_filter"),
+    "insufficient_evidence": ("decompose", "bridge", "switch_route"),
     "no_authorized_evidence": ("switch_route", "relax", "decompose", "expand", "bridge", "date_filter"),
 }
 MAX_BRIDGE_DOCS = 12
@@ -112,9 +116,12 @@ _SUBSUMES = {"hybrid": ("bm25", "dense")}
 
 
 def _switch_route(ctx: RewriteContext, history: Sequence[Tried], last: Tried | None) -> Iterator[Plan]:
-    tried = {t.plan.route for t in history if t.plan.queries == (ctx.question,)}
-    covered = tried | {r for t in tried for r in _SUBSUMES.get(t, ())}
-    literal = bool(ctx.constraints.identifiers or ctx.constraints.phrases or ctx.question.strip().startswith("/"))
+    same = [t for t in history if t.plan.queries == (ctx.question,)]
+    covered = {t.plan.route for t in same} | {r for t in same if t.grade is not None for r in _SUBSUMES.get(t.plan.route, ())}
+    # exact search helps only to find literal items the evidence still lacks
+    lacking = last is None or last.grade is None or any(m.startswith(("identifier:", "phrase:")) for m in last.grade.missing) \
+        or not last.hits
+    literal = lacking and bool(ctx.constraints.identifiers or ctx.constraints.phrases or ctx.question.strip().startswith("/"))
     ranked = [r for r in ctx.decision.ranked if r not in covered
               and (r in ("bm25", "dense", "hybrid") or (r == "exact" and literal) or (r == "sql" and ctx.sql_linked))]
     if last and last.grade and any(m.startswith(("identifier:", "phrase:")) for m in last.grade.missing) and "exact" in ranked:

@@ -40,7 +40,8 @@ def features(question: str, constraints: Constraints, sql_linked: bool) -> dict[
         "sql_link": 1.0 if sql_linked else 0.0,
         "aggregate_cue": 1.0 if _AGG.search(question) else 0.0,
         "question_word": 1.0 if is_question else 0.0,
-        "short_keywords": 1.0 if len(ws) <= 6 and not is_question else 0.0,
+        # a keyword list: short, not a question, not a sentence (no closing period)
+        "short_keywords": 1.0 if len(ws) <= 6 and not is_question and not q.endswith(".") else 0.0,
         "long_question": min(1.0, max(0.0, (len(ws) - 6) / 14)),
         "multi_part": 1.0 if _MULTI.search(question) and is_question else 0.0,
         "entity": 1.0 if constraints.entities else 0.0,
