@@ -136,6 +136,45 @@ class Bm25Index:
             out[rows] += self._idf(df, N=n_allowed) * scoped
         return out.astype(np.float32)
 
+    def evidence(self, query: str, rows: np.ndarray, allowed: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """For some rows only: (BM25 score, idf-weighted share, plain share of the query's indexed
+        terms present), with the same access-scoped statistics as `scores`, read straight from
+        the postings (no full scoring pass, no passage tokenized again)."""
+        n = len(rows)
+        ids = list(dict.fromkeys(self._model.get_tokens_ids(self.tokenize(query)))) if self._model is not None and n else []
+        if not ids:
+            return np.zeros(n), np.zeros(n), np.zeros(n)
+        data, indices, indptr = (self._model.scores[k] for k in ("data", "indices", "indptr"))
+        k1, b = self.params.k1, self.params.b
+        n_allowed = int(allowed.sum())
+        scoped = n_allowed != self.size
+        scoped_avgdl = float(self._lengths[allowed].mean()) if n_allowed else 1.0
+        dl = self._lengths[rows]
+        score, weighted, plain, total = np.zeros(n), np.zeros(n), np.zeros(n), 0.0
+        counts = dict.fromkeys(ids, 0)
+        for t in self._model.get_tokens_ids(self.tokenize(query)):
+            counts[t] = counts.get(t, 0) + 1
+        for t in ids:
+            lo, hi = int(indptr[t]), int(indptr[t + 1])
+            postings = indices[lo:hi]  # sorted row ids
+            df = int(allowed[postings].sum()) if scoped else hi - lo
+            if df == 0:
+                continue
+            at = np.minimum(np.searchsorted(postings, rows), len(postings) - 1)
+            present = postings[at] == rows
+            idf = self._idf(df, N=n_allowed)
+            global_idf = self._idf(hi - lo, N=self.size)
+            value = np.where(present, data[lo + at], 0.0).astype(np.float64)
+            if scoped and global_idf > 0:
+                tfc = value / global_idf
+                tf = np.rint(tfc * k1 * (1 - b + b * dl / self._avgdl) / (1.0 - tfc))
+                value = idf * tf / (tf + k1 * (1 - b + b * dl / scoped_avgdl))
+            score += counts[t] * value
+            weighted += idf * present
+            plain += present
+            total += idf
+        return score, (weighted / total if total else weighted), plain / len(ids)
+
     def term_weights(self, query: str, allowed: np.ndarray | None = None) -> dict[str, float]:
         """idf of each indexed query term over the allowed rows (how informative each term is)."""
         if self._model is None:

@@ -8,8 +8,8 @@ route produced the hits (every hit is scored by BM25 and dense before grading):
 
 - top_dense: best cosine between question and passage; dense_margin: best minus the mean
   of the top 5 (a clear winner is a good sign); mean_dense_top3;
-- coverage: share of the question's content terms found in the whole set; top_coverage:
-  the share the best single passage covers;
+- top_coverage: the largest share of the question's (stemmed, non-stopword) terms that one
+  passage contains;
 - agreement: overlap of the top 3 passages by BM25 and by dense (two views agreeing);
 - top_bm25: best BM25 score per query term, squashed to [0, 1);
 A set is also insufficient while the question or its top passages name (by title) a
@@ -37,7 +37,7 @@ from retrieval.dates import find_dates
 from retrieval.text import normalize, term_set
 from retrieval.types import Hit
 
-GRADE_FEATURES = ("top_dense", "dense_margin", "mean_dense_top3", "coverage", "top_coverage", "agreement", "top_bm25",
+GRADE_FEATURES = ("top_dense", "dense_margin", "mean_dense_top3", "top_coverage", "agreement", "top_bm25",
                   "top_qcov", "qcov_dense", "literal_share")
 Reason = Literal["no_authorized_evidence", "constraint_unmet", "insufficient_evidence"]
 
@@ -48,7 +48,7 @@ class GraderConfig:
     # (never the test split); `quarry tune` refits them on labeled data.
     bias: float = -3.0
     weights: Mapping[str, float] = field(default_factory=lambda: {
-        "top_dense": 0.6, "dense_margin": 2.7, "mean_dense_top3": 0.0, "coverage": 0.0, "top_coverage": 1.0,
+        "top_dense": 0.6, "dense_margin": 2.7, "mean_dense_top3": 0.0, "top_coverage": 1.0,
         "agreement": 0.0, "top_bm25": 1.7, "top_qcov": 0.0, "qcov_dense": 3.5, "literal_share": 3.0,
     })
     threshold: float = 0.55
@@ -105,18 +105,14 @@ def unmet_constraints(constraints: Constraints, hits: Sequence[Hit], today: date
 def evidence_features(question: str, hits: Sequence[Hit], constraints: Constraints | None = None) -> dict[str, float]:
     """The relevance signals of an evidence set (see the module docstring)."""
     dense = sorted((h.signal("dense") or 0.0 for h in hits), reverse=True)
-    q_terms = term_set(question)
-    per_hit = [term_set(f"{h.title or ''} {h.text}") for h in hits]
-    union = set().union(*per_hit) if per_hit else set()
     by_bm25 = [h.chunk_id for h in sorted(hits, key=lambda h: -(h.signal("bm25") or 0.0))[:3]]
     by_dense = [h.chunk_id for h in sorted(hits, key=lambda h: -(h.signal("dense") or 0.0))[:3]]
-    top_bm25 = max((h.signal("bm25") or 0.0 for h in hits), default=0.0) / max(1, len(q_terms))
+    top_bm25 = max((h.signal("bm25") or 0.0 for h in hits), default=0.0) / max(1, len(term_set(question)))
     return {
         "top_dense": dense[0] if dense else 0.0,
         "dense_margin": (dense[0] - sum(dense[:5]) / len(dense[:5])) if dense else 0.0,
         "mean_dense_top3": sum(dense[:3]) / len(dense[:3]) if dense else 0.0,
-        "coverage": len(q_terms & union) / len(q_terms) if q_terms else 1.0,
-        "top_coverage": max((len(q_terms & t) / len(q_terms) for t in per_hit), default=0.0) if q_terms else 1.0,
+        "top_coverage": max((h.signal("tcov") or 0.0 for h in hits), default=0.0),
         "agreement": len(set(by_bm25) & set(by_dense)) / 3 if hits else 0.0,
         "top_bm25": top_bm25 / (top_bm25 + 1.0),
         "top_qcov": max((h.signal("qcov") or 0.0 for h in hits), default=0.0),

@@ -15,9 +15,7 @@ from retrieval.types import Filters, Hit, Principal
 class ScoredLexicalIndex(Protocol):
     def scores(self, query: str, allowed: np.ndarray | None = None) -> np.ndarray: ...
 
-    def term_weights(self, query: str, allowed: np.ndarray | None = None) -> dict[str, float]: ...
-
-    def tokenize(self, text: str) -> list[str]: ...
+    def evidence(self, query: str, rows: np.ndarray, allowed: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]: ...
 
 
 class StoredVectors(Protocol):
@@ -32,25 +30,24 @@ class HitScorer:
         self._chunks = chunks
 
     def annotate(self, question: str, hits: Sequence[Hit], principal: Principal) -> list[Hit]:
-        """Add the `bm25` and `dense` scores and `qcov` (the idf-weighted share of the question's
-        terms the passage contains) to each chunk hit; statistics are ACL-scoped as in retrieval."""
+        """Add the `bm25` and `dense` scores, `qcov` (the idf-weighted share of the question's
+        terms the passage contains) and `tcov` (the plain share) to each chunk hit; statistics
+        are ACL-scoped as in retrieval; term presence comes from the BM25 postings."""
         rows = [self._chunks.row_of(h.chunk_id) for h in hits]
         todo = [i for i, r in enumerate(rows) if r is not None]
         if not todo:
             return list(hits)
         idx = np.asarray([rows[i] for i in todo], dtype=np.int64)
         allowed = self._chunks.mask(principal, Filters())
-        bm25 = self._bm25.scores(question, allowed)[idx]
+        bm25, qcov, tcov = self._bm25.evidence(question, idx, allowed)
         dense = self._dense.vectors(idx) @ self._encode(question)[0]
-        weights = self._bm25.term_weights(question, allowed)
-        total = sum(weights.values())
         out = list(hits)
         for j, i in enumerate(todo):
             h = out[i]
-            terms = set(self._bm25.tokenize(f"{h.title or ''} {h.text}"))
             signals = dict(h.signals)
             signals.setdefault("bm25", float(bm25[j]))
             signals.setdefault("dense", float(dense[j]))
-            signals["qcov"] = sum(w for t, w in weights.items() if t in terms) / total if total else 0.0
+            signals["qcov"] = float(qcov[j])
+            signals["tcov"] = float(tcov[j])
             out[i] = replace(h, signals=tuple(signals.items()))
         return out

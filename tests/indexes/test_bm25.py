@@ -109,3 +109,17 @@ def test_scoped_scores_equal_an_index_of_the_authorized_chunks_alone():
     alone = Bm25Index.build([t for t, a in zip(TEXTS, allowed) if a])
     for query in ["ledger lock timeout", "certificate release tracking gateway", "leave policy parents"]:
         np.testing.assert_allclose(full.scores(query, allowed)[allowed], alone.scores(query), rtol=1e-4, atol=1e-6)
+
+
+def test_evidence_scores_of_some_rows_equal_full_scoring():
+    index = Bm25Index.build(TEXTS)
+    rng = np.random.default_rng(5)
+    for allowed in (np.ones(N, dtype=bool), rng.random(N) < 0.5):
+        rows = np.flatnonzero(allowed)[:7]
+        for query in ["ledger lock timeout timeout", "carrier webhook retries", "zzz"]:
+            score, weighted, plain = index.evidence(query, rows, allowed)
+            np.testing.assert_allclose(score, index.scores(query, allowed)[rows], rtol=1e-4, atol=1e-6)
+            terms = [t for t in dict.fromkeys(TOKENIZE(query)) if t in DF]
+            for j, r in enumerate(rows):
+                present = [t for t in terms if t in CORPUS[r]]
+                assert plain[j] == pytest.approx(len(present) / len(terms) if terms else 0.0)
