@@ -113,7 +113,8 @@ def scale_run(embedder, n_chunks: int = 100_000) -> dict:
     b, d = Bm25Retriever(bm25, table), DenseRetriever(dense, embedder.encode_query, table)
     retrievers = {"bm25": b, "dense": d, "hybrid": HybridRetriever(b, d)}
     queries = [" ".join(words[row]) for row in rng.choice(len(words), size=(200, 6), p=zipf)]
-    out = {"chunks": n_chunks, "bm25_build_s": round(bm25_build, 2), "principal": "group-less reader (half the chunks readable)"}
+    out = {"chunks": n_chunks, "bm25_build_s": round(bm25_build, 2), "dense_index": dense.kind,
+           "principal": "group-less reader (half the chunks readable)"}
     for name, r in retrievers.items():
         lat = []
         embedder.clear_cache()

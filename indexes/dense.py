@@ -1,8 +1,11 @@
 """Dense retrieval index: FAISS inner product over L2-normalised embeddings (= cosine).
 
-`IndexFlatIP` is exact; at 100k x 384 a filtered query costs about 5 ms here, so no
-approximate index is needed at the sizes Quarry targets. ACLs are applied with an
-`IDSelectorBitmap` inside the search, so unauthorized rows are never scored.
+Both index kinds scan every allowed row, so a query always gets min(k, allowed) results:
+`IndexFlatIP` (exact float32) below SQ8_FROM rows, and above it `IndexScalarQuantizer`
+with 8-bit codes, which reads a quarter of the memory per query (a flat scan of 100k x 384
+floats measured 10-17 ms here, bound by memory bandwidth; 8-bit codes about 5 ms) at a small
+cost in score precision. ACLs are applied with an `IDSelectorBitmap` inside the search, so
+unauthorized rows are never scored.
 """
 
 from __future__ import annotations
@@ -11,6 +14,8 @@ from pathlib import Path
 
 import faiss
 import numpy as np
+
+SQ8_FROM = 50_000  # rows from which the 8-bit index is used
 
 
 class DenseIndex:
@@ -28,11 +33,20 @@ class DenseIndex:
         return int(self._index.d)
 
     @classmethod
-    def build(cls, vectors: np.ndarray) -> DenseIndex:
-        index = faiss.IndexFlatIP(vectors.shape[1])
+    def build(cls, vectors: np.ndarray, sq8_from: int | None = None) -> DenseIndex:
+        vectors = np.ascontiguousarray(vectors, dtype=np.float32)
+        if len(vectors) >= (SQ8_FROM if sq8_from is None else sq8_from):
+            index = faiss.IndexScalarQuantizer(vectors.shape[1], faiss.ScalarQuantizer.QT_8bit, faiss.METRIC_INNER_PRODUCT)
+            index.train(vectors)
+        else:
+            index = faiss.IndexFlatIP(vectors.shape[1])
         if len(vectors):
-            index.add(np.ascontiguousarray(vectors, dtype=np.float32))
+            index.add(vectors)
         return cls(index)
+
+    @property
+    def kind(self) -> str:
+        return "sq8" if isinstance(self._index, faiss.IndexScalarQuantizer) else "flat"
 
     def save(self, path: Path) -> None:
         faiss.write_index(self._index, str(path))

@@ -124,3 +124,21 @@ def test_killed_ingest_leaves_the_previous_snapshot_loadable_and_answering(index
         engine.close()
     build_snapshot([MINI], index_copy, embedder)  # the next build clears the leftovers
     assert not list((index_copy / "snapshots").glob(".building-*"))
+
+
+def test_large_dense_index_uses_8bit_codes_and_still_returns_k_allowed_rows():
+    import numpy as np
+
+    from indexes.dense import DenseIndex
+
+    rng = np.random.default_rng(0)
+    vectors = rng.standard_normal((3000, 32)).astype(np.float32)
+    vectors /= np.linalg.norm(vectors, axis=1, keepdims=True)
+    flat, sq8 = DenseIndex.build(vectors), DenseIndex.build(vectors, sq8_from=1000)
+    assert (flat.kind, sq8.kind) == ("flat", "sq8")
+    allowed = rng.random(3000) < 0.01
+    for q in vectors[:20]:
+        rows, _ = sq8.top_k(q, allowed, 10)
+        assert len(rows) == min(10, int(allowed.sum())) and allowed[rows].all()
+        exact, _ = flat.top_k(q, allowed, 10)
+        assert len(set(rows) & set(exact)) >= 8

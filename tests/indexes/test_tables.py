@@ -60,3 +60,28 @@ def test_tables_are_recorded_in_the_manifest(tables_index):
     assert manifest["counts"]["tables"] == 3
     assert manifest["tables"]["tickets"]["row_acl"] is True
     assert manifest["tables"]["deployments"]["acl"] == ["group:sre", "group:admin"]
+
+
+def test_parquet_files_become_tables_with_list_row_acls(tmp_path, embedder):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from indexes.catalog import Catalog, SqlRunner
+    from retrieval.retrievers.sql import SqlRetriever
+    from retrieval.types import Principal
+
+    src = tmp_path / "src"
+    src.mkdir()
+    pq.write_table(pa.table({"shipment_id": ["S1", "S2", "S3"], "kg": [10.5, 20.0, 7.25],
+                             "acl": [["public"], ["group:ops"], ["bob"]]}), src / "Shipments.parquet")
+    write(src / "Shipments.acl.json", json.dumps({"acl": ["public"]}))
+    index = tmp_path / "index"
+    build_snapshot([src], index, embedder)
+    catalog = Catalog(current_snapshot_path(index) / "catalog.duckdb")
+    try:
+        sql = SqlRetriever(SqlRunner(catalog))
+        ops = Principal("olga", ("ops",), frozenset({"query", "sql"}))
+        assert sql.run_statement("SELECT shipment_id, kg FROM shipments ORDER BY 1", ops).rows == (("S1", 10.5), ("S2", 20.0))
+        assert sql.run_statement("SELECT sum(kg) FROM shipments", Principal("bob", (), frozenset({"sql"}))).rows == ((17.75,),)
+    finally:
+        catalog.close()

@@ -1,0 +1,57 @@
+"""The `quarry` command line, run as a real subprocess."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+from tests.conftest import ROOT
+
+
+def quarry(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "routes.cli", *args], cwd=ROOT, capture_output=True, text=True, timeout=300)
+
+
+def test_search_prints_hits_as_json(mini_index):
+    out = quarry("search", "INC-2077", "--retriever", "exact", "--index", str(mini_index), "--principal", "erin")
+    assert out.returncode == 0, out.stderr
+    hits = json.loads(out.stdout)["hits"]
+    assert {h["doc_id"] for h in hits} == {"m05", "m06"} and all(h["trust"] == "untrusted_evidence" for h in hits)
+
+
+def test_unknown_retriever_is_a_typed_error_with_nonzero_exit(mini_index):
+    out = quarry("search", "x", "--retriever", "nope", "--index", str(mini_index), "--principal", "erin")
+    assert out.returncode == 2
+    assert json.loads(out.stdout)["error"]["code"] == "invalid_request"
+
+
+def test_rejected_sql_prints_the_error_and_exits_nonzero(tables_index):
+    out = quarry("sql", "DROP TABLE incidents", "--index", str(tables_index), "--principal", "erin")
+    assert out.returncode == 2
+    err = json.loads(out.stdout)["error"]
+    assert err["code"] == "sql_rejected" and "DROP" in err["message"]
+
+
+def test_sql_applies_row_acls_for_the_cli_principal(tables_index):
+    erin = json.loads(quarry("sql", "SELECT count(*) FROM tickets", "--index", str(tables_index), "--principal", "erin").stdout)
+    bob = json.loads(quarry("sql", "SELECT count(*) FROM tickets", "--index", str(tables_index), "--principal", "bob",
+                            "--groups", "finance").stdout)
+    assert erin["rows"]["data"][0][0] < bob["rows"]["data"][0][0]
+
+
+def test_query_answers_with_the_answer_shape(mini_index):
+    out = quarry("query", "carrier webhook retries", "--index", str(mini_index), "--principal", "erin")
+    assert out.returncode == 0, out.stderr
+    answer = json.loads(out.stdout)
+    assert set(answer) == {"status", "context", "rows", "gap", "constraints", "route", "attempts", "stop_reason", "trace_id", "elapsed_ms"}
+    assert answer["status"] in {"answer_context", "evidence_gap"} and answer["attempts"]
+
+
+def test_ingest_with_a_bad_file_names_file_and_line(tmp_path):
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"id": "a", "text": "ok"}\n{"id": "b", "text": ""}\n')
+    out = quarry("ingest", str(bad), "--index", str(tmp_path / "index"))
+    assert out.returncode == 2
+    assert json.loads(out.stdout)["error"]["message"].endswith("bad.jsonl:2: document 'b' has no text")
+    assert not (tmp_path / "index" / "CURRENT").exists()
