@@ -1,24 +1,192 @@
-"""The FastAPI application factory: it only composes routers around one Engine."""
+"""The FastAPI application factory: it composes routers around objects built once.
+
+`create_app(settings)` loads the engine in the lifespan (or takes a ready one, so tests can
+run two apps side by side) and wires auth, limits, metrics, the audit trail and errors.
+"""
 
 from __future__ import annotations
 
-from typing import Any
+import logging
+import time
+import uuid
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
+from typing import Any, AsyncIterator
 
-from fastapi import FastAPI
+from fastapi import FastAPI, Request, Response
+from starlette.concurrency import run_in_threadpool
+from starlette.types import ASGIApp, Receive, Scope, Send
 
-from routes.engine import Engine
+from retrieval.types import Filters, Principal
+from routes.api import build_router
+from routes.audit import AuditLog, AuditRecord
+from routes.auth import Gate
+from routes.engine import Engine, open_engine
+from routes.errors import STATUS, error_body, install_error_handlers
+from routes.keys import KeyStore
+from routes.metrics import Metrics
+from routes.settings import Settings
+
+log = logging.getLogger("quarry.http")
+READINESS_PROBE = Principal("quarry-readiness")
 
 
-def create_app(engine: Engine) -> FastAPI:
-    app = FastAPI(title="Quarry", version="0.1.0", description="Agentic retrieval service.")
-    app.state.engine = engine
+@dataclass
+class AppState:
+    """What handlers reach through `request.app.state.quarry`."""
 
-    @app.get("/healthz", tags=["ops"])
-    def healthz() -> dict[str, Any]:
-        return {"status": "ok"}
+    settings: Settings
+    engine: Engine | None
+    keys: KeyStore | None
+    gate: Gate
+    metrics: Metrics = field(default_factory=Metrics)
+    audit: AuditLog | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
 
-    @app.get("/readyz", tags=["ops"])
-    def readyz() -> dict[str, Any]:
-        return {"status": "ready", "snapshot": engine.snapshot.manifest["snapshot"], "counts": engine.snapshot.manifest["counts"]}
+
+class BodyLimit:
+    """Reject bodies over `max_bytes` with 413 before any handler parses them."""
+
+    def __init__(self, app: ASGIApp, max_bytes: int) -> None:
+        self.app = app
+        self.max_bytes = max_bytes
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or scope["method"] in ("GET", "HEAD", "OPTIONS"):
+            await self.app(scope, receive, send)
+            return
+        declared = dict(scope.get("headers") or []).get(b"content-length")
+        if declared is not None and declared.isdigit() and int(declared) > self.max_bytes:
+            await self._reject(send)
+            return
+        chunks, size, more = [], 0, True
+        while more:
+            message = await receive()
+            if message["type"] == "http.disconnect":
+                return
+            body = message.get("body", b"")
+            size += len(body)
+            if size > self.max_bytes:
+                await self._reject(send)
+                return
+            chunks.append(body)
+            more = message.get("more_body", False)
+        replayed = False
+
+        async def replay() -> dict:
+            nonlocal replayed
+            if replayed:
+                return await receive()
+            replayed = True
+            return {"type": "http.request", "body": b"".join(chunks), "more_body": False}
+
+        await self.app(scope, replay, send)
+
+    async def _reject(self, send: Send) -> None:
+        import json
+
+        body = json.dumps(error_body("payload_too_large", f"request body exceeds {self.max_bytes} bytes")).encode()
+        await send({"type": "http.response.start", "status": 413,
+                    "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]})
+        await send({"type": "http.response.body", "body": body})
+
+
+def create_app(settings: Settings, engine: Engine | None = None, keys: KeyStore | None = None) -> FastAPI:
+    """Build the app. Without `engine`, the lifespan loads the index of `settings` once."""
+    state = AppState(settings, engine, keys if keys is not None else (KeyStore(settings.keys_file) if settings.keys_file else None),
+                     Gate(settings.rate_per_second, settings.burst, settings.max_concurrent_per_key))
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        owned = state.engine is None
+        if owned:
+            from indexes.embedder import Embedder
+
+            state.engine = await run_in_threadpool(
+                open_engine, settings.index_dir, Embedder(settings.model_path), settings.limits, settings.today, None,
+                settings.workers,
+            )
+        state.audit = AuditLog(settings.audit_path or settings.index_dir / "audit.duckdb", settings.audit_questions)
+        try:
+            async with _mounted_lifespans(app):
+                yield
+        finally:
+            state.audit.close()
+            if owned and state.engine is not None:
+                state.engine.close()
+
+    app = FastAPI(title="Quarry", version="0.1.0", lifespan=lifespan,
+                  description="Agentic retrieval: answer contexts with provenance, or typed evidence gaps.")
+    app.state.quarry = state
+    app.add_middleware(BodyLimit, max_bytes=settings.max_body_bytes)
+    install_error_handlers(app)
+    app.include_router(build_router())
+    _add_ops_routes(app, state)
+
+    @app.middleware("http")
+    async def observe(request: Request, call_next: Any) -> Response:
+        started = time.perf_counter()
+        response = await call_next(request)
+        seconds = time.perf_counter() - started
+        route = request.scope.get("route")
+        endpoint = getattr(route, "path", "unmatched")
+        status = response.status_code
+        state.metrics.requests.labels(endpoint, str(status)).inc()
+        state.metrics.latency.labels(endpoint, str(status)).observe(seconds)
+        if status >= 400:
+            code = next((c for c, s in STATUS.items() if s == status), "internal")
+            state.metrics.errors.labels(code).inc()
+        if endpoint.startswith("/v1/") and state.audit is not None:
+            info = getattr(request.state, "audit", {}) or {}
+            caller = getattr(request.state, "caller", None)
+            trace = info.get("trace_id") or uuid.uuid4().hex
+            response.headers["X-Trace-Id"] = trace
+            state.audit.record(AuditRecord(
+                trace_id=trace, endpoint=endpoint, http_status=status,
+                key_id=caller.key_id if caller else None, principal=caller.principal.id if caller else None,
+                outcome=info.get("outcome"), route=info.get("route"), attempts=info.get("attempts"),
+                stop_reason=info.get("stop_reason"), latency_ms=round(seconds * 1000, 3), question=info.get("question"),
+            ))
+        return response
 
     return app
+
+
+@asynccontextmanager
+async def _mounted_lifespans(app: FastAPI) -> AsyncIterator[None]:
+    """Run the lifespans that mounted sub-apps registered (the MCP session manager)."""
+    hooks = getattr(app.state, "lifespan_hooks", [])
+    if not hooks:
+        yield
+        return
+    from contextlib import AsyncExitStack
+
+    async with AsyncExitStack() as stack:
+        for hook in hooks:
+            await stack.enter_async_context(hook())
+        yield
+
+
+def _add_ops_routes(app: FastAPI, state: AppState) -> None:
+    @app.get("/healthz", tags=["ops"], summary="The process is up")
+    async def healthz() -> dict:
+        return {"status": "ok"}
+
+    @app.get("/readyz", tags=["ops"], summary="The index is loaded and answering",
+             responses={503: {"description": "Not ready"}})
+    async def readyz() -> Response:
+        import json
+
+        engine = state.engine
+        try:
+            await run_in_threadpool(engine.retrievers["bm25"].search, "readiness", READINESS_PROBE, 1, Filters())
+            body = {"status": "ready", "snapshot": engine.snapshot.manifest["snapshot"], "counts": engine.snapshot.manifest["counts"]}
+            return Response(json.dumps(body), media_type="application/json")
+        except Exception as exc:  # noqa: BLE001 - readiness reports, it does not raise
+            log.warning("readiness probe failed: %s", type(exc).__name__)
+            return Response(json.dumps(error_body("retrieval_unavailable", "index not answering", True)),
+                            status_code=503, media_type="application/json")
+
+    @app.get("/metrics", tags=["ops"], summary="Prometheus metrics")
+    async def metrics() -> Response:
+        return Response(state.metrics.render(), media_type="text/plain; version=0.0.4")

@@ -146,18 +146,46 @@ def cmd_sql(args: argparse.Namespace) -> int:
     return 0
 
 
+def _settings(args: argparse.Namespace, **extra: Any):
+    from dataclasses import replace
+
+    from routes.settings import Settings
+
+    s = Settings().with_env()
+    changes = {"index_dir": Path(args.index), "host": args.host, "port": args.port, **extra}
+    if getattr(args, "keys", None):
+        changes["keys_file"] = Path(args.keys)
+    if getattr(args, "model_path", None):
+        changes["model_path"] = Path(args.model_path)
+    return replace(s, **changes)
+
+
 def cmd_serve(args: argparse.Namespace) -> int:
     from routes.server import serve
 
-    serve(Path(args.index), host=args.host, port=args.port, keys_file=Path(args.keys) if args.keys else None,
-          model_path=args.model_path)
+    serve(_settings(args))
     return 0
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
     from routes.demo import run_demo
 
-    run_demo(Path(args.index), Path(args.keys), args.host, args.port)
+    run_demo(_settings(args))
+    return 0
+
+
+def cmd_keys(args: argparse.Namespace) -> int:
+    """Add, list or revoke API keys; the plain key is printed once, only its hash is stored."""
+    from routes.keys import KeyStore
+
+    store = KeyStore(Path(args.keys))
+    if args.keys_command == "add":
+        token, rec = store.add(args.principal, args.groups or [], args.scopes or ["query"])
+        _emit({"key": token, **rec.public(), "note": "store this key now: it is not shown again"})
+    elif args.keys_command == "list":
+        _emit({"keys": [r.public() for r in store.records()]})
+    else:
+        _emit({"revoked": store.revoke(args.key_id).public()})
     return 0
 
 
@@ -231,6 +259,20 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("--host", default="127.0.0.1")
     sp.add_argument("--port", type=int, default=8000)
     sp.set_defaults(func=cmd_serve)
+
+    sp = sub.add_parser("keys", help="manage API keys (stored hashed)")
+    ks = sp.add_subparsers(dest="keys_command", required=True)
+    add = ks.add_parser("add", help="create a key for a principal and print it once")
+    add.add_argument("--principal", required=True)
+    add.add_argument("--groups", nargs="*", default=[])
+    add.add_argument("--scopes", nargs="*", default=["query"], help="some of: query sql admin")
+    add.add_argument("--keys", required=True, help="keys file")
+    lst = ks.add_parser("list", help="list keys (never the secrets)")
+    lst.add_argument("--keys", required=True)
+    rev = ks.add_parser("revoke", help="revoke a key by id; a running server stops accepting it")
+    rev.add_argument("key_id")
+    rev.add_argument("--keys", required=True)
+    sp.set_defaults(func=cmd_keys)
 
     sp = sub.add_parser("demo", help="ingest the demo corpus if needed, create demo keys and serve")
     sp.add_argument("--index", default="var/demo-index")

@@ -92,6 +92,10 @@ class KeyStore:
 
     def authenticate(self, token: str | None) -> Principal:
         """The principal of a valid, unrevoked key; anything else is `unauthenticated`."""
+        return self.authenticate_key(token).to_principal()
+
+    def authenticate_key(self, token: str | None) -> KeyRecord:
+        """The record of a valid, unrevoked key; anything else is `unauthenticated`."""
         if not token or not token.startswith(PREFIX) or len(token) > 200:
             raise Unauthenticated("missing or malformed API key")
         key_id = token[len(PREFIX):].split("_", 1)[0]
@@ -100,7 +104,7 @@ class KeyStore:
         expected = rec.sha256 if rec else "0" * 64
         if not hmac.compare_digest(_digest(token), expected) or rec is None or rec.revoked_at:
             raise Unauthenticated("invalid or revoked API key")
-        return rec.to_principal()
+        return rec
 
     # -- writing (CLI) -------------------------------------------------------------------
     @contextmanager

@@ -86,3 +86,65 @@ def demo_engine(demo_index, embedder):
     eng = open_engine(demo_index, embedder, today=date(2025, 11, 1))
     yield eng
     eng.close()
+
+
+class LiveServer:
+    """A real uvicorn server on a free loopback port, in a thread of the test process."""
+
+    def __init__(self, app) -> None:
+        import socket
+        import threading
+
+        import uvicorn
+
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            self.port = s.getsockname()[1]
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=self.port, log_level="warning", lifespan="on"))
+        self.thread = threading.Thread(target=self.server.run, daemon=True)
+
+    def __enter__(self) -> "LiveServer":
+        import time
+
+        self.thread.start()
+        deadline = time.monotonic() + 60
+        while not self.server.started:
+            assert self.thread.is_alive() and time.monotonic() < deadline, "server did not start"
+            time.sleep(0.02)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.server.should_exit = True
+        self.thread.join(timeout=10)
+
+
+@pytest.fixture(scope="session")
+def http_keys(tmp_path_factory):
+    from routes.keys import KeyStore
+
+    store = KeyStore(tmp_path_factory.mktemp("keys") / "keys.json")
+    keys = {
+        "alice": store.add("alice", ["sre"], ["query", "sql"])[0],
+        "bob": store.add("bob", ["finance"], ["query"])[0],
+        "erin": store.add("erin", [], ["query"])[0],
+    }
+    return store, keys
+
+
+@pytest.fixture(scope="session")
+def live(demo_engine, http_keys, tmp_path_factory):
+    from dataclasses import replace
+
+    from routes.app import create_app
+    from routes.settings import Settings
+
+    store, keys = http_keys
+    settings = replace(Settings(), index_dir=tmp_path_factory.mktemp("srv"), rate_per_second=1000.0, burst=1000,
+                       max_concurrent_per_key=64)
+    app = create_app(settings, engine=demo_engine, keys=store)
+    with LiveServer(app) as server:
+        server.keys = keys
+        server.store = store
+        server.app = app
+        yield server

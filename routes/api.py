@@ -1,0 +1,101 @@
+"""The /v1 router: query, search, sql and documents, each behind a bearer key and a scope."""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any
+
+from fastapi import APIRouter, Depends, Request
+from starlette.concurrency import run_in_threadpool
+
+from retrieval.answer import hit_json, hits_json, result_json
+from retrieval.errors import NotFound
+from retrieval.search import search
+from retrieval.sql.translate import Decline
+from retrieval.types import Filters
+from routes.auth import Caller, caller_from_header, require_scope
+from routes.schemas import (Answer, DocumentOut, QueryIn, SearchIn, SqlIn, SqlOut, SearchOut, error_responses)
+
+ERRORS = error_responses(400, 401, 403, 413, 422, 429, 503)
+
+
+def current_caller(request: Request) -> Caller:
+    caller = caller_from_header(request.app.state.quarry.keys, request.headers.get("authorization"))
+    request.state.caller = caller
+    return caller
+
+
+def _filters(f: Any) -> Filters:
+    return f.to_filters() if f is not None else Filters()
+
+
+def build_router() -> APIRouter:
+    router = APIRouter(prefix="/v1", tags=["retrieval"])
+
+    @router.post("/query", response_model=Answer, responses=ERRORS,
+                 summary="Answer a question: an answer context or a typed evidence gap")
+    async def query(body: QueryIn, request: Request, caller: Caller = Depends(current_caller)) -> dict:
+        require_scope(caller, "query")
+        state = request.app.state.quarry
+        with state.gate.enter(caller.key_id):
+            result = await run_in_threadpool(
+                state.engine.query, body.question, caller.principal, k=body.k, max_attempts=body.max_attempts,
+                deadline_ms=body.deadline_ms, filters=_filters(body.filters),
+            )
+        out = result_json(result)
+        request.state.audit = {"outcome": result.status if not result.gap else f"gap:{result.gap['reason']}",
+                               "route": result.decision.chosen, "attempts": len(result.attempts),
+                               "stop_reason": result.stop_reason, "question": body.question, "trace_id": result.trace_id}
+        state.metrics.attempts.observe(len(result.attempts))
+        state.metrics.routes.labels(result.decision.chosen).inc()
+        state.metrics.outcomes.labels(result.status, (result.gap or {}).get("reason", "")).inc()
+        return out
+
+    @router.post("/search", response_model=SearchOut, responses=ERRORS, summary="Run one retriever")
+    async def search_one(body: SearchIn, request: Request, caller: Caller = Depends(current_caller)) -> dict:
+        require_scope(caller, "query")
+        state = request.app.state.quarry
+        with state.gate.enter(caller.key_id):
+            hits = await run_in_threadpool(search, state.engine.retrievers, body.retriever, body.query, caller.principal,
+                                           body.k, _filters(body.filters), state.engine.limits)
+        trace = uuid.uuid4().hex
+        request.state.audit = {"outcome": "hits", "route": body.retriever, "question": body.query, "trace_id": trace}
+        return {"retriever": body.retriever, "hits": hits_json(hits), "trace_id": trace}
+
+    @router.post("/sql", response_model=SqlOut, responses=ERRORS,
+                 summary="Run one read-only SELECT (sql scope) or translate a question to SQL")
+    async def sql(body: SqlIn, request: Request, caller: Caller = Depends(current_caller)) -> dict:
+        state = request.app.state.quarry
+        trace = uuid.uuid4().hex
+        with state.gate.enter(caller.key_id):
+            if body.sql is not None:
+                require_scope(caller, "sql")
+                result = await run_in_threadpool(state.engine.sql.run_statement, body.sql, caller.principal)
+            else:
+                require_scope(caller, "query")
+                result = await run_in_threadpool(state.engine.sql.answer, body.question, caller.principal, state.engine.today)
+        request.state.audit = {"route": "sql", "question": body.question, "trace_id": trace,
+                               "outcome": "declined" if isinstance(result, Decline) else "rows"}
+        if isinstance(result, Decline):
+            return {"status": "declined", "rows": None, "trace_id": trace,
+                    "declined": {"reason": result.reason, "unlinked": list(result.unlinked)}}
+        return {"status": "rows", "rows": result.to_json(), "declined": None, "trace_id": trace}
+
+    @router.get("/documents/{doc_id}", response_model=DocumentOut, responses=error_responses(401, 403, 404, 429),
+                summary="One document the caller may read (404 otherwise, exactly as if it did not exist)")
+    async def document(doc_id: str, request: Request, caller: Caller = Depends(current_caller)) -> dict:
+        require_scope(caller, "query")
+        state = request.app.state.quarry
+        with state.gate.enter(caller.key_id):
+            doc = await run_in_threadpool(state.engine.snapshot.catalog.document, doc_id) if len(doc_id) <= 256 else None
+        if doc is None or not caller.principal.can_read(doc.acl):
+            raise NotFound(f"no document {doc_id[:80]!r}")
+        request.state.audit = {"outcome": "document"}
+        return {"doc_id": doc.id, "title": doc.title, "text": doc.text, "source": doc.source,
+                "date": doc.date.isoformat() if doc.date else None, "metadata": dict(doc.metadata),
+                "trust": "untrusted_evidence"}
+
+    return router
+
+
+__all__ = ["build_router", "current_caller", "hit_json"]

@@ -1,0 +1,117 @@
+"""The audit trail: one row per request in a DuckDB file of the index directory.
+
+Snapshot catalogs are immutable and replaced on every ingest, so the audit log lives beside
+them (`<index>/audit.duckdb`) and survives switches. Rows are written by one background
+thread; question text is stored only when configured (otherwise its length). Keys and
+secrets are never written.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import queue
+import threading
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+
+import duckdb
+
+log = logging.getLogger("quarry.audit")
+
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS audit (
+    ts TIMESTAMPTZ NOT NULL, trace_id VARCHAR NOT NULL, key_id VARCHAR, principal VARCHAR,
+    endpoint VARCHAR NOT NULL, http_status INTEGER NOT NULL, outcome VARCHAR, route VARCHAR,
+    attempts INTEGER, stop_reason VARCHAR, latency_ms DOUBLE, question_chars INTEGER, question VARCHAR
+)
+"""
+
+
+@dataclass(frozen=True)
+class AuditRecord:
+    trace_id: str
+    endpoint: str
+    http_status: int
+    key_id: str | None = None
+    principal: str | None = None
+    outcome: str | None = None
+    route: str | None = None
+    attempts: int | None = None
+    stop_reason: str | None = None
+    latency_ms: float | None = None
+    question: str | None = None
+
+
+class AuditLog:
+    def __init__(self, path: Path, keep_questions: bool = False) -> None:
+        self.keep_questions = keep_questions
+        try:
+            self._con = duckdb.connect(str(path))
+        except duckdb.IOException:  # another server holds the file: keep a log of our own
+            path = path.with_name(f"{path.stem}-{os.getpid()}{path.suffix}")
+            log.warning("audit database busy; writing to %s", path)
+            self._con = duckdb.connect(str(path))
+        self.path = path
+        self._con.execute(SCHEMA)
+        self._queue: queue.Queue[AuditRecord | threading.Event | None] = queue.Queue(maxsize=10_000)
+        self._thread = threading.Thread(target=self._run, name="quarry-audit", daemon=True)
+        self._thread.start()
+
+    def record(self, rec: AuditRecord) -> None:
+        try:
+            self._queue.put_nowait(rec)
+        except queue.Full:
+            log.error("audit queue full; dropping a record for trace %s", rec.trace_id)
+
+    def _run(self) -> None:
+        while True:
+            item = self._queue.get()
+            batch: list[AuditRecord] = []
+            flushes: list[threading.Event] = []
+            while True:
+                if item is None:
+                    self._write(batch)
+                    for f in flushes:
+                        f.set()
+                    return
+                if isinstance(item, threading.Event):
+                    flushes.append(item)
+                else:
+                    batch.append(item)
+                if len(batch) >= 500:
+                    break
+                try:
+                    item = self._queue.get_nowait()
+                except queue.Empty:
+                    break
+            self._write(batch)
+            for f in flushes:
+                f.set()
+
+    def _write(self, batch: list[AuditRecord]) -> None:
+        if not batch:
+            return
+        now = datetime.now(timezone.utc)
+        rows = [(now, r.trace_id, r.key_id, r.principal, r.endpoint, r.http_status, r.outcome, r.route, r.attempts,
+                 r.stop_reason, r.latency_ms, len(r.question) if r.question is not None else None,
+                 r.question if self.keep_questions else None) for r in batch]
+        try:
+            self._con.executemany("INSERT INTO audit VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", rows)
+        except duckdb.Error:
+            log.exception("could not write %d audit rows", len(rows))
+
+    def flush(self, timeout: float = 5.0) -> None:
+        """Wait until every record queued so far is written (tests and shutdown)."""
+        done = threading.Event()
+        self._queue.put(done)
+        done.wait(timeout)
+
+    def rows(self, limit: int = 1000) -> list[tuple]:
+        return self._con.cursor().execute("SELECT * FROM audit ORDER BY ts LIMIT ?", [limit]).fetchall()
+
+    def close(self) -> None:
+        self._queue.put(None)
+        self._thread.join(timeout=5)
+        self._con.close()

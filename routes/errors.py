@@ -1,0 +1,66 @@
+"""Domain errors to HTTP: one table of statuses and the handlers that apply it.
+
+Every error body is `{"error": {"code", "message", "retryable"}}`; nothing returns a stack
+trace. Unexpected exceptions are logged with the trace id and answered as `internal`.
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from retrieval.errors import RetrievalError
+
+log = logging.getLogger("quarry.http")
+
+STATUS = {
+    "invalid_request": 400, "unauthenticated": 401, "forbidden": 403, "not_found": 404,
+    "payload_too_large": 413, "sql_rejected": 400, "rate_limited": 429,
+    "retrieval_timeout": 503, "retrieval_unavailable": 503, "internal": 500,
+}
+_HTTP_CODES = {400: "invalid_request", 401: "unauthenticated", 403: "forbidden", 404: "not_found",
+               405: "invalid_request", 413: "payload_too_large", 415: "invalid_request", 422: "invalid_request",
+               429: "rate_limited", 503: "retrieval_unavailable"}
+
+
+def error_body(code: str, message: str, retryable: bool = False) -> dict:
+    return {"error": {"code": code, "message": message, "retryable": retryable}}
+
+
+def error_response(code: str, message: str, status: int | None = None, retryable: bool = False,
+                   headers: dict[str, str] | None = None) -> JSONResponse:
+    return JSONResponse(error_body(code, message, retryable), status_code=status or STATUS.get(code, 500), headers=headers)
+
+
+def install_error_handlers(app: FastAPI) -> None:
+    @app.exception_handler(RetrievalError)
+    async def domain(request: Request, exc: RetrievalError) -> JSONResponse:
+        headers = {"Retry-After": str(exc.context.get("retry_after", 1))} if exc.code == "rate_limited" else None
+        if exc.code == "unauthenticated":
+            headers = {"WWW-Authenticate": "Bearer"}
+        return error_response(exc.code, exc.message, retryable=exc.retryable, headers=headers)
+
+    @app.exception_handler(RequestValidationError)
+    async def validation(request: Request, exc: RequestValidationError) -> JSONResponse:
+        problems = []
+        for e in exc.errors()[:5]:
+            where = ".".join(str(p) for p in e.get("loc", ()) if p != "body") or "body"
+            problems.append(f"{where}: {e.get('msg', 'invalid')}")
+        return error_response("invalid_request", "; ".join(problems) or "invalid request", status=422)
+
+    @app.exception_handler(StarletteHTTPException)
+    async def http(request: Request, exc: StarletteHTTPException) -> JSONResponse:
+        code = _HTTP_CODES.get(exc.status_code, "invalid_request" if exc.status_code < 500 else "internal")
+        message = exc.detail if isinstance(exc.detail, str) else "request failed"
+        return error_response(code, message, status=exc.status_code, headers=getattr(exc, "headers", None))
+
+    @app.exception_handler(Exception)
+    async def unexpected(request: Request, exc: Exception) -> JSONResponse:
+        trace = uuid.uuid4().hex
+        log.error("internal error %s on %s %s", trace, request.method, request.url.path, exc_info=exc)
+        return error_response("internal", f"internal error (trace {trace})", status=500)

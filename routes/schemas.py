@@ -1,0 +1,159 @@
+"""Request and response models of the HTTP API (and the OpenAPI document at /docs).
+
+Requests are strict: unknown fields are rejected, a boolean is not an integer, strings and
+lists are bounded. Responses describe the answer shape shared with MCP and the CLI.
+"""
+
+from __future__ import annotations
+
+from datetime import date
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, StrictInt, StrictStr, model_validator
+
+from retrieval.limits import Limits
+from retrieval.types import Filters
+
+L = Limits()
+Question = Field(min_length=1, max_length=L.max_query_chars)
+Name = Field(min_length=1, max_length=256)
+
+
+class Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+
+class FiltersIn(Strict):
+    sources: list[StrictStr] | None = Field(default=None, max_length=L.max_filter_values, description="only these sources")
+    date_from: date | None = Field(default=None, description="only documents dated on or after (YYYY-MM-DD)")
+    date_to: date | None = Field(default=None, description="only documents dated on or before (YYYY-MM-DD)")
+    doc_ids: list[StrictStr] | None = Field(default=None, max_length=L.max_filter_values, description="only these documents")
+
+    model_config = ConfigDict(extra="forbid", strict=False)  # dates arrive as ISO strings
+
+    def to_filters(self) -> Filters:
+        return Filters(tuple(self.sources) if self.sources is not None else None, self.date_from, self.date_to,
+                       tuple(self.doc_ids) if self.doc_ids is not None else None)
+
+
+class QueryIn(Strict):
+    question: StrictStr = Question
+    k: StrictInt | None = Field(default=None, ge=1, le=L.max_k, description="passages in the context (default 8)")
+    max_attempts: StrictInt | None = Field(default=None, ge=1, le=L.max_attempts, description="retrieval attempts (default 3)")
+    deadline_ms: StrictInt | None = Field(default=None, ge=1, le=L.max_deadline_ms, description="time budget (default 2000)")
+    filters: FiltersIn | None = None
+
+
+class SearchIn(Strict):
+    query: StrictStr = Question
+    retriever: Literal["exact", "bm25", "dense", "hybrid"]
+    k: StrictInt | None = Field(default=None, ge=1, le=L.max_k)
+    filters: FiltersIn | None = None
+
+
+class SqlIn(Strict):
+    sql: StrictStr | None = Field(default=None, min_length=1, max_length=10_000, description="one read-only SELECT (needs the sql scope)")
+    question: StrictStr | None = Field(default=None, min_length=1, max_length=L.max_query_chars,
+                                       description="a question to translate to SQL")
+
+    @model_validator(mode="after")
+    def one_of(self) -> SqlIn:
+        if (self.sql is None) == (self.question is None):
+            raise ValueError("send exactly one of 'sql' or 'question'")
+        return self
+
+
+class Offsets(BaseModel):
+    start: int
+    end: int
+
+
+class ContextItem(BaseModel):
+    rank: int
+    chunk_id: str
+    doc_id: str
+    title: str | None
+    text: str
+    source: str | None
+    date: str | None
+    offsets: Offsets
+    score: float
+    retrievers: list[str]
+    trust: Literal["untrusted_evidence"]
+
+
+class Rows(BaseModel):
+    sql: str
+    columns: list[str]
+    data: list[list[Any]]
+    tables: list[str]
+    truncated: bool
+    doc_ids: list[str]
+
+
+class Gap(BaseModel):
+    reason: Literal["no_authorized_evidence", "insufficient_evidence", "constraint_unmet", "deadline_exceeded"]
+    missing: list[str]
+    detail: str
+    partial_context: bool
+
+
+class RouteOut(BaseModel):
+    chosen: str
+    scores: dict[str, float]
+    reason: str
+
+
+class Answer(BaseModel):
+    status: Literal["answer_context", "evidence_gap"]
+    context: list[ContextItem]
+    rows: Rows | None
+    gap: Gap | None
+    constraints: dict[str, Any]
+    route: RouteOut
+    attempts: list[dict[str, Any]]
+    stop_reason: Literal["sufficient", "attempts_exhausted", "deadline", "no_strategy_left"]
+    trace_id: str
+    elapsed_ms: float
+
+
+class SearchOut(BaseModel):
+    retriever: str
+    hits: list[ContextItem]
+    trace_id: str
+
+
+class SqlOut(BaseModel):
+    status: Literal["rows", "declined"]
+    rows: Rows | None
+    declined: dict[str, Any] | None
+    trace_id: str
+
+
+class DocumentOut(BaseModel):
+    doc_id: str
+    title: str | None
+    text: str
+    source: str | None
+    date: str | None
+    metadata: dict[str, Any]
+    trust: Literal["untrusted_evidence"]
+
+
+class ErrorDetail(BaseModel):
+    code: str
+    message: str
+    retryable: bool
+
+
+class ErrorOut(BaseModel):
+    error: ErrorDetail
+
+
+def error_responses(*statuses: int) -> dict[int | str, dict[str, Any]]:
+    """OpenAPI entries for the error statuses an endpoint can return."""
+    text = {400: "Invalid request or SQL rejected", 401: "Missing, malformed or revoked key", 403: "Missing scope",
+            404: "Not found (also for documents the caller may not read)", 413: "Body too large",
+            422: "Malformed body, unknown field or wrong type", 429: "Rate limited (see Retry-After)",
+            503: "Retrieval unavailable or timed out (retryable)"}
+    return {s: {"model": ErrorOut, "description": text[s]} for s in statuses}

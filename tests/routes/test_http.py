@@ -1,0 +1,168 @@
+"""The HTTP API over a real uvicorn server on loopback, called with httpx."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from dataclasses import replace
+
+import httpx
+import pytest
+
+from routes.app import create_app
+from routes.settings import Settings
+from tests.conftest import LiveServer
+
+BUDGET = "What is the Q3 2025 budget for the payments platform?"
+
+
+def auth(key: str) -> dict:
+    return {"Authorization": f"Bearer {key}"}
+
+
+def post(live, path: str, body, key: str | None = "alice", **kw) -> httpx.Response:
+    headers = auth(live.keys[key]) if key else {}
+    if isinstance(body, (bytes, str)):
+        return httpx.post(live.url + path, content=body, headers={**headers, "Content-Type": "application/json"}, timeout=30, **kw)
+    return httpx.post(live.url + path, json=body, headers=headers, timeout=30, **kw)
+
+
+def assert_error(r: httpx.Response, status: int, code: str) -> dict:
+    assert r.status_code == status, r.text
+    body = r.json()
+    assert set(body) == {"error"} and set(body["error"]) == {"code", "message", "retryable"}
+    assert body["error"]["code"] == code
+    return body["error"]
+
+
+def test_health_ready_and_metrics(live):
+    assert httpx.get(live.url + "/healthz").json() == {"status": "ok"}
+    ready = httpx.get(live.url + "/readyz").json()
+    assert ready["status"] == "ready" and ready["counts"]["documents"] == 186
+    post(live, "/v1/query", {"question": "carrier webhook retries"})
+    text = httpx.get(live.url + "/metrics").text
+    assert 'quarry_requests_total{endpoint="/v1/query",status="200"}' in text and "quarry_attempts_bucket" in text
+
+
+def test_two_principals_get_different_answers_to_the_same_question(live):
+    bob = post(live, "/v1/query", {"question": BUDGET}, key="bob").json()
+    alice = post(live, "/v1/query", {"question": BUDGET}, key="alice").json()
+    assert bob["status"] == "answer_context" and bob["context"][0]["doc_id"] == "note-finance-q3-2025-budget"
+    assert alice["status"] == "evidence_gap"
+    shown = json.dumps(alice)
+    assert "note-finance-q3-2025-budget" not in shown and "4.2" not in json.dumps(alice["context"])
+    assert all(c["trust"] == "untrusted_evidence" for c in bob["context"])
+
+
+def test_missing_malformed_unknown_and_revoked_keys_are_401(live):
+    assert_error(post(live, "/v1/query", {"question": "x"}, key=None), 401, "unauthenticated")
+    r = httpx.post(live.url + "/v1/query", json={"question": "x"}, headers={"Authorization": "Basic abc"})
+    assert_error(r, 401, "unauthenticated")
+    r = httpx.post(live.url + "/v1/query", json={"question": "x"}, headers=auth("qk_0000000000_notakey"))
+    assert_error(r, 401, "unauthenticated")
+    token, rec = live.store.add("mallory", [], ["query"])
+    assert httpx.post(live.url + "/v1/query", json={"question": "leave policy"}, headers=auth(token), timeout=30).status_code == 200
+    live.store.revoke(rec.key_id)  # no restart: the server re-reads the keys file
+    assert_error(httpx.post(live.url + "/v1/query", json={"question": "leave policy"}, headers=auth(token)), 401, "unauthenticated")
+
+
+def test_a_principal_in_the_body_is_rejected_not_honoured(live):
+    assert_error(post(live, "/v1/query", {"question": BUDGET, "principal": "bob"}, key="alice"), 422, "invalid_request")
+
+
+def test_sending_sql_needs_the_sql_scope(live):
+    assert_error(post(live, "/v1/sql", {"sql": "SELECT count(*) FROM incidents"}, key="bob"), 403, "forbidden")
+    ok = post(live, "/v1/sql", {"sql": "SELECT count(*) FROM incidents"}, key="alice").json()
+    assert ok["status"] == "rows" and ok["rows"]["data"] == [[120]]
+    rejected = assert_error(post(live, "/v1/sql", {"sql": "DROP TABLE incidents"}, key="alice"), 400, "sql_rejected")
+    assert "DROP" in rejected["message"]
+
+
+def test_questions_translate_to_sql_with_row_acls(live):
+    erin = post(live, "/v1/sql", {"question": "How many p1 tickets are there?"}, key="erin").json()
+    bob = post(live, "/v1/sql", {"question": "How many p1 tickets are there?"}, key="bob").json()
+    assert erin["rows"]["data"][0][0] < bob["rows"]["data"][0][0]
+    declined = post(live, "/v1/sql", {"question": "How many happy customers did we have?"}, key="erin").json()
+    assert declined["status"] == "declined" and declined["rows"] is None
+
+
+def test_unreadable_documents_are_404_exactly_like_missing_ones(live):
+    ok = httpx.get(live.url + "/v1/documents/note-finance-q3-2025-budget", headers=auth(live.keys["bob"]))
+    assert ok.status_code == 200 and ok.json()["trust"] == "untrusted_evidence"
+    hidden = httpx.get(live.url + "/v1/documents/note-finance-q3-2025-budget", headers=auth(live.keys["alice"]))
+    missing = httpx.get(live.url + "/v1/documents/note-finance-q3-2025-budgex", headers=auth(live.keys["alice"]))
+    assert hidden.status_code == missing.status_code == 404
+    assert hidden.json()["error"]["message"].replace("budget", "X") == missing.json()["error"]["message"].replace("budgex", "X")
+
+
+@pytest.mark.parametrize("body, status", [
+    ({"question": "x", "evil": 1}, 422),
+    ({"question": "x", "k": True}, 422),
+    ({"question": "x", "k": "3"}, 422),
+    ({"question": "x", "k": 51}, 422),
+    ({"question": "x" * 2001}, 422),
+    ({"question": 7}, 422),
+    ({}, 422),
+    ({"question": "x", "filters": {"sources": ["a"], "colour": "red"}}, 422),
+    ({"question": "x", "filters": {"date_from": "not a date"}}, 422),
+    ({"question": "x", "filters": {"date_from": "2025-02-01", "date_to": "2025-01-01"}}, 400),
+    ({"question": "   "}, 400),
+    ('{"question": ', 422),
+    ("[1, 2]", 422),
+    ("", 422),
+])
+def test_malformed_requests_get_the_error_shape(live, body, status):
+    assert_error(post(live, "/v1/query", body), status, "invalid_request")
+
+
+def test_oversized_bodies_are_413(live):
+    big = json.dumps({"question": "x", "filters": {"doc_ids": ["a" * 100] * 1000}})
+    assert_error(post(live, "/v1/query", big), 413, "payload_too_large")
+
+
+def test_unknown_routes_and_methods_use_the_error_shape(live):
+    assert_error(httpx.get(live.url + "/v1/nope"), 404, "not_found")
+    assert_error(httpx.get(live.url + "/v1/query", headers=auth(live.keys["alice"])), 405, "invalid_request")
+
+
+def test_blocking_work_runs_off_the_event_loop(live):
+    slow_sql = "SELECT count(*) FROM incidents a, incidents b, incidents c, incidents d"
+    done = {}
+
+    def slow():
+        done["r"] = post(live, "/v1/sql", {"sql": slow_sql}, key="alice")
+
+    t = threading.Thread(target=slow)
+    t.start()
+    time.sleep(0.3)
+    t0 = time.monotonic()
+    assert httpx.get(live.url + "/healthz").status_code == 200
+    quick = time.monotonic() - t0
+    t.join()
+    assert done["r"].status_code in (200, 503)
+    assert quick < 1.0  # answered while the slow statement was still running
+
+
+def test_rate_limit_answers_429_with_retry_after(demo_engine, http_keys, tmp_path):
+    store, keys = http_keys
+    settings = replace(Settings(), index_dir=tmp_path, rate_per_second=0.5, burst=2)
+    with LiveServer(create_app(settings, engine=demo_engine, keys=store)) as server:
+        codes = [httpx.post(server.url + "/v1/search", json={"query": "ledger", "retriever": "bm25"},
+                            headers=auth(keys["erin"]), timeout=30) for _ in range(3)]
+    assert [c.status_code for c in codes[:2]] == [200, 200]
+    assert_error(codes[2], 429, "rate_limited")
+    assert int(codes[2].headers["Retry-After"]) >= 1
+
+
+def test_audit_rows_record_requests_without_question_text(live):
+    post(live, "/v1/query", {"question": "How do parents take leave?"}, key="erin")
+    post(live, "/v1/query", {"question": "x", "k": 0}, key="erin")
+    audit = live.app.state.quarry.audit
+    audit.flush()
+    rows = [r for r in audit.rows(10_000) if r[3] == "erin"]
+    assert any(r[4] == "/v1/query" and r[5] == 200 and r[6] in ("answer_context", "gap:insufficient_evidence",
+               "gap:no_authorized_evidence", "gap:constraint_unmet") and r[8] >= 1 for r in rows)
+    assert any(r[5] == 422 for r in rows)
+    assert all(r[12] is None for r in rows)  # question text is off by default
+    assert any(r[11] == len("How do parents take leave?") for r in rows)
