@@ -1,4 +1,9 @@
-"""The /v1 router: query, search, sql and documents, each behind a bearer key and a scope."""
+"""The /v1 router: query, search, sql and documents, each behind a bearer key and a scope.
+
+The hot endpoints return a JSONResponse built from the shared answer shape: the response
+models document it in OpenAPI (and the contract test checks the bodies against them) without
+re-validating every answer on the way out.
+"""
 
 from __future__ import annotations
 
@@ -6,6 +11,7 @@ import uuid
 from typing import Any
 
 from fastapi import APIRouter, Depends, Request
+from fastapi.responses import JSONResponse
 from starlette.concurrency import run_in_threadpool
 
 from retrieval.answer import hit_json, hits_json, result_json
@@ -34,7 +40,7 @@ def build_router() -> APIRouter:
 
     @router.post("/query", response_model=Answer, responses=ERRORS,
                  summary="Answer a question: an answer context or a typed evidence gap")
-    async def query(body: QueryIn, request: Request, caller: Caller = Depends(current_caller)) -> dict:
+    async def query(body: QueryIn, request: Request, caller: Caller = Depends(current_caller)) -> JSONResponse:
         require_scope(caller, "query")
         state = request.app.state.quarry
         with state.gate.enter(caller.key_id):
@@ -49,10 +55,10 @@ def build_router() -> APIRouter:
         state.metrics.attempts.observe(len(result.attempts))
         state.metrics.routes.labels(result.decision.chosen).inc()
         state.metrics.outcomes.labels(result.status, (result.gap or {}).get("reason", "")).inc()
-        return out
+        return JSONResponse(out)
 
     @router.post("/search", response_model=SearchOut, responses=ERRORS, summary="Run one retriever")
-    async def search_one(body: SearchIn, request: Request, caller: Caller = Depends(current_caller)) -> dict:
+    async def search_one(body: SearchIn, request: Request, caller: Caller = Depends(current_caller)) -> JSONResponse:
         require_scope(caller, "query")
         state = request.app.state.quarry
         with state.gate.enter(caller.key_id):
@@ -60,7 +66,7 @@ def build_router() -> APIRouter:
                                            body.k, _filters(body.filters), state.engine.limits)
         trace = uuid.uuid4().hex
         request.state.audit = {"outcome": "hits", "route": body.retriever, "question": body.query, "trace_id": trace}
-        return {"retriever": body.retriever, "hits": hits_json(hits), "trace_id": trace}
+        return JSONResponse({"retriever": body.retriever, "hits": hits_json(hits), "trace_id": trace})
 
     @router.post("/sql", response_model=SqlOut, responses=ERRORS,
                  summary="Run one read-only SELECT (sql scope) or translate a question to SQL")

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any, AsyncIterator
 
 from fastapi import FastAPI, Request, Response
+from fastapi.responses import PlainTextResponse
 from starlette.concurrency import run_in_threadpool
 from starlette.types import ASGIApp, Receive, Scope, Send
 
@@ -25,6 +26,7 @@ from routes.engine import Engine, open_engine
 from routes.errors import STATUS, error_body, install_error_handlers
 from routes.keys import KeyStore
 from routes.metrics import Metrics
+from routes.schemas import ErrorOut
 from routes.settings import Settings
 
 log = logging.getLogger("quarry.http")
@@ -42,6 +44,56 @@ class AppState:
     metrics: Metrics = field(default_factory=Metrics)
     audit: AuditLog | None = None
     extra: dict[str, Any] = field(default_factory=dict)
+
+
+class Observe:
+    """Metrics for every request and an audit row for every /v1 request (pure ASGI: no body copies)."""
+
+    def __init__(self, app: ASGIApp, state: AppState) -> None:
+        self.app = app
+        self.state = state
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        started = time.perf_counter()
+        status = 500
+        scope.setdefault("state", {})
+        trace = uuid.uuid4().hex
+
+        async def send_wrapper(message: dict) -> None:
+            nonlocal status
+            if message["type"] == "http.response.start":
+                status = message["status"]
+                if scope["path"].startswith("/v1/"):
+                    info = scope["state"].get("audit") or {}
+                    message = {**message, "headers": [*message.get("headers", []),
+                                                      (b"x-trace-id", (info.get("trace_id") or trace).encode())]}
+            await send(message)
+
+        try:
+            await self.app(scope, receive, send_wrapper)
+        finally:
+            self._record(scope, status, time.perf_counter() - started, trace)
+
+    def _record(self, scope: Scope, status: int, seconds: float, trace: str) -> None:
+        state = self.state
+        endpoint = getattr(scope.get("route"), "path", "unmatched")
+        state.metrics.requests.labels(endpoint, str(status)).inc()
+        state.metrics.latency.labels(endpoint, str(status)).observe(seconds)
+        if status >= 400:
+            code = next((c for c, s in STATUS.items() if s == status), "internal")
+            state.metrics.errors.labels(code).inc()
+        if endpoint.startswith("/v1/") and state.audit is not None:
+            info = scope["state"].get("audit") or {}
+            caller = scope["state"].get("caller")
+            state.audit.record(AuditRecord(
+                trace_id=info.get("trace_id") or trace, endpoint=endpoint, http_status=status,
+                key_id=caller.key_id if caller else None, principal=caller.principal.id if caller else None,
+                outcome=info.get("outcome"), route=info.get("route"), attempts=info.get("attempts"),
+                stop_reason=info.get("stop_reason"), latency_ms=round(seconds * 1000, 3), question=info.get("question"),
+            ))
 
 
 class BodyLimit:
@@ -123,32 +175,7 @@ def create_app(settings: Settings, engine: Engine | None = None, keys: KeyStore 
     app.include_router(build_router())
     _add_ops_routes(app, state)
 
-    @app.middleware("http")
-    async def observe(request: Request, call_next: Any) -> Response:
-        started = time.perf_counter()
-        response = await call_next(request)
-        seconds = time.perf_counter() - started
-        route = request.scope.get("route")
-        endpoint = getattr(route, "path", "unmatched")
-        status = response.status_code
-        state.metrics.requests.labels(endpoint, str(status)).inc()
-        state.metrics.latency.labels(endpoint, str(status)).observe(seconds)
-        if status >= 400:
-            code = next((c for c, s in STATUS.items() if s == status), "internal")
-            state.metrics.errors.labels(code).inc()
-        if endpoint.startswith("/v1/") and state.audit is not None:
-            info = getattr(request.state, "audit", {}) or {}
-            caller = getattr(request.state, "caller", None)
-            trace = info.get("trace_id") or uuid.uuid4().hex
-            response.headers["X-Trace-Id"] = trace
-            state.audit.record(AuditRecord(
-                trace_id=trace, endpoint=endpoint, http_status=status,
-                key_id=caller.key_id if caller else None, principal=caller.principal.id if caller else None,
-                outcome=info.get("outcome"), route=info.get("route"), attempts=info.get("attempts"),
-                stop_reason=info.get("stop_reason"), latency_ms=round(seconds * 1000, 3), question=info.get("question"),
-            ))
-        return response
-
+    app.add_middleware(Observe, state=state)
     return app
 
 
@@ -173,7 +200,8 @@ def _add_ops_routes(app: FastAPI, state: AppState) -> None:
         return {"status": "ok"}
 
     @app.get("/readyz", tags=["ops"], summary="The index is loaded and answering",
-             responses={503: {"description": "Not ready"}})
+             responses={200: {"content": {"application/json": {"schema": {"type": "object"}}}, "description": "Ready"},
+                        503: {"model": ErrorOut, "description": "Not ready"}})
     async def readyz() -> Response:
         import json
 
@@ -187,6 +215,7 @@ def _add_ops_routes(app: FastAPI, state: AppState) -> None:
             return Response(json.dumps(error_body("retrieval_unavailable", "index not answering", True)),
                             status_code=503, media_type="application/json")
 
-    @app.get("/metrics", tags=["ops"], summary="Prometheus metrics")
+    @app.get("/metrics", tags=["ops"], summary="Prometheus metrics", response_class=PlainTextResponse,
+             responses={200: {"content": {"text/plain": {"schema": {"type": "string"}}}, "description": "Prometheus text format"}})
     async def metrics() -> Response:
-        return Response(state.metrics.render(), media_type="text/plain; version=0.0.4")
+        return PlainTextResponse(state.metrics.render())

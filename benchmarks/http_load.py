@@ -1,0 +1,172 @@
+"""HTTP load against a real `quarry serve` process on loopback (the demo index).
+
+    .venv/bin/python benchmarks/http_load.py [--seconds 30] [--clients 16]
+
+For the bm25 route (POST /v1/search) and auto routing (POST /v1/query): 16 concurrent
+clients for 30 s each, throughput, latency p50/p95/p99 and errors. HTTP overhead is measured
+without queueing: one client, sequential requests, server p50 minus the p50 of the same
+calls made in-process on the same index. Writes benchmarks/results/http_load.json.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import argparse
+import asyncio
+import json
+import os
+import random
+import signal
+import subprocess
+import time
+from datetime import date
+
+import httpx
+
+from benchmarks.common import CACHE, ROOT, machine, write_json
+from indexes.embedder import Embedder
+from retrieval.metrics import percentile
+from retrieval.search import search
+from retrieval.types import Filters, Principal
+from routes.demo import DEMO_SOURCES, ensure_demo_index
+from routes.engine import open_engine
+from routes.keys import KeyStore
+
+QUESTIONS = [json.loads(line)["question"] for line in (ROOT / "eval_data" / "demo" / "questions.jsonl").read_text().splitlines()
+             if line.strip()]
+
+
+def start_server(index: Path, keys: Path, port: int) -> subprocess.Popen:
+    env = dict(os.environ, QUARRY_RATE_PER_SECOND="100000", QUARRY_BURST="100000", QUARRY_MAX_CONCURRENT_PER_KEY="1000",
+               QUARRY_TODAY="2025-11-01")
+    proc = subprocess.Popen([sys.executable, "-m", "routes.cli", "serve", "--index", str(index), "--keys", str(keys),
+                             "--port", str(port)], cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        try:
+            if httpx.get(f"http://127.0.0.1:{port}/readyz", timeout=1).status_code == 200:
+                return proc
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.2)
+    proc.kill()
+    raise RuntimeError("server did not become ready")
+
+
+def bodies(route: str) -> list[dict]:
+    rng = random.Random(3)
+    qs = QUESTIONS[:]
+    rng.shuffle(qs)
+    if route == "bm25":
+        return [{"query": q, "retriever": "bm25", "k": 8} for q in qs]
+    return [{"question": q, "k": 8} for q in qs]
+
+
+async def load(url: str, path: str, key: str, payloads: list[dict], clients: int, seconds: float) -> dict:
+    latencies: list[float] = []
+    errors = 0
+    stop = time.monotonic() + seconds
+    headers = {"Authorization": f"Bearer {key}"}
+
+    async def client(i: int) -> None:
+        nonlocal errors
+        async with httpx.AsyncClient(base_url=url, headers=headers, timeout=30) as http:
+            n = i
+            while time.monotonic() < stop:
+                body = payloads[n % len(payloads)]
+                n += clients
+                t0 = time.perf_counter()
+                try:
+                    r = await http.post(path, json=body)
+                    ok = r.status_code == 200
+                except httpx.HTTPError:
+                    ok = False
+                latencies.append((time.perf_counter() - t0) * 1000)
+                errors += not ok
+
+    t0 = time.monotonic()
+    await asyncio.gather(*(client(i) for i in range(clients)))
+    wall = time.monotonic() - t0
+    return {"requests": len(latencies), "errors": errors, "throughput_rps": round(len(latencies) / wall, 1),
+            "p50_ms": round(percentile(latencies, 50), 2), "p95_ms": round(percentile(latencies, 95), 2),
+            "p99_ms": round(percentile(latencies, 99), 2)}
+
+
+def sequential_http(url: str, path: str, key: str, payloads: list[dict], n: int) -> float:
+    """One keep-alive connection with the standard library client (the least client overhead)."""
+    import http.client
+
+    host, port = url.removeprefix("http://").split(":")
+    conn = http.client.HTTPConnection(host, int(port), timeout=30)
+    headers = {"Authorization": f"Bearer {key}", "Content-Type": "application/json"}
+    lat = []
+    try:
+        for body in payloads[:n]:
+            data = json.dumps(body)
+            t0 = time.perf_counter()
+            conn.request("POST", path, body=data, headers=headers)
+            conn.getresponse().read()
+            lat.append((time.perf_counter() - t0) * 1000)
+    finally:
+        conn.close()
+    return percentile(lat, 50)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__)
+    ap.add_argument("--seconds", type=float, default=30.0)
+    ap.add_argument("--clients", type=int, default=16)
+    ap.add_argument("--port", type=int, default=8765)
+    args = ap.parse_args()
+
+    index = CACHE / "demo"
+    embedder = Embedder()
+    ensure_demo_index(index, embedder)
+    keys_path = CACHE / "http-load-keys.json"
+    keys_path.unlink(missing_ok=True)
+    key, _ = KeyStore(keys_path).add("erin", [], ["query"])
+    url = f"http://127.0.0.1:{args.port}"
+    results: dict = {"machine": machine(), "clients": args.clients, "seconds": args.seconds}
+
+    engine = open_engine(index, embedder, today=date(2025, 11, 1))
+    erin = Principal("erin")
+    in_process = {}
+    for route, payloads in (("bm25", bodies("bm25")), ("auto", bodies("auto"))):
+        lat = []
+        for body in payloads[:150]:
+            t0 = time.perf_counter()
+            if route == "bm25":
+                search(engine.retrievers, "bm25", body["query"], erin, 8, Filters(), engine.limits)
+            else:
+                engine.query(body["question"], erin, k=8)
+            lat.append((time.perf_counter() - t0) * 1000)
+        in_process[route] = percentile(lat, 50)
+    engine.close()
+
+    proc = start_server(index, keys_path, args.port)
+    try:
+        for route, path in (("bm25", "/v1/search"), ("auto", "/v1/query")):
+            payloads = bodies(route)
+            sequential_http(url, path, key, payloads, 20)  # warm up
+            seq = sequential_http(url, path, key, payloads, 150)
+            out = asyncio.run(load(url, path, key, payloads, args.clients, args.seconds))
+            out["sequential_http_p50_ms"] = round(seq, 3)
+            out["in_process_p50_ms"] = round(in_process[route], 3)
+            out["http_overhead_p50_ms"] = round(seq - in_process[route], 3)
+            results[route] = out
+            print(f"{route:>5}: {out['throughput_rps']} req/s with {args.clients} clients, p50 {out['p50_ms']} ms, "
+                  f"p95 {out['p95_ms']} ms, p99 {out['p99_ms']} ms, errors {out['errors']}/{out['requests']}; "
+                  f"HTTP overhead p50 {out['http_overhead_p50_ms']} ms (sequential {out['sequential_http_p50_ms']} "
+                  f"vs in-process {out['in_process_p50_ms']})")
+    finally:
+        proc.send_signal(signal.SIGINT)
+        proc.wait(timeout=30)
+    write_json("http_load", results)
+
+
+if __name__ == "__main__":
+    main()
