@@ -8,7 +8,7 @@ re-validating every answer on the way out.
 from __future__ import annotations
 
 import uuid
-from typing import Any
+from typing import Any, Literal
 
 from fastapi import APIRouter, Depends, Request
 from fastapi.responses import JSONResponse
@@ -20,7 +20,9 @@ from retrieval.search import search
 from retrieval.sql.translate import Decline
 from retrieval.types import Filters
 from routes.auth import Caller, caller_from_header, require_scope
-from routes.schemas import (Answer, DocumentOut, QueryIn, SearchIn, SqlIn, SqlOut, SearchOut, error_responses)
+from routes.schemas import (Answer, DocumentOut, QueryIn, SearchIn, SearchOut, SqlIn, SqlOut, ToolCallIn, ToolCallOut,
+                            error_responses)
+from routes.tools import ToolError, anthropic_tools, call_tool, openai_tools
 
 ERRORS = error_responses(400, 401, 403, 413, 422, 429, 503)
 
@@ -104,4 +106,34 @@ def build_router() -> APIRouter:
     return router
 
 
-__all__ = ["build_router", "current_caller", "hit_json"]
+def build_tools_router() -> APIRouter:
+    """Function tools for hosts without MCP: the same tools as provider schemas, and a dispatcher."""
+    router = APIRouter(prefix="/v1/tools", tags=["tools"])
+
+    @router.get("", responses=error_responses(401, 422, 429),
+                summary="The tools this key may call, as OpenAI or Anthropic function schemas")
+    async def list_tools(request: Request, format: Literal["openai", "anthropic"] = "openai",
+                         caller: Caller = Depends(current_caller)) -> JSONResponse:
+        state = request.app.state.quarry
+        with state.gate.enter(caller.key_id):
+            render = openai_tools if format == "openai" else anthropic_tools
+            tools = await run_in_threadpool(render, state.engine, caller.principal)
+        return JSONResponse({"format": format, "tools": tools})
+
+    @router.post("/call", response_model=ToolCallOut, responses=error_responses(401, 413, 422, 429),
+                 summary="Call one tool: {call_id, name, arguments} -> {call_id, result} or {call_id, error}")
+    async def call(body: ToolCallIn, request: Request, caller: Caller = Depends(current_caller)) -> JSONResponse:
+        state = request.app.state.quarry
+        with state.gate.enter(caller.key_id):
+            try:
+                result = await run_in_threadpool(call_tool, state.engine, caller.principal, body.name, body.arguments)
+                out = {"call_id": body.call_id, "result": result}
+            except ToolError as e:
+                out = {"call_id": body.call_id, "error": e.to_dict()}
+        request.state.audit = {"outcome": "tool_error" if "error" in out else "tool_result", "route": f"tool:{body.name[:40]}"}
+        return JSONResponse(out)
+
+    return router
+
+
+__all__ = ["build_router", "build_tools_router", "current_caller", "hit_json"]

@@ -19,7 +19,10 @@ from starlette.concurrency import run_in_threadpool
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from retrieval.types import Filters, Principal
-from routes.api import build_router
+from starlette.routing import Route
+
+from routes.api import build_router, build_tools_router
+from routes.mcp_server import McpHttp
 from routes.audit import AuditLog, AuditRecord
 from routes.auth import Gate
 from routes.engine import Engine, open_engine
@@ -85,7 +88,7 @@ class Observe:
         if status >= 400:
             code = next((c for c, s in STATUS.items() if s == status), "internal")
             state.metrics.errors.labels(code).inc()
-        if endpoint.startswith("/v1/") and state.audit is not None:
+        if endpoint.startswith(("/v1/", "/mcp")) and state.audit is not None:
             info = scope["state"].get("audit") or {}
             caller = scope["state"].get("caller")
             state.audit.record(AuditRecord(
@@ -173,7 +176,12 @@ def create_app(settings: Settings, engine: Engine | None = None, keys: KeyStore 
     app.add_middleware(BodyLimit, max_bytes=settings.max_body_bytes)
     install_error_handlers(app)
     app.include_router(build_router())
+    app.include_router(build_tools_router())
     _add_ops_routes(app, state)
+    mcp = McpHttp(state, settings.mcp_allowed_origins, settings.host)
+    for path in ("/mcp", "/mcp/"):
+        app.router.routes.append(Route(path, endpoint=mcp, methods=["GET", "POST", "DELETE"], include_in_schema=False))
+    app.state.lifespan_hooks = [mcp.lifespan]
 
     app.add_middleware(Observe, state=state)
     return app

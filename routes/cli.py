@@ -174,6 +174,22 @@ def cmd_demo(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_mcp(args: argparse.Namespace) -> int:
+    """MCP over stdio for one principal, fixed here by the launching configuration."""
+    import anyio
+
+    from routes.engine import open_engine
+    from routes.mcp_server import run_stdio
+
+    principal = _principal(args, scopes=args.scopes)
+    engine = open_engine(Path(args.index), _embedder(args), today=args.today)
+    try:
+        anyio.run(run_stdio, engine, principal)
+    finally:
+        engine.close()
+    return 0
+
+
 def cmd_keys(args: argparse.Namespace) -> int:
     """Add, list or revoke API keys; the plain key is printed once, only its hash is stored."""
     from routes.keys import KeyStore
@@ -259,6 +275,13 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("--host", default="127.0.0.1")
     sp.add_argument("--port", type=int, default=8000)
     sp.set_defaults(func=cmd_serve)
+
+    sp = sub.add_parser("mcp", help="serve MCP over stdio for one principal")
+    sp.add_argument("--scopes", nargs="*", default=["query"], help="scopes of the principal (add 'sql' to allow sql_query)")
+    sp.add_argument("--today", type=_iso_date, default=None, help="date that relative dates refer to")
+    common(sp)
+    who(sp)
+    sp.set_defaults(func=cmd_mcp)
 
     sp = sub.add_parser("keys", help="manage API keys (stored hashed)")
     ks = sp.add_subparsers(dest="keys_command", required=True)

@@ -157,3 +157,21 @@ def error_responses(*statuses: int) -> dict[int | str, dict[str, Any]]:
             422: "Malformed body, unknown field or wrong type", 429: "Rate limited (see Retry-After)",
             503: "Retrieval unavailable or timed out (retryable)"}
     return {s: {"model": ErrorOut, "description": text[s]} for s in statuses}
+
+
+class ToolCallIn(Strict):
+    call_id: StrictStr = Field(min_length=1, max_length=200, description="echoed back in the answer")
+    name: StrictStr = Field(min_length=1, max_length=100)
+    arguments: dict[str, Any] | StrictStr | None = Field(default=None, description="a JSON object, or a JSON string of one")
+
+
+class ToolError_(BaseModel):
+    code: str
+    message: str
+    retryable: bool
+
+
+class ToolCallOut(BaseModel):
+    call_id: str
+    result: dict[str, Any] | None = None
+    error: ToolError_ | None = None
