@@ -175,6 +175,25 @@ class Bm25Index:
             total += idf
         return score, (weighted / total if total else weighted), plain / len(ids)
 
+    def term_stats(self, query: str, allowed: np.ndarray) -> tuple[int, int, int]:
+        """(query terms, terms found in a readable chunk, rare ones: in at most 1% of the
+        readable chunks), for routing; counted over the allowed rows only."""
+        terms = list(dict.fromkeys(self.tokenize(query)))
+        if self._model is None or not terms:
+            return len(terms), 0, 0
+        indptr, indices = self._model.scores["indptr"], self._model.scores["indices"]
+        n = int(allowed.sum())
+        known = rare = 0
+        for term in terms:
+            t = self._model.vocab_dict.get(term)
+            if t is None:
+                continue
+            df = int(allowed[indices[int(indptr[t]) : int(indptr[t + 1])]].sum())
+            if df:
+                known += 1
+                rare += df <= max(2, n // 100)
+        return len(terms), known, rare
+
     def term_weights(self, query: str, allowed: np.ndarray | None = None) -> dict[str, float]:
         """idf of each indexed query term over the allowed rows (how informative each term is)."""
         if self._model is None:

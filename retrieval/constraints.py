@@ -24,7 +24,8 @@ _IDENTIFIER = re.compile(
       | (?=[\w.-]*\d)(?=[\w.-]*[A-Za-z])[A-Za-z0-9]+(?:[-_.:][A-Za-z0-9]+)*   # letters and digits mixed
       | \d+(?:\.\d+){2,3}                             # version number 2.4.1
       | [A-Za-z][A-Za-z0-9]*(?:_[A-Za-z0-9]+)+        # snake_case / UPPER_SNAKE names
-      | [a-z][a-z0-9]*(?:\.[a-z][a-z0-9_]*){2,}       # dotted config keys
+      | [a-z][a-z0-9]*(?:\.[a-z][a-z0-9_]*){2,}       # dotted config keys: a.b.c
+      | [a-z][a-z0-9_]*\.[a-z0-9_]*_[a-z0-9_]*        # or a.b_c (a dotted key with an underscore)
     )(?![\w/-]|\.\w)
     """,
     re.VERBOSE,

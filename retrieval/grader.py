@@ -18,6 +18,10 @@ readable document it does not hold: multi-hop evidence points at its own second 
 - top_qcov: the largest idf-weighted share of the question's terms one passage contains
   (rare, specific terms count most); qcov_dense: that share times the passage's cosine,
   for the single best passage by this product (one passage both on topic and specific);
+- z_top, nqc, z_spread (query performance prediction): the best cosine, the spread
+  (standard deviation) and the range of the set's cosines, in units of the standard
+  deviation of the question's cosine over every readable chunk (Shtok et al., "Predicting
+  query performance by query-drift estimation", TOIS 2012, for NQC);
 - literal_share: the share of the question's content terms that sit in its identifiers and
   quoted phrases (when those are met, a question that is mostly an identifier is answered
   by the passages that carry it).
@@ -38,7 +42,7 @@ from retrieval.text import normalize, term_set
 from retrieval.types import Hit
 
 GRADE_FEATURES = ("top_dense", "dense_margin", "mean_dense_top3", "top_coverage", "agreement", "top_bm25",
-                  "top_qcov", "qcov_dense", "literal_share")
+                  "top_qcov", "qcov_dense", "literal_share", "z_top", "nqc", "z_spread")
 Reason = Literal["no_authorized_evidence", "constraint_unmet", "insufficient_evidence"]
 
 
@@ -118,7 +122,18 @@ def evidence_features(question: str, hits: Sequence[Hit], constraints: Constrain
         "top_qcov": max((h.signal("qcov") or 0.0 for h in hits), default=0.0),
         "qcov_dense": max(((h.signal("qcov") or 0.0) * max(0.0, h.signal("dense") or 0.0) for h in hits), default=0.0),
         "literal_share": _literal_share(question, constraints) if constraints is not None else 0.0,
+        **_qpp(hits, dense),
     }
+
+
+def _qpp(hits: Sequence[Hit], dense: list[float]) -> dict[str, float]:
+    sd = next((h.signal("bg_sd") for h in hits if h.signal("bg_sd")), None)
+    mean = next((h.signal("bg_mean") for h in hits if h.signal("bg_mean") is not None), 0.0)
+    if not sd or not dense:
+        return {"z_top": 0.0, "nqc": 0.0, "z_spread": 0.0}
+    avg = sum(dense) / len(dense)
+    std = (sum((d - avg) ** 2 for d in dense) / len(dense)) ** 0.5
+    return {"z_top": (dense[0] - mean) / sd, "nqc": std / sd, "z_spread": (dense[0] - dense[-1]) / sd}
 
 
 def _literal_share(question: str, constraints: Constraints) -> float:

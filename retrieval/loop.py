@@ -53,6 +53,7 @@ class LoopDeps:
     linked_docs: Callable[[Sequence[Hit], str, Principal], list[tuple[str, float]]]
     sql_linked: Callable[[str, Principal], bool]
     sql_rows: Callable[[str, Principal], Any] | None = None  # question -> SqlResult | Decline
+    term_stats: Callable[[str, Principal], tuple[int, int, int]] | None = None
     today: Callable[[], date] = date.today
     clock: Callable[[], float] = time.monotonic
 
@@ -121,7 +122,8 @@ def run_loop(question: str, principal: Principal, budget: Budget, deps: LoopDeps
     constraints = extract(question, today, entities)
     available = [r for r in deps.retrievers if r != "sql"] + (["sql"] if deps.sql_rows is not None else [])
     linked = "sql" in available and deps.sql_linked(question, principal)
-    decision = route(features(question, constraints, linked), deps.router, available)
+    stats = deps.term_stats(question, principal) if deps.term_stats else None
+    decision = route(features(question, constraints, linked, stats), deps.router, available)
     if decision.chosen == "sql" and not linked:
         decision = RouteDecision(decision.ranked[1], decision.scores, decision.ranked[1:], decision.reason)
     ctx = RewriteContext(question, constraints, decision, linked, filters,

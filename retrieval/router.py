@@ -2,8 +2,9 @@
 
 A linear model per route over a small, documented feature vector; the weights live in a
 JSON config (defaults below are hand-set; `quarry tune` fits them on labeled questions).
-Features read the question and its constraints only, never retrieved text and never corpus
-statistics, so the route cannot depend on documents the caller may not read.
+Features read the question, its constraints and term statistics counted over the chunks
+the caller may read (never retrieved text, never statistics of forbidden chunks), so the
+route cannot depend on documents the caller may not read.
 """
 
 from __future__ import annotations
@@ -19,15 +20,18 @@ from retrieval.text import STOPWORDS, words
 ROUTES = ("exact", "bm25", "dense", "hybrid", "sql")
 FEATURES = (
     "identifier", "weak_identifier", "phrase", "regex", "sql_link", "aggregate_cue", "question_word", "short_keywords",
-    "long_question", "multi_part", "entity", "date", "n_terms",
+    "long_question", "multi_part", "entity", "date", "n_terms", "proper_noun", "rare_share", "known_share",
 )
+_PROPER = re.compile(r"(?<=[\w,;:] )[A-Z][a-z]+")
 _QUESTION = re.compile(r"^\s*(who|whom|whose|what|which|when|where|why|how|is|are|was|were|do|does|did|can|could|should|will|i|we|my|our)\b", re.I)
 _AGG = re.compile(r"\b(how many|count|number of|average|mean|total|sum|per|by each|broken down|top \d+|most|fewest|maximum|minimum|longest|shortest)\b", re.I)
 _MULTI = re.compile(r"\b(and|both|compare|compared|versus|vs\.?|or|than|whereas|while|either|neither)\b", re.I)
 
 
-def features(question: str, constraints: Constraints, sql_linked: bool) -> dict[str, float]:
-    """The route features of a question (all in [0, 1])."""
+def features(question: str, constraints: Constraints, sql_linked: bool,
+             term_stats: tuple[int, int, int] | None = None) -> dict[str, float]:
+    """The route features of a question (all in [0, 1]). `term_stats` (terms, found in a
+    readable chunk, rare among readable chunks) comes from the caller's own access scope."""
     ws = words(question)
     content = [w for w in ws if w not in STOPWORDS]
     is_question = bool(_QUESTION.search(question)) or question.strip().endswith("?")
@@ -47,6 +51,9 @@ def features(question: str, constraints: Constraints, sql_linked: bool) -> dict[
         "entity": 1.0 if constraints.entities else 0.0,
         "date": 1.0 if constraints.dates else 0.0,
         "n_terms": min(1.0, len(content) / 12),
+        "proper_noun": 1.0 if _PROPER.search(question) else 0.0,
+        "rare_share": term_stats[2] / term_stats[0] if term_stats and term_stats[0] else 0.0,
+        "known_share": term_stats[1] / term_stats[0] if term_stats and term_stats[0] else 0.0,
     }
 
 

@@ -3,7 +3,9 @@ the grader judges evidence the same way whichever route found it."""
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from dataclasses import replace
+from threading import Lock
 from typing import Callable, Protocol, Sequence
 
 import numpy as np
@@ -28,11 +30,39 @@ class HitScorer:
         self._dense = dense
         self._encode = encode
         self._chunks = chunks
+        self._backgrounds: OrderedDict[frozenset[str], tuple[np.ndarray, np.ndarray]] = OrderedDict()
+        self._lock = Lock()
+
+    def _background(self, principal: Principal, allowed: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Mean vector and second-moment matrix of the chunks the principal may read: the
+        distribution a question's cosine scores are judged against (query performance
+        prediction). Exact over the allowed rows, so forbidden chunks cannot move it."""
+        key = principal.access_tokens()
+        with self._lock:
+            if key in self._backgrounds:
+                self._backgrounds.move_to_end(key)
+                return self._backgrounds[key]
+        rows = np.flatnonzero(allowed)
+        dim = self._dense.vectors(rows[:1]).shape[1] if len(rows) else 1
+        mean, second = np.zeros(dim), np.zeros((dim, dim))
+        for start in range(0, len(rows), 8192):
+            block = self._dense.vectors(rows[start : start + 8192]).astype(np.float64)
+            mean += block.sum(axis=0)
+            second += block.T @ block
+        n = max(1, len(rows))
+        out = (mean / n, second / n)
+        with self._lock:
+            self._backgrounds[key] = out
+            if len(self._backgrounds) > 64:
+                self._backgrounds.popitem(last=False)
+        return out
 
     def annotate(self, question: str, hits: Sequence[Hit], principal: Principal) -> list[Hit]:
         """Add the `bm25` and `dense` scores, `qcov` (the idf-weighted share of the question's
-        terms the passage contains) and `tcov` (the plain share) to each chunk hit; statistics
-        are ACL-scoped as in retrieval; term presence comes from the BM25 postings."""
+        terms the passage contains), `tcov` (the plain share), and the mean and standard
+        deviation of the question's cosine over all readable chunks (`bg_mean`, `bg_sd`) to
+        each chunk hit. Statistics are ACL-scoped as in retrieval; term presence comes from
+        the BM25 postings."""
         rows = [self._chunks.row_of(h.chunk_id) for h in hits]
         todo = [i for i, r in enumerate(rows) if r is not None]
         if not todo:
@@ -40,7 +70,12 @@ class HitScorer:
         idx = np.asarray([rows[i] for i in todo], dtype=np.int64)
         allowed = self._chunks.mask(principal, Filters())
         bm25, qcov, tcov = self._bm25.evidence(question, idx, allowed)
-        dense = self._dense.vectors(idx) @ self._encode(question)[0]
+        query = self._encode(question)[0]
+        dense = self._dense.vectors(idx) @ query
+        mean, second = self._background(principal, allowed)
+        q = query.astype(np.float64)
+        bg_mean = float(q @ mean)
+        bg_sd = float(np.sqrt(max(1e-12, q @ second @ q - bg_mean**2)))
         out = list(hits)
         for j, i in enumerate(todo):
             h = out[i]
@@ -49,5 +84,7 @@ class HitScorer:
             signals.setdefault("dense", float(dense[j]))
             signals["qcov"] = float(qcov[j])
             signals["tcov"] = float(tcov[j])
+            signals["bg_mean"] = bg_mean
+            signals["bg_sd"] = bg_sd
             out[i] = replace(h, signals=tuple(signals.items()))
         return out

@@ -190,6 +190,101 @@ def cmd_mcp(args: argparse.Namespace) -> int:
     return 0
 
 
+def _tqdm(total: int, desc: str):
+    if not sys.stderr.isatty():
+        return None, lambda: None
+    from tqdm import tqdm
+
+    bar = tqdm(total=total, desc=desc, file=sys.stderr)
+    return (lambda n: bar.update(n - bar.n)), bar.close
+
+
+def _eval_target(args: argparse.Namespace):
+    """(engine, labels, k, beir root or None) for a labels file or a BEIR folder."""
+    from indexes.beir import is_beir_dir
+    from routes.engine import open_engine
+    from routes.evaluation import beir_index, beir_labels, load_label_file
+
+    target = Path(args.target)
+    embedder = _embedder(args)
+    if target.is_dir() and is_beir_dir(target):
+        index = Path(args.index) if args.index else beir_index(target, embedder, Path(args.cache))
+        split = args.split if args.split != "all" else "test"
+        return open_engine(index, embedder, today=args.today), beir_labels(target, split), args.k or 20, target, index
+    if not args.index:
+        raise InvalidRequest("--index is required with a labels file")
+    labels = load_label_file(target)
+    if args.split != "all":
+        labels = [lb for lb in labels if (lb.split or "train") == args.split]
+    return open_engine(Path(args.index), embedder, today=args.today), labels, args.k or 8, None, Path(args.index)
+
+
+def cmd_eval(args: argparse.Namespace) -> int:
+    """Score labeled questions (or a BEIR folder): JSON on stdout, report and plots in --report."""
+    from routes.evaluation import TOP, evaluate, write_report
+
+    engine, labels, k, _, _ = _eval_target(args)
+    update, close = _tqdm(len(labels), "eval")
+    try:
+        result = evaluate(engine, labels, k, update)
+    finally:
+        close()
+        engine.close()
+    if args.report:
+        write_report(result, Path(args.report), f"Quarry evaluation of {args.target}")
+    _emit({m: result.get(m) for m in ("questions", "errors", *TOP)} | {"leaks": result["leaks"]} if not args.full else result)
+    if result["leakage"]:
+        print(f"LEAKAGE: {result['leakage']} documents returned to principals who may not read them", file=sys.stderr)
+        return 1
+    return 0
+
+
+def cmd_tune(args: argparse.Namespace) -> int:
+    """Fit fusion, router and grader on the train split; report the test split before and after."""
+    from routes.engine import Policies, open_engine
+    from routes.evaluation import (TOP, ablate, ablated_index, beir_labels, evaluate, fit_policies, gap_accuracy,
+                                   save_policies, split_labels)
+
+    engine, labels, k, beir_root, index = _eval_target(args)
+    report: dict[str, Any] = {"seed": args.seed}
+    pick = lambda r: {m: r.get(m) for m in TOP if r.get(m) is not None}  # noqa: E731
+    try:
+        if beir_root is None:
+            train, test = split_labels(labels if args.split == "all" else labels)
+            report["before"] = pick(evaluate(engine, test, k))
+            policies, notes = fit_policies(engine, train, args.seed)
+        else:
+            train, test = beir_labels(beir_root, "train"), labels
+            report["before"] = pick(evaluate(engine, test, k))
+            hidden_train, hidden_docs = ablate(train, args.seed)
+            ab_index = ablated_index(beir_root, hidden_docs, engine.embedder, Path(args.cache) / f"{beir_root.name}-train-ablation", index)
+            ab_engine = open_engine(ab_index, engine.embedder, today=args.today)
+            try:
+                policies, notes = fit_policies(engine, train, args.seed, tune_router=False, grader_engine=ab_engine,
+                                               sufficient_of=lambda lb, docs: lb.id not in hidden_train)
+            finally:
+                ab_engine.close()
+            hidden_test, hidden_test_docs = ablate(test, args.seed + 1)
+            te_index = ablated_index(beir_root, hidden_test_docs, engine.embedder, Path(args.cache) / f"{beir_root.name}-test-ablation", index)
+            for name, pol in (("gaps_before", engine.policies), ("gaps_after", policies)):
+                e = open_engine(te_index, engine.embedder, today=args.today, policies=pol)
+                try:
+                    report[name] = gap_accuracy(e, test, hidden_test)
+                finally:
+                    e.close()
+        tuned = open_engine(index, engine.embedder, today=args.today, policies=policies)
+        try:
+            report["after"] = pick(evaluate(tuned, test, k))
+        finally:
+            tuned.close()
+        report["notes"] = notes
+        report["saved"] = str(save_policies(index, policies, notes, args.seed))
+    finally:
+        engine.close()
+    _emit(report)
+    return 0
+
+
 def cmd_keys(args: argparse.Namespace) -> int:
     """Add, list or revoke API keys; the plain key is printed once, only its hash is stored."""
     from routes.keys import KeyStore
@@ -282,6 +377,24 @@ def build_parser() -> argparse.ArgumentParser:
     common(sp)
     who(sp)
     sp.set_defaults(func=cmd_mcp)
+
+    for name, fn, text in (("eval", cmd_eval, "score labeled questions or a BEIR folder"),
+                           ("tune", cmd_tune, "fit router, grader and fusion on the train split; save into the index")):
+        sp = sub.add_parser(name, help=text)
+        sp.add_argument("target", help="labels JSONL file, or a BEIR folder (corpus.jsonl, queries.jsonl, qrels/)")
+        sp.add_argument("--index", default=None, help="index directory (a BEIR corpus is ingested into --cache otherwise)")
+        sp.add_argument("--cache", default="var/eval-cache", help="where BEIR corpora are indexed")
+        sp.add_argument("--split", default="all" if name == "eval" else "all", choices=["all", "train", "test"],
+                        help="labels of this split only (BEIR: qrels/<split>.tsv, default test)")
+        sp.add_argument("-k", "--k", type=int, default=None, help="context size (default 8; 20 for BEIR)")
+        sp.add_argument("--today", type=_iso_date, default=None, help="date relative dates refer to")
+        sp.add_argument("--model-path", default=None)
+        if name == "eval":
+            sp.add_argument("--report", default=None, help="folder for metrics.json, report.md and PNG plots")
+            sp.add_argument("--full", action="store_true", help="print every metric (per route, per tag) on stdout")
+        else:
+            sp.add_argument("--seed", type=int, default=0, help="seed of the deterministic fits and ablations")
+        sp.set_defaults(func=fn)
 
     sp = sub.add_parser("keys", help="manage API keys (stored hashed)")
     ks = sp.add_subparsers(dest="keys_command", required=True)

@@ -97,6 +97,7 @@ class Engine:
             sql_linked=lambda q, p: isinstance(self.sql.translate(q, p, self.today), Translation),
             sql_rows=(lambda q, p: self.sql.answer(q, p, self.today)) if has_tables else None,
             today=lambda: self.today or date.today(),
+            term_stats=lambda q, p: self.snapshot.bm25.term_stats(q, self.snapshot.chunks.mask(p, Filters())),
         )
 
     @property

@@ -1,0 +1,102 @@
+"""Fitting router, grader and fusion parameters from labeled examples (deterministic).
+
+- Router: multinomial logistic regression from route features to the labeled route. Its
+  decision function is linear per class, so the fitted coefficients are exactly a
+  RouterConfig (bias + weights per route); routes never labeled keep a score far below.
+- Grader: logistic regression from evidence features to "this evidence answers the
+  question", with the threshold that maximises balanced accuracy on the training set.
+- Fusion: the RRF (k, BM25 weight) pair with the best mean nDCG@10 on the training set.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Mapping, Sequence
+
+import numpy as np
+
+from retrieval.grader import GRADE_FEATURES, GraderConfig
+from retrieval.router import FEATURES, ROUTES, RouterConfig
+
+UNSEEN_ROUTE_BIAS = -50.0
+
+
+ROUTER_C = (1.0, 4.0, 10.0, 30.0)
+
+
+def choose_router_c(rows: Sequence[Mapping[str, float]], routes: Sequence[str], seed: int = 0) -> float:
+    """Regularisation by 5-fold cross-validated accuracy on the training labels only."""
+    from sklearn.linear_model import LogisticRegression
+    from sklearn.model_selection import StratifiedKFold, cross_val_score
+
+    x = np.array([[r.get(f, 0.0) for f in FEATURES] for r in rows])
+    y = np.array(routes)
+    counts = {r: list(routes).count(r) for r in set(routes)}
+    folds = min(5, min(counts.values()))
+    if len(counts) < 2 or folds < 2:
+        return ROUTER_C[1]
+    cv = StratifiedKFold(n_splits=folds, shuffle=True, random_state=seed)
+    scores = {c: cross_val_score(LogisticRegression(C=c, max_iter=5000, random_state=seed, class_weight="balanced"),
+                                 x, y, cv=cv).mean() for c in ROUTER_C}
+    return max(ROUTER_C, key=lambda c: (round(scores[c], 6), -c))
+
+
+def fit_router(rows: Sequence[Mapping[str, float]], routes: Sequence[str], seed: int = 0, c: float | None = None) -> RouterConfig:
+    from sklearn.linear_model import LogisticRegression
+
+    c = choose_router_c(rows, routes, seed) if c is None else c
+    x = np.array([[r.get(f, 0.0) for f in FEATURES] for r in rows])
+    y = np.array(routes)
+    classes = sorted(set(routes))
+    bias = {r: UNSEEN_ROUTE_BIAS for r in ROUTES}
+    weights: dict[str, dict[str, float]] = {r: {} for r in ROUTES}
+    if len(classes) == 1:
+        bias[classes[0]] = 0.0
+        return RouterConfig(bias, weights, source="tuned")
+    model = LogisticRegression(C=c, max_iter=5000, random_state=seed, class_weight="balanced").fit(x, y)
+    coef, intercept = model.coef_, model.intercept_
+    if len(model.classes_) == 2:  # binary: sklearn keeps one row for the positive class
+        coef, intercept = np.vstack([-coef[0] / 2, coef[0] / 2]), np.array([-intercept[0] / 2, intercept[0] / 2])
+    for i, r in enumerate(model.classes_):
+        bias[str(r)] = float(intercept[i])
+        weights[str(r)] = {f: round(float(w), 6) for f, w in zip(FEATURES, coef[i]) if abs(w) > 1e-9}
+    return RouterConfig(bias, weights, source=f"tuned (C={c:g})")
+
+
+@dataclass(frozen=True)
+class GraderFit:
+    config: GraderConfig
+    train_balanced_accuracy: float
+
+
+def fit_grader(rows: Sequence[Mapping[str, float]], sufficient: Sequence[bool], base: GraderConfig,
+               seed: int = 0, c: float = 1.0) -> GraderFit:
+    from sklearn.linear_model import LogisticRegression
+    from sklearn.preprocessing import StandardScaler
+
+    x = np.array([[r.get(f, 0.0) for f in GRADE_FEATURES] for r in rows])
+    y = np.array(sufficient, dtype=bool)
+    if y.all() or not y.any():
+        return GraderFit(base, 0.5)
+    scaler = StandardScaler().fit(x)
+    model = LogisticRegression(C=c, max_iter=5000, random_state=seed, class_weight="balanced").fit(scaler.transform(x), y)
+    # Fold the scaling into the weights: w . (x - m) / s + b = (w / s) . x + (b - w . m / s)
+    w = model.coef_[0] / scaler.scale_
+    b = float(model.intercept_[0] - np.dot(w, scaler.mean_))
+    probs = 1.0 / (1.0 + np.exp(-(x @ w + b)))
+    best_threshold, best = 0.5, -1.0
+    for t in np.unique(np.round(probs, 4)):
+        pred = probs >= t
+        tpr = (pred & y).sum() / y.sum()
+        tnr = (~pred & ~y).sum() / (~y).sum()
+        if (tpr + tnr) / 2 > best:
+            best, best_threshold = (tpr + tnr) / 2, float(t)
+    weights = {f: round(float(v), 6) for f, v in zip(GRADE_FEATURES, w)}
+    config = GraderConfig(bias=round(b, 6), weights=weights, threshold=best_threshold, link_passages=base.link_passages,
+                          source="tuned")
+    return GraderFit(config, float(best))
+
+
+def best_fusion(scores: Mapping[tuple[int, float], float]) -> tuple[int, float]:
+    """(rrf_k, bm25 weight) with the best score; ties go to the larger k, then weight 1."""
+    return max(scores, key=lambda p: (round(scores[p], 6), p[0], -abs(p[1] - 1.0)))
