@@ -5,7 +5,7 @@
 For the bm25 route (POST /v1/search) and auto routing (POST /v1/query): 16 concurrent
 clients for 30 s each, throughput, latency p50/p95/p99 and errors. HTTP overhead is measured
 without queueing: one client, sequential requests, server p50 minus the p50 of the same
-calls made in-process on the same index. Writes benchmarks/results/http_load.json.
+calls made in-process on the same index, the two interleaved call by call. Writes benchmarks/results/http_load.json.
 """
 
 from __future__ import annotations
@@ -96,24 +96,30 @@ async def load(url: str, path: str, key: str, payloads: list[dict], clients: int
             "p99_ms": round(percentile(latencies, 99), 2)}
 
 
-def sequential_http(url: str, path: str, key: str, payloads: list[dict], n: int) -> float:
-    """One keep-alive connection with the standard library client (the least client overhead)."""
+def paired(url: str, path: str, key: str, payloads: list[dict], local, n: int) -> tuple[float, float]:
+    """p50 of sequential HTTP calls (one keep-alive connection, the standard library client)
+    and of the same calls in-process, interleaved so that drift of the machine cancels out."""
     import http.client
 
     host, port = url.removeprefix("http://").split(":")
     conn = http.client.HTTPConnection(host, int(port), timeout=30)
     headers = {"Authorization": f"Bearer {key}", "Content-Type": "application/json"}
-    lat = []
+    remote, inproc = [], []
     try:
-        for body in payloads[:n]:
+        for i, body in enumerate(payloads[: n + 20]):
             data = json.dumps(body)
             t0 = time.perf_counter()
+            local(body)
+            t1 = time.perf_counter()
             conn.request("POST", path, body=data, headers=headers)
             conn.getresponse().read()
-            lat.append((time.perf_counter() - t0) * 1000)
+            t2 = time.perf_counter()
+            if i >= 20:  # the first calls warm both sides
+                inproc.append((t1 - t0) * 1000)
+                remote.append((t2 - t1) * 1000)
     finally:
         conn.close()
-    return percentile(lat, 50)
+    return percentile(remote, 50), percentile(inproc, 50)
 
 
 def main() -> None:
@@ -134,29 +140,22 @@ def main() -> None:
 
     engine = open_engine(index, embedder, today=date(2025, 11, 1))
     erin = Principal("erin")
-    in_process = {}
-    for route, payloads in (("bm25", bodies("bm25")), ("auto", bodies("auto"))):
-        lat = []
-        for body in payloads[:150]:
-            t0 = time.perf_counter()
-            if route == "bm25":
-                search(engine.retrievers, "bm25", body["query"], erin, 8, Filters(), engine.limits)
-            else:
-                engine.query(body["question"], erin, k=8)
-            lat.append((time.perf_counter() - t0) * 1000)
-        in_process[route] = percentile(lat, 50)
-    engine.close()
+
+    def in_process(route: str, body: dict) -> None:
+        if route == "bm25":
+            search(engine.retrievers, "bm25", body["query"], erin, 8, Filters(), engine.limits)
+        else:
+            engine.query(body["question"], erin, k=8)
 
     proc = start_server(index, keys_path, args.port)
     try:
         for route, path in (("bm25", "/v1/search"), ("auto", "/v1/query")):
             payloads = bodies(route)
-            sequential_http(url, path, key, payloads, 20)  # warm up
-            seq = sequential_http(url, path, key, payloads, 150)
+            seq, local = paired(url, path, key, payloads, lambda body: in_process(route, body), 150)
             out = asyncio.run(load(url, path, key, payloads, args.clients, args.seconds))
             out["sequential_http_p50_ms"] = round(seq, 3)
-            out["in_process_p50_ms"] = round(in_process[route], 3)
-            out["http_overhead_p50_ms"] = round(seq - in_process[route], 3)
+            out["in_process_p50_ms"] = round(local, 3)
+            out["http_overhead_p50_ms"] = round(seq - local, 3)
             results[route] = out
             print(f"{route:>5}: {out['throughput_rps']} req/s with {args.clients} clients, p50 {out['p50_ms']} ms, "
                   f"p95 {out['p95_ms']} ms, p99 {out['p99_ms']} ms, errors {out['errors']}/{out['requests']}; "
@@ -165,6 +164,7 @@ def main() -> None:
     finally:
         proc.send_signal(signal.SIGINT)
         proc.wait(timeout=30)
+        engine.close()
     write_json("http_load", results)
 
 

@@ -27,7 +27,7 @@ from routes.tools import ToolError, anthropic_tools, call_tool, openai_tools
 ERRORS = error_responses(400, 401, 403, 413, 422, 429, 503)
 
 
-def current_caller(request: Request) -> Caller:
+async def current_caller(request: Request) -> Caller:
     caller = caller_from_header(request.app.state.quarry.keys, request.headers.get("authorization"))
     request.state.caller = caller
     return caller

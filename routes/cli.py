@@ -243,7 +243,7 @@ def cmd_tune(args: argparse.Namespace) -> int:
     """Fit fusion, router and grader on the train split; report the test split before and after."""
     from routes.engine import Policies, open_engine
     from routes.evaluation import (TOP, ablate, ablated_index, beir_labels, evaluate, fit_policies, gap_accuracy,
-                                   save_policies, split_labels)
+                                   save_policies, split_labels, unambiguous)
 
     engine, labels, k, beir_root, index = _eval_target(args)
     report: dict[str, Any] = {"seed": args.seed}
@@ -261,7 +261,8 @@ def cmd_tune(args: argparse.Namespace) -> int:
             ab_engine = open_engine(ab_index, engine.embedder, today=args.today)
             try:
                 policies, notes = fit_policies(engine, train, args.seed, tune_router=False, grader_engine=ab_engine,
-                                               sufficient_of=lambda lb, docs: lb.id not in hidden_train)
+                                               sufficient_of=lambda lb, docs: lb.id not in hidden_train,
+                                               grader_labels=unambiguous(train, hidden_train, hidden_docs))
             finally:
                 ab_engine.close()
             hidden_test, hidden_test_docs = ablate(test, args.seed + 1)
@@ -269,7 +270,7 @@ def cmd_tune(args: argparse.Namespace) -> int:
             for name, pol in (("gaps_before", engine.policies), ("gaps_after", policies)):
                 e = open_engine(te_index, engine.embedder, today=args.today, policies=pol)
                 try:
-                    report[name] = gap_accuracy(e, test, hidden_test)
+                    report[name] = gap_accuracy(e, unambiguous(test, hidden_test, hidden_test_docs), hidden_test)
                 finally:
                     e.close()
         tuned = open_engine(index, engine.embedder, today=args.today, policies=policies)

@@ -279,6 +279,12 @@ def ablate(labels: Sequence[Label], seed: int) -> tuple[set[str], set[str]]:
     return hidden_ids, hidden_docs
 
 
+def unambiguous(labels: Sequence[Label], hidden_ids: set[str], hidden_docs: set[str]) -> list[Label]:
+    """Labels whose status is clear after an ablation: hidden ones, and kept ones none of whose
+    relevant documents was hidden by another label's ablation."""
+    return [lb for lb in labels if lb.id in hidden_ids or not set(lb.relevant) & hidden_docs]
+
+
 def ablated_index(root: Path, hidden_docs: set[str], embedder: Embedder, work: Path, reuse_from: Path) -> Path:
     """A copy of a BEIR corpus whose hidden documents are readable by nobody who asks."""
     work.mkdir(parents=True, exist_ok=True)
@@ -293,12 +299,14 @@ def ablated_index(root: Path, hidden_docs: set[str], embedder: Embedder, work: P
     return index
 
 
-def gap_accuracy(engine: Engine, labels: Sequence[Label], hidden_ids: set[str], k: int = 8) -> dict[str, float]:
+def gap_accuracy(engine: Engine, labels: Sequence[Label], hidden_ids: set[str], k: int = 8,
+                 max_attempts: int | None = None) -> dict[str, float]:
     """Share of evidence gaps on hidden-gold questions and of answers on the others."""
-    kept = [lb for lb in labels if lb.id not in hidden_ids]
+    kept = [lb for lb in labels if lb.id not in hidden_ids]  # pass unambiguous() labels
     hidden = [lb for lb in labels if lb.id in hidden_ids]
-    gap_hidden = mean(engine.query(lb.question, lb.principal_obj(), k=k).status == "evidence_gap" for lb in hidden)
-    ans_kept = mean(engine.query(lb.question, lb.principal_obj(), k=k).status == "answer_context" for lb in kept)
+    ask = lambda lb: engine.query(lb.question, lb.principal_obj(), k=k, max_attempts=max_attempts).status  # noqa: E731
+    gap_hidden = mean(ask(lb) == "evidence_gap" for lb in hidden)
+    ans_kept = mean(ask(lb) == "answer_context" for lb in kept)
     return {"gap_on_ablated": round(gap_hidden, 4), "answer_on_rest": round(ans_kept, 4),
             "balanced_accuracy": round((gap_hidden + ans_kept) / 2, 4), "ablated": len(hidden), "rest": len(kept)}
 
