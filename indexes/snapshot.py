@@ -80,17 +80,9 @@ def corpus_digest(sources: Sequence[Path], default_acl: tuple[str, ...] = ADMIN_
     return content_hash(docs, plan_tables(discover(sources)[1], default_acl))
 
 
-def _file_hash(path: Path) -> str:
-    h = hashlib.sha256()
-    with path.open("rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
-
-
 def _snapshot_files(root: Path) -> dict[str, dict[str, Any]]:
     files = sorted(p for p in root.rglob("*") if p.is_file() and p.name != "manifest.json")
-    return {p.relative_to(root).as_posix(): {"bytes": p.stat().st_size, "sha256": _file_hash(p)} for p in files}
+    return {p.relative_to(root).as_posix(): {"bytes": p.stat().st_size, "sha256": file_digest(p)} for p in files}
 
 
 def _fsync_dir(path: Path) -> None:
@@ -311,7 +303,7 @@ def load_snapshot(index_dir: Path, embedder: Embedder, verify_hashes: bool = Tru
     check_manifest(manifest, embedder.model_id, embedder.dim)
     for rel, meta in (manifest.get("files") or {}).items():
         f = path / rel
-        if not f.is_file() or f.stat().st_size != meta["bytes"] or (verify_hashes and _file_hash(f) != meta["sha256"]):
+        if not f.is_file() or f.stat().st_size != meta["bytes"] or (verify_hashes and file_digest(f) != meta["sha256"]):
             raise SnapshotError(f"snapshot file {f} is missing or differs from its manifest; rebuild the index")
     catalog = Catalog(path / "catalog.duckdb")
     try:

@@ -137,11 +137,7 @@ def write_report(result: dict[str, Any], directory: Path, title: str) -> list[Pa
                 ax.text(j, i, str(v), ha="center", va="center")
         ax.set_xlabel("chosen route")
         ax.set_ylabel("labeled route")
-        ax.set_title("Route confusion")
-        fig.tight_layout()
-        paths.append(directory / "confusion.png")
-        fig.savefig(paths[-1], dpi=110)
-        plt.close(fig)
+        paths.append(_save(fig, ax, "Route confusion", directory / "confusion.png"))
     if result.get("per_route"):
         names = list(result["per_route"])
         fig, ax = plt.subplots(figsize=(6, 3.5))
@@ -151,23 +147,25 @@ def write_report(result: dict[str, Any], directory: Path, title: str) -> list[Pa
         ax.set_xticks([i + 0.27 for i in range(len(names))], names)
         ax.set_ylim(0, 1)
         ax.legend(fontsize=8)
-        ax.set_title("Quality per labeled route")
-        fig.tight_layout()
-        paths.append(directory / "quality_per_route.png")
-        fig.savefig(paths[-1], dpi=110)
-        plt.close(fig)
+        paths.append(_save(fig, ax, "Quality per labeled route", directory / "quality_per_route.png"))
         fig, ax = plt.subplots(figsize=(6, 3.5))
         ax.bar(names, [result["per_route"][n]["latency_p50_ms"] for n in names], label="p50")
         ax.bar(names, [result["per_route"][n]["latency_p95_ms"] - result["per_route"][n]["latency_p50_ms"] for n in names],
                bottom=[result["per_route"][n]["latency_p50_ms"] for n in names], label="p95", alpha=0.5)
         ax.set_ylabel("ms")
         ax.legend(fontsize=8)
-        ax.set_title("Latency per labeled route")
-        fig.tight_layout()
-        paths.append(directory / "latency.png")
-        fig.savefig(paths[-1], dpi=110)
-        plt.close(fig)
+        paths.append(_save(fig, ax, "Latency per labeled route", directory / "latency.png"))
     return paths
+
+
+def _save(fig: Any, ax: Any, title: str, path: Path) -> Path:
+    import matplotlib.pyplot as plt
+
+    ax.set_title(title)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
 
 
 # -- tuning ---------------------------------------------------------------------------------
