@@ -77,7 +77,7 @@ def test_deadline_is_honoured_with_slow_retrievers(engine, deadline_ms):
     except RetrievalTimeout:
         result = None  # the first call alone outlived the deadline: a retryable timeout, not a gap
     elapsed = (time.monotonic() - t0) * 1000
-    assert elapsed <= deadline_ms + 100
+    assert elapsed <= deadline_ms + 400  # slack for thread scheduling; six 250 ms attempts would take 1.5 s
     if result is not None:
         assert result.stop_reason == "deadline" and result.gap["reason"] == "deadline_exceeded"
         assert len(result.attempts) < 6

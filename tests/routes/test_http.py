@@ -141,7 +141,7 @@ def test_blocking_work_runs_off_the_event_loop(live):
     quick = time.monotonic() - t0
     t.join()
     assert done["r"].status_code in (200, 503)
-    assert quick < 1.0  # answered while the slow statement was still running
+    assert quick < 1.5  # answered while the slow statement was still running (it runs up to 2 s)
 
 
 def test_rate_limit_answers_429_with_retry_after(demo_engine, http_keys, tmp_path):
