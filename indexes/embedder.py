@@ -40,6 +40,7 @@ class Embedder:
         self.dim = _pooling_dim(path)
         self.batch_size = batch_size
         self._model: Any = None
+        self._plain_pipeline = False
         self._cache: OrderedDict[str, np.ndarray] = OrderedDict()
         self._cache_size = query_cache
         self._lock = Lock()
@@ -54,6 +55,8 @@ class Embedder:
                 if self.dim is not None and dim != self.dim:
                     raise SnapshotError(f"model at {self.path} outputs {dim}-d vectors, its pooling config says {self.dim}")
                 self.dim = dim
+                self._plain_pipeline = [type(m).__name__ for m in model] in (
+                    ["Transformer", "Pooling", "Normalize"], ["Transformer", "Pooling"]) and model.default_prompt_name is None
                 self._model = model
         return self
 
@@ -85,13 +88,27 @@ class Embedder:
             if hit is not None:
                 self._cache.move_to_end(text)
                 return hit
-        vec = self.load()._model.encode([text], normalize_embeddings=True, convert_to_numpy=True, show_progress_bar=False)
-        vec = np.ascontiguousarray(vec, dtype=np.float32)
+        vec = self._forward([text])
         with self._lock:
             self._cache[text] = vec
             if len(self._cache) > self._cache_size:
                 self._cache.popitem(last=False)
         return vec
+
+    def _forward(self, texts: list[str]) -> np.ndarray:
+        """One short batch straight through the module pipeline (tokenize, transformer, pooling,
+        normalize) without `encode`'s batching machinery: the same vectors, a few ms sooner per
+        query. Any other pipeline goes through `encode`."""
+        model = self.load()._model
+        if not self._plain_pipeline:
+            vec = model.encode(texts, normalize_embeddings=True, convert_to_numpy=True, show_progress_bar=False)
+            return np.ascontiguousarray(vec, dtype=np.float32)
+        import torch
+
+        with torch.inference_mode():
+            out = model.forward(model.preprocess(texts))["sentence_embedding"].float().numpy()
+        out /= np.maximum(np.linalg.norm(out, axis=1, keepdims=True), 1e-12)
+        return np.ascontiguousarray(out, dtype=np.float32)
 
 
 def _pooling_dim(path: Path) -> int | None:

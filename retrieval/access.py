@@ -101,14 +101,15 @@ class ChunkTable:
             keep &= (self._date_days != _NO_DATE) & (self._date_days <= day_number(filters.date_to))
         return keep
 
-    def hit(self, row: int, score: float, retriever: str, signals: Iterable[tuple[str, float]] = ()) -> Hit:
+    def hit(self, row: int, score: float, retriever: str | tuple[str, ...],
+            signals: Iterable[tuple[str, float]] = ()) -> Hit:
         """Build the typed hit for a row; provenance always names document and offsets."""
         return Hit(
             chunk_id=self.chunk_ids[row],
             doc_id=self.doc_ids[row],
             text=self.texts[row],
             score=float(score),
-            retrievers=(retriever,),
+            retrievers=(retriever,) if isinstance(retriever, str) else retriever,
             start=int(self.starts[row]),
             end=int(self.ends[row]),
             title=self.titles[row],

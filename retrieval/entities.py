@@ -32,12 +32,12 @@ class EntityIndex:
     """normalised entity -> (display form, chunk rows that carry it)."""
 
     entries: dict[str, tuple[str, np.ndarray]] = field(default_factory=dict)
-    _longest: dict[str, int] = field(default_factory=dict, repr=False)  # first word -> longest entity length
+    _prefixes: set[str] = field(default_factory=set, repr=False)  # proper word prefixes of the entities
 
     def __post_init__(self) -> None:
         for key in self.entries:
-            first, n = key.split(" ", 1)[0], key.count(" ") + 1
-            self._longest[first] = max(self._longest.get(first, 0), n)
+            words = key.split(" ")
+            self._prefixes.update(" ".join(words[:n]) for n in range(1, len(words)))
 
     @classmethod
     def build(cls, names_by_row: Iterable[tuple[int, str]]) -> EntityIndex:
@@ -72,18 +72,21 @@ class EntityIndex:
         """(surface form, key) of every entity mention, before any access filtering."""
         tokens = [(m.group(0), m.start()) for m in _TOKEN.finditer(text)]
         lowered = [t.lower() for t, _ in tokens]
+        entries, prefixes = self.entries, self._prefixes
         out: list[tuple[str, str]] = []
         i = 0
         while i < len(tokens):
-            matched = 0
-            for n in range(min(self._longest.get(lowered[i], 0), len(tokens) - i), 0, -1):
-                key = " ".join(lowered[i : i + n])
-                if key not in self.entries or (n == 1 and not _looks_like_name(tokens[i][0])):
-                    continue
-                last, last_start = tokens[i + n - 1]
-                out.append((text[tokens[i][1] : last_start + len(last)], key))
-                matched = n
-                break
+            # Grow the key word by word while it is still the start of some entity; keep the longest hit.
+            key, n, matched = lowered[i], 1, 0
+            while True:
+                if key in entries and (n > 1 or _looks_like_name(tokens[i][0])):
+                    matched = n
+                if key not in prefixes or i + n >= len(tokens):
+                    break
+                key, n = f"{key} {lowered[i + n]}", n + 1
+            if matched:
+                last, last_start = tokens[i + matched - 1]
+                out.append((text[tokens[i][1] : last_start + len(last)], " ".join(lowered[i : i + matched])))
             i += matched or 1
         return tuple(out)
 

@@ -8,11 +8,28 @@ unbounded, cosine lies in [-1, 1]), and needs no training.
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import Mapping, Sequence
+from typing import Hashable, Mapping, Sequence, TypeVar
 
 from retrieval.types import Hit
 
 DEFAULT_RRF_K = 60
+K = TypeVar("K", bound=Hashable)
+
+
+def rrf_scores(rankings: Mapping[str, Sequence[K]], k: int = DEFAULT_RRF_K,
+               weights: Mapping[str, float] | None = None) -> tuple[dict[K, float], dict[K, int]]:
+    """(fused score, best rank) of every id in the ranked id lists."""
+    fused: dict[K, float] = {}
+    best_rank: dict[K, int] = {}
+    for name, ids in rankings.items():
+        w = 1.0 if weights is None else weights.get(name, 1.0)
+        for rank, key in enumerate(ids, start=1):
+            fused[key] = fused.get(key, 0.0) + w / (k + rank)
+            if key not in best_rank:
+                best_rank[key] = rank
+            elif rank < best_rank[key]:
+                best_rank[key] = rank
+    return fused, best_rank
 
 
 def rrf(
@@ -22,14 +39,10 @@ def rrf(
     limit: int | None = None,
 ) -> list[Hit]:
     """Fuse ranked lists keyed by retriever name; the fused hit keeps every component's signals."""
-    fused: dict[str, float] = {}
-    best_rank: dict[str, int] = {}
+    fused, best_rank = rrf_scores({name: [h.chunk_id for h in hits] for name, hits in rankings.items()}, k, weights)
     parts: dict[str, list[Hit]] = {}
-    for name, hits in rankings.items():
-        w = 1.0 if weights is None else weights.get(name, 1.0)
-        for rank, hit in enumerate(hits, start=1):
-            fused[hit.chunk_id] = fused.get(hit.chunk_id, 0.0) + w / (k + rank)
-            best_rank[hit.chunk_id] = min(best_rank.get(hit.chunk_id, rank), rank)
+    for hits in rankings.values():
+        for hit in hits:
             parts.setdefault(hit.chunk_id, []).append(hit)
     order = sorted(fused, key=lambda c: (-fused[c], best_rank[c], c))
     if limit is not None:

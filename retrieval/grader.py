@@ -91,6 +91,8 @@ def _whole_token(needle: str, haystack: str) -> bool:
 
 def unmet_constraints(constraints: Constraints, hits: Sequence[Hit], today: date, also: str = "") -> list[str]:
     """Labels of the constraints no hit satisfies (`also`: more evidence text, e.g. the SQL)."""
+    if constraints.is_empty():
+        return []
     texts = [normalize(f"{h.title or ''}\n{h.text}") for h in hits] + ([normalize(also)] if also else [])
     missing = [f"identifier:{i}" for i in constraints.identifiers if not any(_whole_token(i, t) for t in texts)]
     missing += [f"phrase:{p}" for p in constraints.phrases if not any(normalize(p) in t for t in texts)]

@@ -23,7 +23,8 @@ _WORD = re.compile(r"\w+", re.UNICODE)
 
 def normalize(text: str) -> str:
     """NFKC, lower case, single spaces: two queries equal under this are the same query."""
-    text = unicodedata.normalize("NFKC", text)
+    if not text.isascii():  # NFKC leaves ASCII unchanged; skip the pass on long English passages
+        text = unicodedata.normalize("NFKC", text)
     return " ".join(text.lower().split())
 
 

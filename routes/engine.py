@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Executor, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import date
 from pathlib import Path
@@ -35,14 +35,15 @@ TUNED_CONFIG = "tuned.json"  # written by `quarry tune` into the index directory
 
 
 def build_retrievers(snapshot: Snapshot, embedder: Embedder, fusion: FusionParams = FusionParams(),
-                     sql_limits: SqlLimits = SqlLimits(), today: date | None = None) -> dict[str, Retriever]:
+                     sql_limits: SqlLimits = SqlLimits(), today: date | None = None,
+                     side: Executor | None = None) -> dict[str, Retriever]:
     bm25 = Bm25Retriever(snapshot.bm25, snapshot.chunks)
     dense = DenseRetriever(snapshot.dense, embedder.encode_query, snapshot.chunks)
     return {
         "exact": ExactRetriever(snapshot.catalog, snapshot.chunks),
         "bm25": bm25,
         "dense": dense,
-        "hybrid": HybridRetriever(bm25, dense, fusion),
+        "hybrid": HybridRetriever(bm25, dense, fusion, side),
         "sql": SqlRetriever(SqlRunner(snapshot.catalog), sql_limits, today),
     }
 
@@ -80,6 +81,7 @@ class Engine:
     names: EntityIndex
     executor: ThreadPoolExecutor
     today: date | None = None
+    side: ThreadPoolExecutor | None = None  # the dense half of hybrid calls, beside the BM25 half
     deps: LoopDeps = field(init=False)
 
     def __post_init__(self) -> None:
@@ -144,6 +146,8 @@ class Engine:
 
     def close(self) -> None:
         self.executor.shutdown(wait=False, cancel_futures=True)
+        if self.side is not None:
+            self.side.shutdown(wait=False, cancel_futures=True)
         self.snapshot.close()
 
 
@@ -159,9 +163,10 @@ def open_engine(index_dir: Path, embedder: Embedder | None = None, limits: Limit
         embedder.clear_cache()
     policies = policies or Policies.load(index_dir)
     titles, values = snapshot.catalog.entity_names()
+    side = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="quarry-dense")
     return Engine(
         snapshot=snapshot, embedder=embedder,
-        retrievers=build_retrievers(snapshot, embedder, policies.fusion, today=today),
+        retrievers=build_retrievers(snapshot, embedder, policies.fusion, today=today, side=side),
         limits=limits, policies=policies, titles=EntityIndex.build(titles), names=EntityIndex.build(values),
-        executor=ThreadPoolExecutor(max_workers=workers, thread_name_prefix="quarry-retrieve"), today=today,
+        executor=ThreadPoolExecutor(max_workers=workers, thread_name_prefix="quarry-retrieve"), today=today, side=side,
     )

@@ -21,7 +21,14 @@ class Bm25Retriever:
         self._index = index
         self._chunks = chunks
 
+    @property
+    def chunks(self) -> ChunkTable:
+        return self._chunks
+
+    def rank(self, query: str, principal: Principal, k: int, filters: Filters) -> tuple[np.ndarray, np.ndarray]:
+        """(chunk rows, scores), best first, over the rows the principal may read."""
+        return self._index.top_k(query, self._chunks.mask(principal, filters), k)
+
     def search(self, query: str, principal: Principal, k: int, filters: Filters) -> list[Hit]:
-        allowed = self._chunks.mask(principal, filters)
-        rows, scores = self._index.top_k(query, allowed, k)
+        rows, scores = self.rank(query, principal, k, filters)
         return [self._chunks.hit(r, s, self.name, (("bm25", float(s)),)) for r, s in zip(rows, scores)]

@@ -22,9 +22,17 @@ class DenseRetriever:
         self._encode = encode
         self._chunks = chunks
 
-    def search(self, query: str, principal: Principal, k: int, filters: Filters) -> list[Hit]:
+    @property
+    def chunks(self) -> ChunkTable:
+        return self._chunks
+
+    def rank(self, query: str, principal: Principal, k: int, filters: Filters) -> tuple[np.ndarray, np.ndarray]:
+        """(chunk rows, cosines), best first, over the rows the principal may read."""
         allowed = self._chunks.mask(principal, filters)
         if not allowed.any():
-            return []
-        rows, scores = self._index.top_k(self._encode(query), allowed, k)
+            return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.float32)
+        return self._index.top_k(self._encode(query), allowed, k)
+
+    def search(self, query: str, principal: Principal, k: int, filters: Filters) -> list[Hit]:
+        rows, scores = self.rank(query, principal, k, filters)
         return [self._chunks.hit(r, s, self.name, (("dense", float(s)),)) for r, s in zip(rows, scores)]

@@ -1,12 +1,32 @@
-"""Hybrid retrieval: reciprocal-rank fusion of BM25 and dense, each already ACL-filtered."""
+"""Hybrid retrieval: reciprocal-rank fusion of BM25 and dense, each already ACL-filtered.
+
+The two sides are fused on chunk rows and only the k returned hits are built (a fused list
+of 2 x 100 candidates would otherwise build 200 hits to keep 8). The result equals `rrf`
+over the two sides' hit lists: same order, scores, retrievers and signals.
+"""
 
 from __future__ import annotations
 
+from concurrent.futures import Executor
 from dataclasses import dataclass, field
+from typing import Protocol
 
-from retrieval.fusion import DEFAULT_RRF_K, rrf
-from retrieval.retrievers import Retriever
+import numpy as np
+
+from retrieval.access import ChunkTable
+from retrieval.fusion import DEFAULT_RRF_K, rrf_scores
 from retrieval.types import Filters, Hit, Principal
+
+
+class RowRanker(Protocol):
+    """A retriever that can rank chunk rows without building hits (bm25, dense)."""
+
+    name: str
+
+    @property
+    def chunks(self) -> ChunkTable: ...
+
+    def rank(self, query: str, principal: Principal, k: int, filters: Filters) -> tuple[np.ndarray, np.ndarray]: ...
 
 
 @dataclass(frozen=True)
@@ -19,11 +39,29 @@ class FusionParams:
 class HybridRetriever:
     name = "hybrid"
 
-    def __init__(self, lexical: Retriever, semantic: Retriever, params: FusionParams = FusionParams()) -> None:
+    def __init__(self, lexical: RowRanker, semantic: RowRanker, params: FusionParams = FusionParams(),
+                 executor: Executor | None = None) -> None:
         self._parts = (lexical, semantic)
+        self._chunks = lexical.chunks
         self.params = params
+        self._executor = executor  # when given, the semantic side (query embedding) overlaps the lexical one
 
     def search(self, query: str, principal: Principal, k: int, filters: Filters) -> list[Hit]:
         depth = max(k, self.params.depth)
-        rankings = {r.name: r.search(query, principal, depth, filters) for r in self._parts}
-        return rrf(rankings, k=self.params.rrf_k, weights=self.params.weights, limit=k)
+        lexical, semantic = self._parts
+        if self._executor is None:
+            ranked = [(r.name, *r.rank(query, principal, depth, filters)) for r in self._parts]
+        else:
+            later = self._executor.submit(semantic.rank, query, principal, depth, filters)
+            ranked = [(lexical.name, *lexical.rank(query, principal, depth, filters)), (semantic.name, *later.result())]
+        rows = {name: [int(r) for r in part_rows] for name, part_rows, _ in ranked}
+        fused, best_rank = rrf_scores(rows, self.params.rrf_k, self.params.weights)
+        chunk_ids = self._chunks.chunk_ids
+        order = sorted(fused, key=lambda r: (-fused[r], best_rank[r], chunk_ids[r]))[:k]
+        found = {name: dict(zip(rows[name], scores.tolist())) for name, _, scores in ranked}
+        hits = []
+        for r in order:
+            names = tuple(name for name, _, _ in ranked if r in found[name])
+            signals = tuple((name, float(found[name][r])) for name in names) + (("rrf", fused[r]),)
+            hits.append(self._chunks.hit(r, fused[r], names, signals))
+        return hits

@@ -5,6 +5,7 @@ from datetime import date
 import pytest
 
 from retrieval.errors import InvalidRequest
+from retrieval.fusion import rrf
 from retrieval.limits import Limits
 from retrieval.search import search
 from retrieval.types import Filters, Principal
@@ -57,6 +58,17 @@ def test_hybrid_fuses_both_retrievers_and_keeps_their_signals(engine):
     top = hits[0]
     assert top.doc_id == "m15" and set(top.retrievers) == {"bm25", "dense"}
     assert top.signal("bm25") > 0 and top.signal("dense") > 0 and top.signal("rrf") == top.score
+
+
+@pytest.mark.parametrize("query", ["connection pool exhausted", "how do I rotate a leaked key?", "INC-2077", "zzz"])
+@pytest.mark.parametrize("principal", [ERIN, CAROL, BOB])
+def test_hybrid_on_rows_equals_rrf_over_the_two_hit_lists(engine, query, principal):
+    """Fusing rows and building only k hits is an optimisation: the result is plain RRF."""
+    hybrid = engine.retrievers["hybrid"]
+    depth = hybrid.params.depth
+    expected = rrf({name: engine.retrievers[name].search(query, principal, depth, ALL) for name in ("bm25", "dense")},
+                   k=hybrid.params.rrf_k, weights=hybrid.params.weights, limit=5)
+    assert hybrid.search(query, principal, 5, ALL) == expected
 
 
 def test_filters_narrow_results_like_the_acl(engine):
