@@ -141,19 +141,20 @@ class Bm25Index:
         terms present), with the same access-scoped statistics as `scores`, read straight from
         the postings (no full scoring pass, no passage tokenized again)."""
         n = len(rows)
-        ids = list(dict.fromkeys(self._model.get_tokens_ids(self.tokenize(query)))) if self._model is not None and n else []
-        if not ids:
+        all_ids = self._model.get_tokens_ids(self.tokenize(query)) if self._model is not None and n else []
+        if not all_ids:
             return np.zeros(n), np.zeros(n), np.zeros(n)
+        counts: dict[int, int] = {}
+        for t in all_ids:
+            counts[t] = counts.get(t, 0) + 1
+        ids = list(counts)
         data, indices, indptr = (self._model.scores[k] for k in ("data", "indices", "indptr"))
         k1, b = self.params.k1, self.params.b
-        n_allowed = int(allowed.sum())
+        n_allowed = int(np.count_nonzero(allowed))
         scoped = n_allowed != self.size
-        scoped_avgdl = float(self._lengths[allowed].mean()) if n_allowed else 1.0
-        dl = self._lengths[rows]
+        scoped_avgdl = (float(self._lengths[allowed].mean()) if n_allowed else 1.0) if scoped else self._avgdl
+        dl = self._lengths[rows] if scoped else None
         score, weighted, plain, total = np.zeros(n), np.zeros(n), np.zeros(n), 0.0
-        counts = dict.fromkeys(ids, 0)
-        for t in self._model.get_tokens_ids(self.tokenize(query)):
-            counts[t] = counts.get(t, 0) + 1
         for t in ids:
             lo, hi = int(indptr[t]), int(indptr[t + 1])
             postings = indices[lo:hi]  # sorted row ids
@@ -163,9 +164,9 @@ class Bm25Index:
             at = np.minimum(np.searchsorted(postings, rows), len(postings) - 1)
             present = postings[at] == rows
             idf = self._idf(df, N=n_allowed)
-            global_idf = self._idf(hi - lo, N=self.size)
             value = np.where(present, data[lo + at], 0.0).astype(np.float64)
-            if scoped and global_idf > 0:
+            global_idf = self._idf(hi - lo, N=self.size) if scoped else 0.0
+            if global_idf > 0:
                 tfc = value / global_idf
                 tf = np.rint(tfc * k1 * (1 - b + b * dl / self._avgdl) / (1.0 - tfc))
                 value = idf * tf / (tf + k1 * (1 - b + b * dl / scoped_avgdl))
@@ -182,13 +183,15 @@ class Bm25Index:
         if self._model is None or not terms:
             return len(terms), 0, 0
         indptr, indices = self._model.scores["indptr"], self._model.scores["indices"]
-        n = int(allowed.sum())
+        n = int(np.count_nonzero(allowed))
+        scoped = n != self.size
         known = rare = 0
         for term in terms:
             t = self._model.vocab_dict.get(term)
             if t is None:
                 continue
-            df = int(allowed[indices[int(indptr[t]) : int(indptr[t + 1])]].sum())
+            lo, hi = int(indptr[t]), int(indptr[t + 1])
+            df = int(np.count_nonzero(allowed[indices[lo:hi]])) if scoped else hi - lo
             if df:
                 known += 1
                 rare += df <= max(2, n // 100)

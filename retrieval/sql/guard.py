@@ -74,13 +74,22 @@ def _function_allowed(node: exp.Func) -> bool:
 
 
 def _cte_in_scope(table: exp.Table, name: str) -> bool:
-    """True when a WITH clause of an enclosing query defines `name` (SQL scoping)."""
-    node = table.parent
+    """True when `name` resolves to a WITH query (CTE) at this reference, by SQL scoping: a
+    query's CTEs are visible in its body, and inside the WITH list only the ones defined
+    before the reference's own definition. A name that is not visible is a catalog lookup
+    (DuckDB would read a system view of that name), so it must be checked as a table."""
+    child, node = table, table.parent
     while node is not None:
-        with_ = node.args.get("with_") or node.args.get("with")
-        if isinstance(with_, exp.With) and any(c.alias_or_name.lower() == name for c in with_.expressions):
-            return True
-        node = node.parent
+        if isinstance(node, exp.With):
+            earlier = node.expressions[: next((i for i, c in enumerate(node.expressions) if c is child), 0)]
+            if any(c.alias_or_name.lower() == name for c in earlier):
+                return True
+        else:
+            with_ = node.args.get("with_") or node.args.get("with")
+            if isinstance(with_, exp.With) and with_ is not child and any(
+                    c.alias_or_name.lower() == name for c in with_.expressions):
+                return True
+        child, node = node, node.parent
     return False
 
 
@@ -114,6 +123,10 @@ def guard_sql(statement: object, tables: Mapping[str, TableInfo], principal: Pri
         kind = statement.strip().split(None, 1)[0].upper() if statement.strip() else type(root).__name__
         raise _reject(f"statement kind {kind} is not allowed; only one read-only SELECT", reason="statement_kind", kind=kind)
     for node in root.walk():
+        if isinstance(node, exp.With) and node.args.get("recursive"):
+            # DuckDB resolves a recursive CTE's self-reference to a catalog object of the same
+            # name when one exists (a system view), so recursion cannot be confined.
+            raise _reject("WITH RECURSIVE is not allowed", reason="statement_kind", kind="WITH RECURSIVE")
         if isinstance(node, _FORBIDDEN_NODES):
             raise _reject(f"{type(node).__name__.upper()} is not allowed inside a query", reason="statement_kind")
         if isinstance(node, exp.Func) and not isinstance(node, (exp.Connector, exp.Binary)) and not _function_allowed(node):

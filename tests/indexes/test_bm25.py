@@ -109,6 +109,12 @@ def test_scoped_scores_equal_an_index_of_the_authorized_chunks_alone():
     alone = Bm25Index.build([t for t, a in zip(TEXTS, allowed) if a])
     for query in ["ledger lock timeout", "certificate release tracking gateway", "leave policy parents"]:
         np.testing.assert_allclose(full.scores(query, allowed)[allowed], alone.scores(query), rtol=1e-4, atol=1e-6)
+        # Routing statistics too: known and rare terms are counted over the authorized chunks only.
+        assert full.term_stats(query, allowed) == alone.term_stats(query, np.ones(int(allowed.sum()), dtype=bool))
+        terms = list(dict.fromkeys(TOKENIZE(query)))
+        known = [t for t in terms if DF.get(t)]
+        assert full.term_stats(query, np.ones(N, dtype=bool)) == (
+            len(terms), len(known), sum(DF[t] <= max(2, N // 100) for t in known))
 
 
 def test_evidence_scores_of_some_rows_equal_full_scoring():

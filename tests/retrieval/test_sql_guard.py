@@ -71,6 +71,14 @@ HOSTILE = [
     ("SELECT * FROM incidents WHERE incident_id IN (SELECT fixes_incident FROM deployments)", "table"),
     ("SELECT incident_id FROM incidents UNION SELECT release_id FROM deployments", "table"),
     ("SELECT * FROM (WITH documents AS (SELECT 1) SELECT * FROM documents) a, documents", "table"),
+    # A CTE is not visible inside its own definition or an earlier one: DuckDB reads the
+    # catalog object of that name there (a system view describing every table).
+    ("WITH duckdb_tables AS (SELECT * FROM duckdb_tables) SELECT table_name FROM duckdb_tables", "table"),
+    ("WITH duckdb_columns AS (SELECT * FROM (SELECT * FROM duckdb_columns)) SELECT * FROM duckdb_columns", "table"),
+    ("WITH a AS (SELECT * FROM sqlite_master), sqlite_master AS (SELECT 1) SELECT * FROM a", "table"),
+    ("WITH a AS (SELECT * FROM deployments), deployments AS (SELECT 1) SELECT * FROM a", "table"),
+    ("WITH RECURSIVE duckdb_tables AS (SELECT * FROM duckdb_tables) SELECT * FROM duckdb_tables", "statement_kind"),
+    ("WITH RECURSIVE t AS (SELECT 1 AS n UNION ALL SELECT n + 1 FROM t WHERE n < 3) SELECT * FROM t", "statement_kind"),
     ("SELECT ?", "statement_kind"),
     ("", "empty"),
     ("SELECT 1 " + "+ 1 " * 5000, "too_long"),
@@ -117,6 +125,13 @@ def test_where_clause_cannot_widen_the_row_acl(sql_retriever):
     ]
     for sql in tricks:
         assert sql_retriever.run_statement(sql, ERIN).rows[0][0] == narrow, sql
+
+
+def test_ctes_see_earlier_ctes_and_the_body_sees_all(sql_retriever):
+    sql = ("WITH a AS (SELECT incident_id FROM incidents), b AS (SELECT count(*) AS n FROM a), "
+           "incidents AS (SELECT n FROM b) SELECT n FROM incidents")
+    assert sql_retriever.run_statement(sql, ERIN).rows == sql_retriever.run_statement(
+        "SELECT count(*) FROM incidents", ERIN).rows
 
 
 def test_readable_table_with_cte_and_window_functions_runs(sql_retriever):
