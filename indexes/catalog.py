@@ -165,31 +165,28 @@ class Catalog:
         """Per row, the hash of the text the embedder saw (to reuse vectors in a rebuild)."""
         return [r[0] for r in self.cursor().execute('SELECT embed_key FROM quarry.chunks ORDER BY "row"').fetchall()]
 
-    def entity_names(self) -> tuple[list[tuple[int, str]], list[tuple[int, str]]]:
-        """(row, name) pairs for entities: document titles and identifiers inside titles, and
-        short string metadata values. Each chunk row carries its document's names."""
+    def entity_names(self) -> tuple[list[tuple[int, str]], list[tuple[int, str]], list[tuple[int, str]]]:
+        """(row, name) pairs for entities: document titles; identifiers inside titles (they name
+        a document only while the reader sees one title carrying them, which the entity index
+        decides per reader); short string metadata values. Each chunk row carries its
+        document's names."""
         from retrieval.constraints import identifiers
 
         cur = self.cursor()
         titles: list[tuple[int, str]] = []
+        title_ids: list[tuple[int, str]] = []
         values: list[tuple[int, str]] = []
         records = cur.execute(
-            'SELECT c."row", c.doc_id, d.title, d.metadata FROM quarry.chunks c JOIN quarry.documents d USING (doc_id) ORDER BY c."row"'
+            'SELECT c."row", d.title, d.metadata FROM quarry.chunks c JOIN quarry.documents d USING (doc_id) ORDER BY c."row"'
         ).fetchall()
-        # An identifier in a title names that document only when no other title carries it
-        # ("INC-2041: ..." yes; a gene name shared by twenty paper titles no).
-        docs_with: dict[str, set[str]] = {}
-        for _, doc_id, title, _ in records:
-            for i in identifiers(title or ""):
-                docs_with.setdefault(i.lower(), set()).add(doc_id)
-        for row, doc_id, title, metadata in records:
+        for row, title, metadata in records:
             if title:
                 titles.append((row, title))
-                titles.extend((row, i) for i in identifiers(title) if len(docs_with[i.lower()]) == 1)
+                title_ids.extend((row, i) for i in identifiers(title))
             for v in (json.loads(metadata) if metadata else {}).values():
                 if isinstance(v, str) and 0 < len(v.split()) <= 5:
                     values.append((row, v))
-        return titles, values
+        return titles, title_ids, values
 
     def document(self, doc_id: str) -> Document | None:
         got = self.cursor().execute(

@@ -29,9 +29,18 @@ def _key(text: str) -> str:
 
 @dataclass(eq=False)
 class EntityIndex:
-    """normalised entity -> (display form, chunk rows that carry it)."""
+    """normalised entity -> (display form, chunk rows that carry it).
+
+    `owners` marks entities that name a document only when the reader can see exactly one
+    document carrying them (an identifier inside titles: "INC-2041" in "INC-2041: ledger
+    outage" names that report, unless the reader sees two titles with it); it maps such an
+    entity to the document number of each of its rows (-1 for a row that carries it as a
+    plain title or value). Both rules read the caller's mask only, so
+    what is found equals what an index of the readable documents alone would find.
+    """
 
     entries: dict[str, tuple[str, np.ndarray]] = field(default_factory=dict)
+    owners: dict[str, np.ndarray] = field(default_factory=dict)
     _prefixes: set[str] = field(default_factory=set, repr=False)  # proper word prefixes of the entities
 
     def __post_init__(self) -> None:
@@ -40,18 +49,31 @@ class EntityIndex:
             self._prefixes.update(" ".join(words[:n]) for n in range(1, len(words)))
 
     @classmethod
-    def build(cls, names_by_row: Iterable[tuple[int, str]]) -> EntityIndex:
+    def build(cls, names_by_row: Iterable[tuple[int, str]], one_document: Iterable[tuple[int, str]] = (),
+              doc_ids: Sequence[str] = ()) -> EntityIndex:
+        """`names_by_row`: (row, name) pairs; `one_document`: (row, name) pairs that count only
+        while one readable document carries them (`doc_ids[row]` names each row's document)."""
         rows: dict[str, list[int]] = {}
         display: dict[str, str] = {}
-        for row, name in names_by_row:
-            name = _PAREN.sub("", name).strip()
-            key = _key(name)
-            n_words = len(key.split())
-            if not key or n_words > MAX_WORDS or key in STOPWORDS or len(key) < 3 or key.isdigit():
-                continue
-            rows.setdefault(key, []).append(row)
-            display.setdefault(key, name)
-        return cls({k: (display[k], np.unique(np.asarray(v, dtype=np.int64))) for k, v in rows.items()})
+        plain_rows: dict[str, set[int]] = {}
+        for is_plain, pairs in ((True, names_by_row), (False, one_document)):
+            for row, name in pairs:
+                name = _PAREN.sub("", name).strip()
+                key = _key(name)
+                if not key or len(key.split()) > MAX_WORDS or key in STOPWORDS or len(key) < 3 or key.isdigit():
+                    continue
+                rows.setdefault(key, []).append(row)
+                display.setdefault(key, name)
+                if is_plain:
+                    plain_rows.setdefault(key, set()).add(row)
+        entries = {k: (display[k], np.unique(np.asarray(v, dtype=np.int64))) for k, v in rows.items()}
+        doc_number = {d: i for i, d in enumerate(dict.fromkeys(doc_ids))}
+        owners = {}
+        for k, (_, krows) in entries.items():
+            plain = plain_rows.get(k, set())
+            if len(plain) < len(krows):  # some rows carry it only as a one-document name
+                owners[k] = np.asarray([-1 if r in plain else doc_number[doc_ids[r]] for r in krows], dtype=np.int64)
+        return cls(entries, owners)
 
     def __len__(self) -> int:
         return len(self.entries)
@@ -59,35 +81,56 @@ class EntityIndex:
     def rows(self, key: str) -> np.ndarray:
         return self.entries[key][1]
 
+    def readable(self, key: str, allowed: np.ndarray | None) -> bool:
+        """Does the entity name something the mask lets the caller read? (A readable row
+        carrying it as a title or value, or exactly one readable document carrying it as a
+        one-document name.)"""
+        seen = np.ones(len(self.entries[key][1]), dtype=bool) if allowed is None else allowed[self.entries[key][1]]
+        if not seen.any():
+            return False
+        owners = self.owners.get(key)
+        if owners is None:
+            return True
+        visible = owners[seen]
+        return bool((visible == -1).any()) or len(np.unique(visible)) == 1
+
     def find(self, text: str, allowed: np.ndarray | None = None, exclude: Sequence[str] = ()) -> list[str]:
         """Entities named in `text`, as written there (so a constraint is a substring of the
-        question), longest match first, readable ones only."""
+        question): at each word the longest readable entity, then on after it."""
         skip = {_key(e) for e in exclude}
-        found = [surface for surface, key in self._mentions(text)
-                 if key not in skip and (allowed is None or allowed[self.entries[key][1]].any())]
+        found: list[str] = []
+        free = 0
+        for pos, options in self._candidates(text):
+            if pos < free:
+                continue
+            for n, surface, key in options:
+                if self.readable(key, allowed):
+                    if key not in skip:
+                        found.append(surface)
+                    free = pos + n
+                    break
         return list(dict.fromkeys(found))
 
     @lru_cache(maxsize=8192)  # noqa: B019 - passages recur across questions; one index per snapshot
-    def _mentions(self, text: str) -> tuple[tuple[str, str], ...]:
-        """(surface form, key) of every entity mention, before any access filtering."""
+    def _candidates(self, text: str) -> tuple[tuple[int, tuple[tuple[int, str, str], ...]], ...]:
+        """Every word position where an entity starts, with (words, surface form, key) of each
+        entity starting there, longest first; before any access filtering."""
         tokens = [(m.group(0), m.start()) for m in _TOKEN.finditer(text)]
         lowered = [t.lower() for t, _ in tokens]
         entries, prefixes = self.entries, self._prefixes
-        out: list[tuple[str, str]] = []
-        i = 0
-        while i < len(tokens):
-            # Grow the key word by word while it is still the start of some entity; keep the longest hit.
-            key, n, matched = lowered[i], 1, 0
+        out = []
+        for i in range(len(tokens)):
+            # Grow the key word by word while it is still the start of some entity.
+            key, n, options = lowered[i], 1, []
             while True:
                 if key in entries and (n > 1 or _looks_like_name(tokens[i][0])):
-                    matched = n
+                    last, last_start = tokens[i + n - 1]
+                    options.append((n, text[tokens[i][1] : last_start + len(last)], key))
                 if key not in prefixes or i + n >= len(tokens):
                     break
                 key, n = f"{key} {lowered[i + n]}", n + 1
-            if matched:
-                last, last_start = tokens[i + matched - 1]
-                out.append((text[tokens[i][1] : last_start + len(last)], " ".join(lowered[i : i + matched])))
-            i += matched or 1
+            if options:
+                out.append((i, tuple(reversed(options))))
         return tuple(out)
 
 

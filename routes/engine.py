@@ -162,11 +162,12 @@ def open_engine(index_dir: Path, embedder: Embedder | None = None, limits: Limit
         embedder.load().encode_query("warm up")
         embedder.clear_cache()
     policies = policies or Policies.load(index_dir)
-    titles, values = snapshot.catalog.entity_names()
+    titles, title_ids, values = snapshot.catalog.entity_names()
     side = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="quarry-dense")
     return Engine(
         snapshot=snapshot, embedder=embedder,
         retrievers=build_retrievers(snapshot, embedder, policies.fusion, today=today, side=side),
-        limits=limits, policies=policies, titles=EntityIndex.build(titles), names=EntityIndex.build(values),
+        limits=limits, policies=policies, titles=EntityIndex.build(titles, title_ids, snapshot.chunks.doc_ids),
+        names=EntityIndex.build(values),
         executor=ThreadPoolExecutor(max_workers=workers, thread_name_prefix="quarry-retrieve"), today=today, side=side,
     )
