@@ -129,10 +129,15 @@ def missing_from_queries(constraints: Constraints, queries: Sequence[str], date_
     """Constraints a dispatched query set would drop: each identifier, phrase and entity must
     appear in some query (case-insensitive), and each date phrase too unless a date filter
     carries it. A single-query plan must therefore keep every constraint itself."""
-    text = " \n ".join(q.lower() for q in queries)
-    missing = [f"identifier:{i}" for i in constraints.identifiers if i.lower() not in text]
-    missing += [f"phrase:{p}" for p in constraints.phrases if p.lower() not in text]
-    missing += [f"entity:{e}" for e in constraints.entities if e.lower() not in text]
+    text = " \n ".join(_squash(q) for q in queries)
+    missing = [f"identifier:{i}" for i in constraints.identifiers if _squash(i) not in text]
+    missing += [f"phrase:{p}" for p in constraints.phrases if _squash(p) not in text]
+    missing += [f"entity:{e}" for e in constraints.entities if _squash(e) not in text]
     if not date_filtered:
-        missing += [f"date:{d.text}" for d in constraints.dates if d.text.lower() not in text]
+        missing += [f"date:{d.text}" for d in constraints.dates if _squash(d.text) not in text]
     return missing
+
+
+def _squash(text: str) -> str:
+    """Lower case with single spaces: a constraint kept with other spacing is still kept."""
+    return " ".join(text.lower().split())

@@ -142,8 +142,8 @@ def find_dates(text: str, today: date, exclude: list[tuple[int, int]] | None = N
         op = _OPERATOR.search(before)
         phrase = text[s:e]
         if op:
-            word = op.group(1).lower()
-            phrase = f"{op.group(1)} {phrase}"
+            word = " ".join(op.group(1).lower().split())
+            phrase = text[s - len(before) + op.start(1) : e]  # as written, so it stays a substring of the text
             if word in ("before", "prior to", "earlier than"):
                 out.append(DateRange(None, first - timedelta(days=1), phrase))
             elif word in ("after", "later than"):

@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import time
 from dataclasses import replace
+from datetime import date
 
 import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
-from retrieval.constraints import missing_from_queries
+from retrieval.constraints import extract, missing_from_queries
 from retrieval.errors import RetrievalTimeout, RetrievalUnavailable
 from retrieval.grader import GraderConfig
 from retrieval.loop import Budget, run_loop
@@ -18,7 +19,11 @@ NEVER_SUFFICIENT = GraderConfig(threshold=1.1)  # forces the loop through its re
 FRAGMENTS = ["INC-2077", "E4012", "SEC-210", "3.1.2", "/etc/auth/keys.yaml", '"tracking gateway"', '"signing keys"',
              "in June 2024", "before March 2025", "between January 2024 and March 2024", "outage", "release",
              "certificate", "ledger", "timeout", "how", "which", "fixed", "or", "and", "compare", "rotate", "budget",
-             "Which took longer, INC-2077 or INC-2041?", "what is the leave policy and who approves expenses"]
+             "Which took longer, INC-2077 or INC-2041?", "what is the leave policy and who approves expenses",
+             "after  2023", "before\n2024", "since  March 2024", "until\tMay 2025", "from  June 2024  to  July 2024"]
+SPACES = [" ", " ", "  ", "\n", " \t "]
+QUESTIONS = st.lists(st.tuples(st.sampled_from(FRAGMENTS), st.sampled_from(SPACES)), min_size=1, max_size=7).map(
+    lambda parts: "".join(f + sep for f, sep in parts).strip())
 PRINCIPALS = [Principal("erin"), Principal("carol", ("security", "sre")), Principal("bob", ("finance",))]
 
 
@@ -43,8 +48,16 @@ def deps_with(engine, **changes):
     return replace(engine.deps, **changes)
 
 
+@given(question=QUESTIONS)
+@settings(max_examples=400, deadline=None)
+def test_the_question_itself_keeps_every_constraint_extracted_from_it(question):
+    """Constraints are read from the question as written (any spacing), so the first plan passes."""
+    constraints = extract(question, date(2025, 11, 1), [])
+    assert missing_from_queries(constraints, [question]) == []
+
+
 @given(
-    question=st.lists(st.sampled_from(FRAGMENTS), min_size=1, max_size=7).map(" ".join),
+    question=QUESTIONS,
     principal=st.sampled_from(PRINCIPALS),
     attempts=st.integers(1, 6),
     k=st.integers(1, 10),
