@@ -22,6 +22,7 @@ from retrieval.sql.schema import ColumnInfo, TableInfo
 from retrieval.types import check_acl
 
 _NAME_OK = re.compile(r"[a-z][a-z0-9_]{0,62}")
+_COLUMN_OK = re.compile(r'[^"\x00-\x1f\x7f]{1,63}')  # the SQL the service writes quotes column names
 SIDECAR_FIELDS = {"acl"}
 
 
@@ -82,6 +83,9 @@ def load_tables(con: duckdb.DuckDBPyConnection, sources: Sequence[TableSource]) 
             raise IngestError(f"cannot load table: {str(e).splitlines()[0]}", str(src.path)) from None
         columns = [ColumnInfo(n, t) for n, t, *_ in con.execute(f'DESCRIBE data."{src.name}"').fetchall()]
         names = [c.name for c in columns]
+        for n in names:
+            if not _COLUMN_OK.fullmatch(n):
+                raise IngestError(f"column name {n[:80]!r} must be 1-63 printable characters without a double quote", str(src.path))
         row_acl = "acl" in names
         if row_acl:
             _convert_row_acl(con, src, next(c for c in columns if c.name == "acl"))

@@ -53,6 +53,7 @@ class LoopDeps:
     linked_docs: Callable[[Sequence[Hit], str, Principal], list[tuple[str, float]]]
     sql_linked: Callable[[str, Principal], bool]
     sql_rows: Callable[[str, Principal], Any] | None = None  # question -> SqlResult | Decline
+    sql_readable: Callable[[Principal], bool] = lambda principal: True  # may the caller read any table?
     term_stats: Callable[[str, Principal], tuple[int, int, int]] | None = None
     today: Callable[[], date] = date.today
     clock: Callable[[], float] = time.monotonic
@@ -120,8 +121,12 @@ def run_loop(question: str, principal: Principal, budget: Budget, deps: LoopDeps
 
     entities = deps.find_entities(question, principal)
     constraints = extract(question, today, entities)
-    available = [r for r in deps.retrievers if r != "sql"] + (["sql"] if deps.sql_rows is not None else [])
-    linked = "sql" in available and deps.sql_linked(question, principal)
+    # Tables answer questions about records, not documents: a call narrowed by document
+    # filters (sources, dates, ids) stays on the text routes. A caller who can read no table
+    # sees routing exactly as if the index had none.
+    sql_open = deps.sql_rows is not None and filters == Filters() and deps.sql_readable(principal)
+    available = [r for r in deps.retrievers if r != "sql"] + (["sql"] if sql_open else [])
+    linked = sql_open and deps.sql_linked(question, principal)
     stats = deps.term_stats(question, principal) if deps.term_stats else None
     decision = route(features(question, constraints, linked, stats), deps.router, available)
     if decision.chosen == "sql" and not linked:

@@ -89,7 +89,7 @@ def build_router() -> APIRouter:
                     "declined": {"reason": result.reason, "unlinked": list(result.unlinked)}}
         return {"status": "rows", "rows": result.to_json(), "declined": None, "trace_id": trace}
 
-    @router.get("/documents/{doc_id}", response_model=DocumentOut, responses=error_responses(401, 403, 404, 429),
+    @router.get("/documents/{doc_id:path}", response_model=DocumentOut, responses=error_responses(401, 403, 404, 429),
                 summary="One document the caller may read (404 otherwise, exactly as if it did not exist)")
     async def document(doc_id: str, request: Request, caller: Caller = Depends(current_caller)) -> dict:
         require_scope(caller, "query")

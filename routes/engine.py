@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 from concurrent.futures import Executor, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import date
@@ -16,7 +17,7 @@ from indexes.embedder import Embedder
 from indexes.snapshot import Snapshot, load_snapshot
 from retrieval.constraints import identifiers
 from retrieval.entities import EntityIndex, bridge_candidates
-from retrieval.errors import InvalidRequest
+from retrieval.errors import InvalidRequest, RetrievalError
 from retrieval.grader import GraderConfig
 from retrieval.limits import Limits, check_filters, check_k, check_query
 from retrieval.loop import Budget, LoopDeps, LoopResult, run_loop
@@ -31,6 +32,7 @@ from retrieval.signals import HitScorer
 from retrieval.sql.translate import Translation
 from retrieval.types import Filters, Hit, Principal
 
+log = logging.getLogger("quarry.engine")
 TUNED_CONFIG = "tuned.json"  # written by `quarry tune` into the index directory
 
 
@@ -96,7 +98,8 @@ class Engine:
             find_entities=self.find_entities,
             bridge_docs=self.bridge_docs,
             linked_docs=self.linked_docs,
-            sql_linked=lambda q, p: isinstance(self.sql.translate(q, p, self.today), Translation),
+            sql_linked=self.sql_linked,
+            sql_readable=lambda p: bool(self.sql.readable_tables(p)),
             sql_rows=(lambda q, p: self.sql.answer(q, p, self.today)) if has_tables else None,
             today=lambda: self.today or date.today(),
             term_stats=lambda q, p: self.snapshot.bm25.term_stats(q, self.snapshot.chunks.mask(p, Filters())),
@@ -105,6 +108,15 @@ class Engine:
     @property
     def sql(self) -> SqlRetriever:
         return self.retrievers["sql"]  # type: ignore[return-value]
+
+    def sql_linked(self, question: str, principal: Principal) -> bool:
+        """Does the question link to a readable table with confidence? A translator failure
+        (a profile query timing out, say) means "not linked": the text routes still answer."""
+        try:
+            return isinstance(self.sql.translate(question, principal, self.today), Translation)
+        except RetrievalError as e:
+            log.warning("sql linking failed (%s); routing without tables", e.code)
+            return False
 
     def find_entities(self, text: str, principal: Principal) -> list[str]:
         """Catalog entities named in `text` that belong to documents the principal may read."""

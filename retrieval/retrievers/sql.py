@@ -8,12 +8,15 @@ passages alike; `answer` also keeps the table itself for the `rows` field of the
 from __future__ import annotations
 
 import json
+import math
 from collections import OrderedDict
 from dataclasses import dataclass
 from datetime import date, datetime
 from decimal import Decimal
 from threading import Lock
 from typing import Any, Mapping, Protocol, Sequence
+
+from sqlglot import exp
 
 from retrieval.errors import Forbidden
 from retrieval.sql.guard import GuardedSql, guard_sql
@@ -52,11 +55,14 @@ class SqlResult:
 
 
 def json_value(v: Any) -> Any:
-    """DuckDB values as JSON: dates and timestamps in ISO 8601, decimals as floats."""
+    """DuckDB values as JSON: dates and timestamps in ISO 8601, decimals as floats; NaN and
+    infinities (which JSON cannot carry) as null."""
     if isinstance(v, (datetime, date)):
         return v.isoformat()
     if isinstance(v, Decimal):
-        return float(v)
+        v = float(v)
+    if isinstance(v, float) and not math.isfinite(v):
+        return None
     if isinstance(v, (list, tuple)):
         return [json_value(x) for x in v]
     if isinstance(v, (str, int, float, bool)) or v is None:
@@ -127,12 +133,12 @@ class SqlRetriever:
             for col in t.visible_columns():
                 if col.kind != "text":
                     continue
-                q = (f'SELECT count(DISTINCT "{col.name}"), list(DISTINCT regexp_extract("{col.name}", \'^([A-Za-z]+[-_]?)[0-9]\', 1)) '
-                     f"FROM {t.name}")
+                c, table = _ident(col.name), _ident(t.name)
+                q = f"SELECT count(DISTINCT {c}), list(DISTINCT regexp_extract({c}, '^([A-Za-z]+[-_]?)[0-9]', 1)) FROM {table}"
                 n, prefixes = self._backend.run(guard_sql(q, all_tables, principal).sql, self.limits.timeout_s, 1)[1][0]
                 values: tuple[str, ...] = ()
                 if n <= MAX_CATEGORICAL:
-                    vq = f'SELECT DISTINCT "{col.name}" FROM {t.name} WHERE "{col.name}" IS NOT NULL'
+                    vq = f"SELECT DISTINCT {c} FROM {table} WHERE {c} IS NOT NULL"
                     values = tuple(sorted(str(r[0]) for r in self._backend.run(guard_sql(vq, all_tables, principal).sql, self.limits.timeout_s, MAX_CATEGORICAL)[1]))
                 out[(t.name, col.name)] = ColumnProfile(values, tuple(sorted({p.upper() for p in prefixes or () if p})))
         with self._lock:
@@ -140,6 +146,11 @@ class SqlRetriever:
             if len(self._profiles) > 256:
                 self._profiles.popitem(last=False)
         return out
+
+
+def _ident(name: str) -> str:
+    """A quoted SQL identifier (any embedded quote doubled)."""
+    return exp.to_identifier(name, quoted=True).sql(dialect="duckdb")
 
 
 def rows_as_hits(result: SqlResult, k: int) -> list[Hit]:

@@ -55,6 +55,14 @@ def test_bad_row_acl_stops_ingest_naming_the_line_and_keeps_the_previous_snapsho
     assert [p.name for p in (index / "snapshots").iterdir()] == [before.name]
 
 
+@pytest.mark.parametrize("header", ['id,"the ""team""",hours', 'id,"a\tb",hours'])
+def test_a_column_name_the_service_cannot_quote_stops_ingest_naming_the_file(tmp_path, embedder, header):
+    bad = write(tmp_path / "src" / "t.csv", f"{header}\nr1,x,3\n")
+    with pytest.raises(IngestError, match=r"t.csv.*column name .* without a double quote"):
+        build_snapshot([bad.parent], tmp_path / "index", embedder)
+    assert not (tmp_path / "index" / "CURRENT").exists()
+
+
 def test_tables_are_recorded_in_the_manifest(tables_index):
     manifest = json.loads((current_snapshot_path(tables_index) / "manifest.json").read_text())
     assert manifest["counts"]["tables"] == 3

@@ -1,0 +1,80 @@
+"""Edge inputs found in review, each over a real server on a small index of its own: path-like
+document ids, non-finite SQL values, odd spacing around dates, tables a caller cannot read,
+and filters on a question that links to a table."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+
+import httpx
+import pytest
+
+from tests.conftest import LiveServer
+
+
+@pytest.fixture(scope="module")
+def edge(tmp_path_factory, embedder):
+    from indexes.snapshot import build_snapshot
+    from routes.app import create_app
+    from routes.engine import open_engine
+    from routes.keys import KeyStore
+    from routes.settings import Settings
+
+    src = tmp_path_factory.mktemp("edge-src")
+    (src / "sub").mkdir()
+    (src / "sub" / "note.md").write_text("---\ntitle: Ledger change log\nacl: [public]\ndate: 2024-05-02\n---\n"
+                                         "The ledger moved to idempotent payouts after 2023 and the retry queue was drained.\n")
+    (src / "scores.csv").write_text("ticket_id,team,score\nT-1,payments,1.5\nT-2,payments,nan\nT-3,routing,inf\n")
+    (src / "scores.acl.json").write_text(json.dumps({"acl": ["group:sre"]}))
+    index = tmp_path_factory.mktemp("edge-index")
+    build_snapshot([src], index, embedder)
+    engine = open_engine(index, embedder)
+    store = KeyStore(tmp_path_factory.mktemp("edge-keys") / "keys.json")
+    keys = {"sre": store.add("sam", ["sre"], ["query", "sql"])[0], "outsider": store.add("olga", [], ["query", "sql"])[0]}
+    settings = replace(Settings(), index_dir=tmp_path_factory.mktemp("edge-srv"), rate_per_second=1000.0, burst=1000)
+    with LiveServer(create_app(settings, engine=engine, keys=store)) as server:
+        server.keys = keys
+        yield server
+    engine.close()
+
+
+def call(server, method, path, who="sre", **kw):
+    return httpx.request(method, server.url + path, headers={"Authorization": f"Bearer {server.keys[who]}"}, timeout=30, **kw)
+
+
+def test_a_document_id_with_a_slash_can_be_fetched(edge):
+    got = call(edge, "GET", "/v1/documents/sub/note")
+    assert got.status_code == 200 and got.json()["doc_id"] == "sub/note"
+    missing = call(edge, "GET", "/v1/documents/sub/none")
+    assert missing.status_code == 404 and missing.json()["error"]["code"] == "not_found"
+
+
+def test_non_finite_sql_values_come_back_as_null_everywhere(edge):
+    sql = "SELECT ticket_id, score FROM scores ORDER BY ticket_id"
+    rows = call(edge, "POST", "/v1/sql", json={"sql": sql})
+    assert rows.status_code == 200 and rows.json()["rows"]["data"] == [["T-1", 1.5], ["T-2", None], ["T-3", None]]
+    tool = call(edge, "POST", "/v1/tools/call", json={"call_id": "c1", "name": "sql_query", "arguments": {"sql": sql}})
+    assert tool.status_code == 200 and tool.json()["result"]["rows"]["data"][1] == ["T-2", None]
+
+
+@pytest.mark.parametrize("question", ["What changed in the ledger after  2023?", "ledger changes before\n2025",
+                                      "payouts since  May 2024"])
+def test_odd_spacing_around_a_date_is_still_a_date_constraint(edge, question):
+    got = call(edge, "POST", "/v1/query", json={"question": question})
+    assert got.status_code == 200, got.text
+    assert got.json()["constraints"]["dates"], got.json()
+
+
+def test_a_caller_who_reads_no_table_sees_no_sql_route(edge):
+    for who, expected in (("outsider", False), ("sre", True)):
+        got = call(edge, "POST", "/v1/query", who=who, json={"question": "average score per team"})
+        assert got.status_code == 200
+        assert ("sql" in got.json()["route"]["scores"]) is expected
+
+
+def test_document_filters_keep_a_table_question_on_the_text_routes(edge):
+    plain = call(edge, "POST", "/v1/query", json={"question": "average score per team"}).json()
+    assert plain["route"]["chosen"] == "sql" and plain["rows"] is not None
+    narrowed = call(edge, "POST", "/v1/query", json={"question": "average score per team", "filters": {"sources": ["x"]}}).json()
+    assert narrowed["rows"] is None and all(a["route"] != "sql" for a in narrowed["attempts"])
