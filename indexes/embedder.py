@@ -41,6 +41,7 @@ class Embedder:
         self.batch_size = batch_size
         self._model: Any = None
         self._plain_pipeline = False
+        self._onnx: Any = None  # OnnxQueryEncoder when the exported model matches (indexes/onnx_query.py)
         self._cache: OrderedDict[str, np.ndarray] = OrderedDict()
         self._cache_size = query_cache
         self._lock = Lock()
@@ -58,7 +59,18 @@ class Embedder:
                 self._plain_pipeline = [type(m).__name__ for m in model] in (
                     ["Transformer", "Pooling", "Normalize"], ["Transformer", "Pooling"]) and model.default_prompt_name is None
                 self._model = model
+                if self._plain_pipeline:
+                    import torch
+
+                    from indexes.onnx_query import load_onnx_encoder
+
+                    self._onnx = load_onnx_encoder(model, self.path, self._torch_forward, torch.get_num_threads())
         return self
+
+    @property
+    def query_backend(self) -> str:
+        """Which runtime embeds queries: "onnxruntime" or "torch" (passages: always torch)."""
+        return "onnxruntime" if self.load()._onnx is not None else "torch"
 
     def encode(self, texts: Sequence[str], progress: Callable[[int], None] | None = None) -> np.ndarray:
         """Embed many passages in batches; `progress(n)` is called after each batch."""
@@ -96,10 +108,15 @@ class Embedder:
         return vec
 
     def _forward(self, texts: list[str]) -> np.ndarray:
+        """Query vectors: through onnxruntime when its export matched at load, else PyTorch."""
+        onnx = self.load()._onnx
+        return onnx.encode(texts) if onnx is not None else self._torch_forward(texts)
+
+    def _torch_forward(self, texts: list[str]) -> np.ndarray:
         """One short batch straight through the module pipeline (tokenize, transformer, pooling,
         normalize) without `encode`'s batching machinery: the same vectors, a few ms sooner per
         query. Any other pipeline goes through `encode`."""
-        model = self.load()._model
+        model = self._model
         if not self._plain_pipeline:
             vec = model.encode(texts, normalize_embeddings=True, convert_to_numpy=True, show_progress_bar=False)
             return np.ascontiguousarray(vec, dtype=np.float32)

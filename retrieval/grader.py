@@ -34,10 +34,10 @@ import math
 import re
 from dataclasses import dataclass, field
 from datetime import date
-from typing import Literal, Mapping, Sequence
+from typing import Callable, Literal, Mapping, Sequence
 
 from retrieval.constraints import Constraints
-from retrieval.dates import find_dates
+from retrieval.dates import dates_in
 from retrieval.text import normalize, term_set
 from retrieval.types import Hit
 
@@ -101,7 +101,7 @@ def unmet_constraints(constraints: Constraints, hits: Sequence[Hit], today: date
         dated = any(h.date and d.contains(date.fromisoformat(h.date[:10])) for h in hits)
         written = dated or any(
             (r.start is None or d.end is None or r.start <= d.end) and (r.end is None or d.start is None or r.end >= d.start)
-            for h in hits for r in find_dates(h.text, today) if r.start is not None and r.end is not None
+            for h in hits for r in dates_in(h.text, today) if r.start is not None and r.end is not None
         )
         if not written:
             missing.append(f"date:{d.text}")
@@ -161,10 +161,12 @@ def pending_links(hits: Sequence[Hit], linked: Sequence[tuple[str, float]]) -> l
 
 
 def grade(question: str, constraints: Constraints, hits: Sequence[Hit], config: GraderConfig, today: date,
-          rows_sql: str | None = None, linked: Sequence[tuple[str, float]] = ()) -> Grade:
+          rows_sql: str | None = None, linked: Callable[[], Sequence[tuple[str, float]]] = tuple) -> Grade:
     """Verdict on one evidence set. Rows from a confident SQL translation (`rows_sql` is its
     statement) are relevant by construction: only their presence and the constraints are
-    checked, against the rows and the statement (which carries the date predicates)."""
+    checked, against the rows and the statement (which carries the date predicates).
+    `linked()` gives the documents the set points to; it is asked only of a set that passes
+    everything else."""
     if not hits:
         return Grade(False, "no_authorized_evidence", tuple(constraints.labels()))
     if rows_sql is not None:
@@ -177,7 +179,7 @@ def grade(question: str, constraints: Constraints, hits: Sequence[Hit], config: 
         return Grade(False, "constraint_unmet", tuple(missing), score, feats)
     if score < config.threshold:
         return Grade(False, "insufficient_evidence", ("relevance",), score, feats)
-    pending = pending_links(hits, linked)
+    pending = pending_links(hits, linked())
     if pending:
         return Grade(False, "insufficient_evidence", tuple(f"linked:{d}" for d in pending), score, feats)
     return Grade(True, None, (), score, feats)

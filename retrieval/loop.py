@@ -163,10 +163,11 @@ def run_loop(question: str, principal: Principal, budget: Budget, deps: LoopDeps
             evidence = _evidence(plan, hits, previous, budget.k)
             if rows is None:
                 evidence = deps.annotate(question, evidence, principal)
-            linked = (deps.linked_docs(evidence[: deps.grader.link_passages], question, principal)
-                      if rows is None and not plan.merge_previous else ())
+            follow = rows is None and not plan.merge_previous
+            top = evidence[: deps.grader.link_passages]
             verdict = grade(question, constraints, evidence, deps.grader, today,
-                            rows_sql=rows.sql if rows is not None else None, linked=linked)
+                            rows_sql=rows.sql if rows is not None else None,
+                            linked=lambda: deps.linked_docs(top, question, principal) if follow else ())
             hits = evidence
         attempts.append(Attempt(len(attempts) + 1, plan, tuple(hits), verdict, (clock() - t0) * 1000, error, rows))
         history.append(Tried(plan, tuple(hits), verdict))

@@ -30,7 +30,7 @@ from typing import Callable, Iterator, Sequence
 from retrieval.constraints import Constraints, missing_from_queries
 from retrieval.grader import Grade
 from retrieval.router import RouteDecision
-from retrieval.text import STOPWORDS, content_terms, normalize, stem
+from retrieval.text import STOPWORDS, content_terms, normalize, stem, term_set
 from retrieval.types import Filters, Hit
 
 TEXT_ROUTES = ("exact", "bm25", "dense", "hybrid")
@@ -214,7 +214,7 @@ def _relax(ctx: RewriteContext, history: Sequence[Tried], last: Tried | None) ->
     seen = set()
     for t in history:
         for h in t.hits:
-            seen |= {stem(w) for w in content_terms(f"{h.title or ''} {h.text}")}
+            seen |= term_set(f"{h.title or ''} {h.text}")
     keep_text = " ".join([*ctx.constraints.identifiers, *ctx.constraints.phrases, *ctx.constraints.entities,
                           *(d.text for d in ctx.constraints.dates)]).lower()
     terms = content_terms(ctx.question)

@@ -32,13 +32,14 @@ def words(text: str) -> list[str]:
     return _WORD.findall(normalize(text))
 
 
-def content_terms(text: str) -> list[str]:
+@lru_cache(maxsize=8192)  # passages recur across a question's attempts and across questions
+def content_terms(text: str) -> tuple[str, ...]:
     """Words that carry meaning (no stopwords, no single characters), in order, deduplicated."""
     seen: dict[str, None] = {}
     for w in words(text):
         if len(w) > 1 and w not in STOPWORDS:
             seen.setdefault(w, None)
-    return list(seen)
+    return tuple(seen)
 
 
 def stem(word: str) -> str:
