@@ -154,7 +154,7 @@ def main() -> None:
     try:
         for route, path in (("bm25", "/v1/search"), ("auto", "/v1/query")):
             payloads = bodies(route)
-            seq, local, diff = paired(url, path, key, payloads, lambda body: in_process(route, body), 150)
+            seq, local, diff = paired(url, path, key, payloads, lambda body: in_process(route, body), 250)
             out = asyncio.run(load(url, path, key, payloads, args.clients, args.seconds))
             out["sequential_http_p50_ms"] = round(seq, 3)
             out["in_process_p50_ms"] = round(local, 3)

@@ -7,7 +7,8 @@ against the PyTorch pipeline; a mismatch, a failed export or a missing runtime l
 queries on PyTorch. Passages are always embedded by PyTorch, in batches.
 
 The export is cached by the weights' digest under $QUARRY_CACHE_DIR (default
-~/.cache/quarry); QUARRY_ONNX=0 switches the path off.
+~/.cache/quarry); QUARRY_ONNX=0 switches the path off; QUARRY_ONNX_THREADS sets the intra-op
+threads (default: PyTorch's thread count).
 """
 
 from __future__ import annotations
@@ -62,7 +63,7 @@ def load_onnx_encoder(model: Any, model_path: Path, reference: Callable[[list[st
 
         path = _exported(model, model_path)
         options = ort.SessionOptions()
-        options.intra_op_num_threads = max(1, threads)
+        options.intra_op_num_threads = int(os.environ.get("QUARRY_ONNX_THREADS") or max(1, threads))
         options.inter_op_num_threads = 1
         options.add_session_config_entry("session.intra_op.allow_spinning", "0")  # no spin-wait on 2 cores
         options.log_severity_level = 3
