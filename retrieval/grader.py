@@ -110,27 +110,31 @@ def unmet_constraints(constraints: Constraints, hits: Sequence[Hit], today: date
 
 def evidence_features(question: str, hits: Sequence[Hit], constraints: Constraints | None = None) -> dict[str, float]:
     """The relevance signals of an evidence set (see the module docstring)."""
-    dense = sorted((h.signal("dense") or 0.0 for h in hits), reverse=True)
-    by_bm25 = [h.chunk_id for h in sorted(hits, key=lambda h: -(h.signal("bm25") or 0.0))[:3]]
-    by_dense = [h.chunk_id for h in sorted(hits, key=lambda h: -(h.signal("dense") or 0.0))[:3]]
-    top_bm25 = max((h.signal("bm25") or 0.0 for h in hits), default=0.0) / max(1, len(term_set(question)))
+    sig = [dict(h.signals) for h in hits]  # read each hit's signals once
+    dense_of = [s.get("dense") or 0.0 for s in sig]
+    bm25_of = [s.get("bm25") or 0.0 for s in sig]
+    qcov_of = [s.get("qcov") or 0.0 for s in sig]
+    dense = sorted(dense_of, reverse=True)
+    by_bm25 = [hits[i].chunk_id for i in sorted(range(len(hits)), key=lambda i: -bm25_of[i])[:3]]
+    by_dense = [hits[i].chunk_id for i in sorted(range(len(hits)), key=lambda i: -dense_of[i])[:3]]
+    top_bm25 = max(bm25_of, default=0.0) / max(1, len(term_set(question)))
     return {
         "top_dense": dense[0] if dense else 0.0,
         "dense_margin": (dense[0] - sum(dense[:5]) / len(dense[:5])) if dense else 0.0,
         "mean_dense_top3": sum(dense[:3]) / len(dense[:3]) if dense else 0.0,
-        "top_coverage": max((h.signal("tcov") or 0.0 for h in hits), default=0.0),
+        "top_coverage": max((s.get("tcov") or 0.0 for s in sig), default=0.0),
         "agreement": len(set(by_bm25) & set(by_dense)) / 3 if hits else 0.0,
         "top_bm25": top_bm25 / (top_bm25 + 1.0),
-        "top_qcov": max((h.signal("qcov") or 0.0 for h in hits), default=0.0),
-        "qcov_dense": max(((h.signal("qcov") or 0.0) * max(0.0, h.signal("dense") or 0.0) for h in hits), default=0.0),
+        "top_qcov": max(qcov_of, default=0.0),
+        "qcov_dense": max((q * max(0.0, d) for q, d in zip(qcov_of, dense_of)), default=0.0),
         "literal_share": _literal_share(question, constraints) if constraints is not None else 0.0,
-        **_qpp(hits, dense),
+        **_qpp(sig, dense),
     }
 
 
-def _qpp(hits: Sequence[Hit], dense: list[float]) -> dict[str, float]:
-    sd = next((h.signal("bg_sd") for h in hits if h.signal("bg_sd")), None)
-    mean = next((h.signal("bg_mean") for h in hits if h.signal("bg_mean") is not None), 0.0)
+def _qpp(sig: Sequence[Mapping[str, float]], dense: list[float]) -> dict[str, float]:
+    sd = next((s["bg_sd"] for s in sig if s.get("bg_sd")), None)
+    mean = next((s["bg_mean"] for s in sig if s.get("bg_mean") is not None), 0.0)
     if not sd or not dense:
         return {"z_top": 0.0, "nqc": 0.0, "z_spread": 0.0}
     avg = sum(dense) / len(dense)
