@@ -40,6 +40,14 @@ def build_or_reuse(name: str, sources: list[Path], embedder, rebuild: bool = Fal
     return index, manifest
 
 
+def make_embedder() -> Any:
+    """The embedder `quarry serve` would build here, so QUARRY_ONNX, QUARRY_ONNX_THREADS,
+    QUARRY_CACHE_DIR and QUARRY_MODEL_PATH apply to benchmarks too."""
+    from routes.settings import Settings
+
+    return Settings().with_env().embedder()
+
+
 def timed(fn: Callable[[], Any]) -> tuple[Any, float]:
     t0 = time.perf_counter()
     out = fn()

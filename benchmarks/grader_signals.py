@@ -29,8 +29,7 @@ from datetime import date
 
 import numpy as np
 
-from benchmarks.common import ROOT, build_or_reuse, machine, write_json
-from indexes.embedder import Embedder
+from benchmarks.common import ROOT, build_or_reuse, machine, make_embedder, write_json
 from retrieval.constraints import extract
 from retrieval.grader import GRADE_FEATURES, evidence_features
 from retrieval.router import features, route
@@ -61,7 +60,7 @@ def cv_balanced_accuracy(x: np.ndarray, y: np.ndarray, seed: int = 0) -> float:
 
 
 def main() -> None:
-    embedder = Embedder().load()
+    embedder = make_embedder().load()
     index, _ = build_or_reuse("demo", DEMO_SOURCES, embedder)
     engine = open_engine(index, embedder, today=date(2025, 11, 1), policies=Policies())
     deps = engine.deps

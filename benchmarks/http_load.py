@@ -28,12 +28,11 @@ from datetime import date
 
 import httpx
 
-from benchmarks.common import CACHE, ROOT, machine, write_json
-from indexes.embedder import Embedder
+from benchmarks.common import CACHE, ROOT, machine, make_embedder, write_json
 from retrieval.metrics import percentile
 from retrieval.search import search
 from retrieval.types import Filters, Principal
-from routes.demo import DEMO_SOURCES, ensure_demo_index
+from routes.demo import ensure_demo_index
 from routes.engine import open_engine
 from routes.keys import KeyStore
 
@@ -133,7 +132,7 @@ def main() -> None:
     args = ap.parse_args()
 
     index = CACHE / "demo"
-    embedder = Embedder()
+    embedder = make_embedder()
     ensure_demo_index(index, embedder)
     keys_path = CACHE / "http-load-keys.json"
     keys_path.unlink(missing_ok=True)

@@ -27,7 +27,7 @@ import random
 import time
 from datetime import date
 
-from benchmarks.common import CACHE, DATASETS, ROOT, build_or_reuse, machine, write_json
+from benchmarks.common import CACHE, DATASETS, ROOT, build_or_reuse, machine, make_embedder, write_json
 from indexes.beir import load_qrels, load_queries
 from indexes.corpus import load_documents
 from indexes.embedder import Embedder
@@ -180,7 +180,7 @@ def main() -> None:
     ap.add_argument("--only", default="hotpotqa,scifact,demo-gaps,scifact-gaps")
     args = ap.parse_args()
     wanted = set(args.only.split(","))
-    embedder = Embedder().load()
+    embedder = make_embedder().load()
     results: dict = {"machine": machine()}
     for name, fn in (("hotpotqa", hotpotqa), ("scifact", scifact), ("demo-gaps", demo_gaps), ("scifact-gaps", scifact_gaps)):  # noqa: E501
         if name in wanted:

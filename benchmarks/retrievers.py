@@ -21,9 +21,8 @@ import time
 
 import numpy as np
 
-from benchmarks.common import DATASETS, build_or_reuse, machine, timed, write_json
+from benchmarks.common import DATASETS, build_or_reuse, machine, make_embedder, timed, write_json
 from indexes.beir import load_qrels, load_queries
-from indexes.embedder import Embedder
 from retrieval.metrics import doc_ranking, mean, ndcg_at_k, percentile, recall_at_k
 from retrieval.types import Filters, Principal
 from routes.engine import open_engine
@@ -132,7 +131,7 @@ def main() -> None:
 
     root = DATASETS / "scifact"
     queries, qrels = load_queries(root), load_qrels(root, "test")
-    embedder = Embedder().load()
+    embedder = make_embedder().load()
     index, manifest = build_or_reuse("scifact", [root / "corpus.jsonl"], embedder, rebuild=args.rebuild, default_acl=("public",))
     timings = json.loads((index / "last_build.json").read_text()) if (index / "last_build.json").exists() else manifest["timings_s"]
     embed_s = timings["embed"]

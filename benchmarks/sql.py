@@ -17,9 +17,8 @@ import json
 import time
 from datetime import date
 
-from benchmarks.common import CACHE, ROOT, machine, write_json
+from benchmarks.common import CACHE, ROOT, machine, make_embedder, write_json
 from indexes.catalog import Catalog, SqlRunner
-from indexes.embedder import Embedder
 from indexes.snapshot import build_snapshot, current_snapshot_path
 from retrieval.metrics import percentile
 from retrieval.retrievers.sql import SqlRetriever, compare_rows
@@ -66,7 +65,7 @@ def score(retriever: SqlRetriever, path: Path) -> dict:
 
 def main() -> None:
     index = CACHE / "demo-tables"
-    build_snapshot([ROOT / "eval_data" / "demo" / "tables"], index, Embedder())
+    build_snapshot([ROOT / "eval_data" / "demo" / "tables"], index, make_embedder())
     catalog = Catalog(current_snapshot_path(index) / "catalog.duckdb")
     retriever = SqlRetriever(SqlRunner(catalog))
     results = {"machine": machine()}

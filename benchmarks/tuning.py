@@ -25,7 +25,7 @@ import argparse
 import random
 from datetime import date
 
-from benchmarks.common import CACHE, DATASETS, ROOT, build_or_reuse, machine, write_json
+from benchmarks.common import CACHE, DATASETS, ROOT, build_or_reuse, machine, make_embedder, write_json
 from indexes.embedder import Embedder
 from retrieval.metrics import doc_ranking, mean, ndcg_at_k
 from retrieval.types import Filters
@@ -134,7 +134,7 @@ def main() -> None:
     ap.add_argument("--only", default="demo,scifact,hotpotqa")
     ap.add_argument("--seed", type=int, default=0)
     args = ap.parse_args()
-    embedder = Embedder().load()
+    embedder = make_embedder().load()
     results: dict = {"machine": machine(), "seed": args.seed}
     for name, fn in (("demo", demo), ("scifact", scifact), ("hotpotqa", hotpotqa)):
         if name in args.only.split(","):

@@ -31,7 +31,13 @@ class Embedder:
     commands that never embed, such as a BM25 or SQL query, start fast; `load()` warms it.
     """
 
-    def __init__(self, model_path: Path | None = None, batch_size: int = 64, query_cache: int = 2048) -> None:
+    def __init__(self, model_path: Path | None = None, batch_size: int = 64, query_cache: int = 2048,
+                 query_runtime: str = "onnx", onnx_threads: int | None = None, cache_dir: Path | None = None) -> None:
+        """`query_runtime` "onnx" embeds queries through onnxruntime when its export matches
+        PyTorch (indexes/onnx_query.py), "torch" always through PyTorch; `cache_dir` holds
+        the export (default ~/.cache/quarry)."""
+        if query_runtime not in ("onnx", "torch"):
+            raise ValueError(f"query_runtime must be 'onnx' or 'torch', not {query_runtime!r}")
         path = Path(model_path) if model_path else default_model_path()
         if not path.is_dir():
             raise SnapshotError(f"embedding model folder {path} does not exist")
@@ -41,7 +47,11 @@ class Embedder:
         self.batch_size = batch_size
         self._model: Any = None
         self._plain_pipeline = False
-        self._onnx: Any = None  # OnnxQueryEncoder when the exported model matches (indexes/onnx_query.py)
+        self._query_runtime = query_runtime
+        self._onnx_threads = onnx_threads
+        self._cache_dir = Path(cache_dir) if cache_dir else Path.home() / ".cache" / "quarry"
+        self._onnx: Any = None  # OnnxQueryEncoder once built and checked (first query)
+        self._onnx_tried = False
         self._cache: OrderedDict[str, np.ndarray] = OrderedDict()
         self._cache_size = query_cache
         self._lock = Lock()
@@ -59,18 +69,28 @@ class Embedder:
                 self._plain_pipeline = [type(m).__name__ for m in model] in (
                     ["Transformer", "Pooling", "Normalize"], ["Transformer", "Pooling"]) and model.default_prompt_name is None
                 self._model = model
-                if self._plain_pipeline:
+        return self
+
+    def _query_encoder(self) -> Any:
+        """The onnxruntime query encoder, built on the first query (ingest never needs it);
+        None when queries stay on PyTorch."""
+        self.load()
+        with self._lock:
+            if not self._onnx_tried:
+                self._onnx_tried = True
+                if self._query_runtime == "onnx" and self._plain_pipeline:
                     import torch
 
                     from indexes.onnx_query import load_onnx_encoder
 
-                    self._onnx = load_onnx_encoder(model, self.path, self._torch_forward, torch.get_num_threads())
-        return self
+                    self._onnx = load_onnx_encoder(self._model, self.path, self._torch_forward,
+                                                   self._onnx_threads or torch.get_num_threads(), self._cache_dir / "onnx")
+        return self._onnx
 
     @property
     def query_backend(self) -> str:
         """Which runtime embeds queries: "onnxruntime" or "torch" (passages: always torch)."""
-        return "onnxruntime" if self.load()._onnx is not None else "torch"
+        return "onnxruntime" if self._query_encoder() is not None else "torch"
 
     def encode(self, texts: Sequence[str], progress: Callable[[int], None] | None = None) -> np.ndarray:
         """Embed many passages in batches; `progress(n)` is called after each batch."""
@@ -109,7 +129,7 @@ class Embedder:
 
     def _forward(self, texts: list[str]) -> np.ndarray:
         """Query vectors: through onnxruntime when its export matched at load, else PyTorch."""
-        onnx = self.load()._onnx
+        onnx = self._query_encoder()
         return onnx.encode(texts) if onnx is not None else self._torch_forward(texts)
 
     def _torch_forward(self, texts: list[str]) -> np.ndarray:

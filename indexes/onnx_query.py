@@ -6,9 +6,10 @@ overhead; the exported graph under onnxruntime takes about 6 ms and gives the sa
 against the PyTorch pipeline; a mismatch, a failed export or a missing runtime leaves
 queries on PyTorch. Passages are always embedded by PyTorch, in batches.
 
-The export is cached by the weights' digest under $QUARRY_CACHE_DIR (default
-~/.cache/quarry); QUARRY_ONNX=0 switches the path off; QUARRY_ONNX_THREADS sets the intra-op
-threads (default: PyTorch's thread count).
+The export is cached by the weights' digest in a cache folder (settings `cache_dir`, default
+~/.cache/quarry/onnx); a cached file that fails to load or to match is exported again once.
+Settings `onnx` and `onnx_threads` (QUARRY_ONNX, QUARRY_ONNX_THREADS) switch the path off
+and set its intra-op threads.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import hashlib
 import logging
 import os
 import tempfile
+import time
 import warnings
 from pathlib import Path
 from threading import Lock
@@ -53,30 +55,40 @@ class OnnxQueryEncoder:
 
 
 def load_onnx_encoder(model: Any, model_path: Path, reference: Callable[[list[str]], np.ndarray],
-                      threads: int) -> OnnxQueryEncoder | None:
+                      threads: int, cache: Path) -> OnnxQueryEncoder | None:
     """The ONNX query encoder for a loaded sentence-transformers `model` (Transformer + mean
     Pooling [+ Normalize]), or None when it cannot be built or does not match `reference`."""
-    if os.environ.get("QUARRY_ONNX", "1") == "0" or not _mean_pooling(model):
+    if not _mean_pooling(model):
         return None
     try:
-        import onnxruntime as ort
+        import onnxruntime  # noqa: F401
+    except ImportError:
+        log.warning("onnxruntime is not installed; queries are embedded by PyTorch")
+        return None
+    problem = ""
+    for fresh in (False, True):  # a cached export that fails is replaced once
+        try:
+            encoder = _session(model, _exported(model, model_path, cache, fresh), threads)
+            gap = float(np.abs(encoder.encode(list(PROBES)) - reference(list(PROBES))).max())
+            if gap <= TOLERANCE:
+                return encoder
+            problem = f"vectors differ from PyTorch by {gap:.2g}"
+        except Exception as e:  # noqa: BLE001 - any failure keeps queries on the PyTorch path
+            problem = f"{type(e).__name__}: {str(e)[:200]}"
+    log.warning("onnxruntime query path unavailable (%s); using PyTorch", problem)
+    return None
 
-        path = _exported(model, model_path)
-        options = ort.SessionOptions()
-        options.intra_op_num_threads = int(os.environ.get("QUARRY_ONNX_THREADS") or max(1, threads))
-        options.inter_op_num_threads = 1
-        options.add_session_config_entry("session.intra_op.allow_spinning", "0")  # no spin-wait on 2 cores
-        options.log_severity_level = 3
-        session = ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
-        encoder = OnnxQueryEncoder(session, model.tokenizer, int(model.max_seq_length))
-        gap = float(np.abs(encoder.encode(list(PROBES)) - reference(list(PROBES))).max())
-    except Exception as e:  # noqa: BLE001 - any failure keeps queries on the PyTorch path
-        log.warning("onnxruntime query path unavailable (%s: %s); using PyTorch", type(e).__name__, str(e)[:200])
-        return None
-    if gap > TOLERANCE:
-        log.warning("onnxruntime query vectors differ from PyTorch by %.2g; using PyTorch", gap)
-        return None
-    return encoder
+
+def _session(model: Any, path: Path, threads: int) -> OnnxQueryEncoder:
+    import onnxruntime as ort
+
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = max(1, threads)
+    options.inter_op_num_threads = 1
+    options.add_session_config_entry("session.intra_op.allow_spinning", "0")  # no spin-wait on 2 cores
+    options.log_severity_level = 3
+    session = ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
+    return OnnxQueryEncoder(session, model.tokenizer, int(model.max_seq_length))
 
 
 def _mean_pooling(model: Any) -> bool:
@@ -89,19 +101,22 @@ def _mean_pooling(model: Any) -> bool:
         and not any(v for k, v in config.items() if k.startswith("pooling_mode_") and k != "pooling_mode_mean_tokens"))
 
 
-def _exported(model: Any, model_path: Path) -> Path:
-    """Path of the cached ONNX export of the model's transformer, exporting it when missing."""
+def _exported(model: Any, model_path: Path, cache: Path, fresh: bool = False) -> Path:
+    """Path of the cached ONNX export of the model's transformer, exporting it when missing
+    (or when `fresh`)."""
     weights = sorted(p for p in model_path.rglob("*") if p.suffix in (".safetensors", ".bin") and p.is_file())
     digest = hashlib.sha256(f"v{EXPORT_VERSION}".encode())
     for p in weights:
         with p.open("rb") as f:
             for block in iter(lambda: f.read(1 << 20), b""):
                 digest.update(block)
-    cache = Path(os.environ.get("QUARRY_CACHE_DIR") or Path.home() / ".cache" / "quarry") / "onnx"
     target = cache / f"{digest.hexdigest()[:32]}.onnx"
-    if target.is_file():
+    if target.is_file() and not fresh:
         return target
     cache.mkdir(parents=True, exist_ok=True)
+    for stale in cache.glob("*.onnx.tmp"):  # left by an export that was killed
+        if time.time() - stale.stat().st_mtime > 3600:
+            stale.unlink(missing_ok=True)
     import torch
 
     sample = model.tokenizer(["an example query"], return_tensors="pt")
@@ -126,6 +141,7 @@ def _exported(model: Any, model_path: Path) -> Path:
             warnings.simplefilter("ignore")
             torch.onnx.export(transformer, tuple(sample[n] for n in names), tmp, input_names=names,
                               output_names=["last_hidden_state"], dynamic_axes=axes, opset_version=17, dynamo=False)
+        os.chmod(tmp, 0o644)  # readable by other users of a shared cache, like any model file
         os.replace(tmp, target)  # atomic: a concurrent loader sees a whole file or none
     finally:
         if os.path.exists(tmp):

@@ -22,7 +22,7 @@ from retrieval.sql.schema import ColumnInfo, TableInfo
 from retrieval.types import check_acl
 
 _NAME_OK = re.compile(r"[a-z][a-z0-9_]{0,62}")
-_COLUMN_OK = re.compile(r'[^"\x00-\x1f\x7f]{1,63}')  # the SQL the service writes quotes column names
+_COLUMN_OK = re.compile(r'[^"\x00-\x1f\x7f]+')  # the SQL the service writes quotes column names
 SIDECAR_FIELDS = {"acl"}
 
 
@@ -85,7 +85,7 @@ def load_tables(con: duckdb.DuckDBPyConnection, sources: Sequence[TableSource]) 
         names = [c.name for c in columns]
         for n in names:
             if not _COLUMN_OK.fullmatch(n):
-                raise IngestError(f"column name {n[:80]!r} must be 1-63 printable characters without a double quote", str(src.path))
+                raise IngestError(f"column name {n[:80]!r} must be printable characters without a double quote", str(src.path))
         row_acl = "acl" in names
         if row_acl:
             _convert_row_acl(con, src, next(c for c in columns if c.name == "acl"))

@@ -94,6 +94,21 @@ class EntityIndex:
         visible = owners[seen]
         return bool((visible == -1).any()) or len(np.unique(visible)) == 1
 
+    def named_rows(self, key: str, allowed: np.ndarray) -> np.ndarray:
+        """The readable rows the entity names: rows carrying it as a title or value when any
+        is visible, else the rows of the one readable document carrying it as a one-document
+        name (none when several readable documents do)."""
+        rows = self.entries[key][1]
+        seen = allowed[rows]
+        owners = self.owners.get(key)
+        if owners is None:
+            return rows[seen]
+        plain = seen & (owners == -1)
+        if plain.any():
+            return rows[plain]
+        docs = np.unique(owners[seen])
+        return rows[seen] if len(docs) == 1 else rows[:0]
+
     def find(self, text: str, allowed: np.ndarray | None = None, exclude: Sequence[str] = ()) -> list[str]:
         """Entities named in `text`, as written there (so a constraint is a substring of the
         question): at each word the longest readable entity, then on after it."""
@@ -146,7 +161,7 @@ def bridge_candidates(titles: EntityIndex, doc_ids: Sequence[str], hits: Sequenc
     sources = [(None, question)] + [(h.doc_id, f"{h.title or ''}\n{h.text}") for h in hits]
     for origin, text in sources:  # documents the question names, then those the passages name
         for name in titles.find(text, allowed):
-            for row in titles.rows(_key(name)):
-                if allowed[row] and doc_ids[row] != origin:
+            for row in titles.named_rows(_key(name), allowed):
+                if doc_ids[row] != origin:
                     out.setdefault(doc_ids[row], None)
     return tuple(out)

@@ -155,10 +155,8 @@ def create_app(settings: Settings, engine: Engine | None = None, keys: KeyStore 
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         owned = state.engine is None
         if owned:
-            from indexes.embedder import Embedder
-
             state.engine = await run_in_threadpool(
-                open_engine, settings.index_dir, Embedder(settings.model_path), settings.limits, settings.today, None,
+                open_engine, settings.index_dir, settings.embedder(), settings.limits, settings.today, None,
                 settings.workers,
             )
         state.audit = AuditLog(settings.audit_path or settings.index_dir / "audit.duckdb", settings.audit_questions)

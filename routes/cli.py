@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from dataclasses import replace
 from datetime import date
 from pathlib import Path
 from typing import Any, Callable, Sequence
@@ -64,12 +65,11 @@ def _progress_bar() -> Callable[[str, int, int], None] | None:
 
 def cmd_ingest(args: argparse.Namespace) -> int:
     from indexes.corpus import ADMIN_ONLY
-    from indexes.embedder import Embedder
     from indexes.snapshot import BuildOptions, build_snapshot
     from retrieval.types import check_acl
 
     acl = check_acl(args.default_acl) if args.default_acl else ADMIN_ONLY
-    embedder = Embedder(args.model_path)
+    embedder = _embedder(args)
     manifest = build_snapshot([Path(s) for s in args.sources], Path(args.index), embedder,
                               BuildOptions(default_acl=acl, reuse_embeddings=not args.no_reuse), progress=_progress_bar())
     _emit({k: manifest[k] for k in ("snapshot", "counts", "embeddings", "model", "content_hash", "timings_s")})
@@ -147,8 +147,6 @@ def cmd_sql(args: argparse.Namespace) -> int:
 
 
 def _settings(args: argparse.Namespace, **extra: Any):
-    from dataclasses import replace
-
     from routes.settings import Settings
 
     s = Settings().with_env()
@@ -241,7 +239,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
 
 def cmd_tune(args: argparse.Namespace) -> int:
     """Fit fusion, router and grader on the train split; report the test split before and after."""
-    from routes.engine import Policies, open_engine
+    from routes.engine import open_engine
     from routes.evaluation import (TOP, ablate, ablated_index, beir_labels, evaluate, fit_policies, gap_accuracy,
                                    save_policies, split_labels, unambiguous)
 
@@ -302,9 +300,11 @@ def cmd_keys(args: argparse.Namespace) -> int:
 
 
 def _embedder(args: argparse.Namespace):
-    from indexes.embedder import Embedder
+    from routes.settings import Settings
 
-    return Embedder(args.model_path)
+    model = getattr(args, "model_path", None)
+    settings = Settings().with_env()
+    return (replace(settings, model_path=Path(model)) if model else settings).embedder()
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -50,7 +50,7 @@ def run_demo(settings: Settings) -> None:
     from routes.server import serve
 
     keys_file = settings.keys_file or settings.index_dir.parent / "demo-keys.json"
-    manifest = ensure_demo_index(settings.index_dir, Embedder(settings.model_path))
+    manifest = ensure_demo_index(settings.index_dir, settings.embedder())
     keys = demo_keys(keys_file)
     base = f"http://{settings.host}:{settings.port}"
     question = '{"question": "What is the Q3 2025 budget for the payments platform?"}'

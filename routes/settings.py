@@ -29,6 +29,9 @@ HELP = {
     "today": "Date that 'last quarter' and other relative dates refer to (default: the real date).",
     "workers": "Threads that run retriever calls.",
     "threads": "Torch and OpenMP threads for query embedding.",
+    "onnx": "Embed queries through onnxruntime (the same weights exported once, checked against PyTorch at load).",
+    "onnx_threads": "onnxruntime intra-op threads for query embedding (default: the PyTorch thread count).",
+    "cache_dir": "Where derived model files, such as the ONNX export, are cached (default: ~/.cache/quarry).",
     "mcp_allowed_origins": "Origins allowed to call /mcp from a browser (comma-separated; empty: none).",
 }
 
@@ -49,8 +52,18 @@ class Settings:
     today: date | None = None
     workers: int = 4
     threads: int | None = None
+    onnx: bool = True
+    onnx_threads: int | None = None
+    cache_dir: Path | None = None
     mcp_allowed_origins: tuple[str, ...] = ()
     limits: Limits = field(default_factory=Limits)
+
+    def embedder(self) -> Any:
+        """The embedder these settings describe (model folder, query runtime, cache)."""
+        from indexes.embedder import Embedder
+
+        return Embedder(self.model_path, query_runtime="onnx" if self.onnx else "torch",
+                        onnx_threads=self.onnx_threads, cache_dir=self.cache_dir)
 
     def with_env(self, env: dict[str, str] | None = None) -> Settings:
         """Apply `QUARRY_<NAME>` variables (limits too: `QUARRY_MAX_K=20`)."""

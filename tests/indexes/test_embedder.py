@@ -25,9 +25,27 @@ def test_queries_run_on_onnxruntime_here(embedder):
     assert embedder.query_backend == "onnxruntime"
 
 
-def test_the_pytorch_fallback_gives_the_same_vectors(embedder, monkeypatch):
-    monkeypatch.setenv("QUARRY_ONNX", "0")
-    plain = Embedder().load()
+def test_the_pytorch_fallback_gives_the_same_vectors(embedder):
+    plain = Embedder(query_runtime="torch").load()
     assert plain.query_backend == "torch"
     for text in TEXTS:
         assert np.allclose(plain.encode_query(text), embedder.encode_query(text), atol=1e-6)
+
+
+def test_a_broken_cached_export_is_replaced(tmp_path):
+    first = Embedder(cache_dir=tmp_path)
+    assert first.query_backend == "onnxruntime"
+    (exported,) = (tmp_path / "onnx").glob("*.onnx")
+    assert exported.stat().st_mode & 0o777 == 0o644
+    exported.write_bytes(b"not a model")
+    again = Embedder(cache_dir=tmp_path)
+    assert again.query_backend == "onnxruntime" and exported.stat().st_size > 1_000_000
+    assert np.allclose(again.encode_query(TEXTS[0]), first.encode_query(TEXTS[0]), atol=1e-6)
+
+
+def test_settings_choose_the_query_runtime(tmp_path):
+    from routes.settings import Settings
+
+    settings = Settings().with_env({"QUARRY_ONNX": "0", "QUARRY_CACHE_DIR": str(tmp_path)})
+    assert settings.onnx is False and settings.cache_dir == tmp_path
+    assert settings.embedder().query_backend == "torch"

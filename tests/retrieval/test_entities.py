@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 from hypothesis import given, settings, strategies as st
 
-from retrieval.entities import EntityIndex
+from retrieval.entities import EntityIndex, bridge_candidates
 
 WORDS = ["Project", "Nightingale", "acquisition", "INC-2041", "ledger", "Ostrava", "Trans", "plan"]
 
@@ -31,6 +31,15 @@ def test_a_forbidden_plain_title_does_not_make_a_shared_identifier_count():
     assert index.find("see INC-2041", np.array([True, True, True])) == ["INC-2041"]
 
 
+def test_a_whole_title_names_its_document_not_the_titles_that_mention_it():
+    index = EntityIndex.build([(0, "BRCA1"), (1, "BRCA1 variants in cohort X"), (2, "Screening for BRCA1 carriers")],
+                              [(1, "BRCA1"), (2, "BRCA1")], ["A", "B", "C"])
+    everyone = np.ones(3, dtype=bool)
+    assert bridge_candidates(index, ["A", "B", "C"], [], "What is BRCA1?", everyone) == ("A",)
+    only_b = np.array([False, True, False])
+    assert bridge_candidates(index, ["A", "B", "C"], [], "What is BRCA1?", only_b) == ("B",)
+
+
 names = st.lists(st.sampled_from(WORDS[:5]), min_size=1, max_size=2).map(" ".join)  # small: names collide
 
 
@@ -46,3 +55,5 @@ def test_matches_equal_an_index_of_the_readable_documents_alone(docs, text):
     full = EntityIndex.build(plain, single, doc_ids)
     alone = EntityIndex.build([(i, n) for i, n in plain if allowed[i]], [(i, n) for i, n in single if allowed[i]], doc_ids)
     assert full.find(text, allowed) == alone.find(text)
+    everything = np.ones(len(docs), dtype=bool)
+    assert bridge_candidates(full, doc_ids, [], text, allowed) == bridge_candidates(alone, doc_ids, [], text, everything)
