@@ -30,14 +30,11 @@ from datetime import date
 import numpy as np
 
 from benchmarks.common import ROOT, build_or_reuse, machine, make_embedder, write_json
-from retrieval.constraints import extract
 from retrieval.grader import GRADE_FEATURES, evidence_features
-from retrieval.router import features, route
 from retrieval.text import content_terms
-from retrieval.types import Filters
 from routes.demo import DEMO_SOURCES
 from routes.engine import Policies, open_engine
-from routes.evaluation import load_label_file
+from routes.evaluation import first_attempt_evidence, load_label_file
 
 SENTENCE = re.compile(r"(?<=[.!?])\s+|\n+")
 
@@ -63,7 +60,6 @@ def main() -> None:
     embedder = make_embedder().load()
     index, _ = build_or_reuse("demo", DEMO_SOURCES, embedder)
     engine = open_engine(index, embedder, today=date(2025, 11, 1), policies=Policies())
-    deps = engine.deps
     texts = engine.snapshot.chunks.texts
     df: dict[str, int] = {}
     for t in texts:
@@ -81,11 +77,7 @@ def main() -> None:
     for lb in load_label_file(ROOT / "eval_data" / "demo" / "questions.jsonl"):
         if lb.route == "sql" or lb.answer_rows is not None:
             continue
-        p = lb.principal_obj()
-        constraints = extract(lb.question, deps.today(), engine.find_entities(lb.question, p))
-        chosen = route(features(lb.question, constraints, False, deps.term_stats(lb.question, p)), deps.router,
-                       list(deps.retrievers)).chosen
-        hits = deps.annotate(lb.question, deps.retrievers[chosen].search(lb.question, p, 8, Filters()), p)
+        constraints, hits = first_attempt_evidence(engine, lb.question, lb.principal_obj())
         if not hits:
             continue
         row = evidence_features(lb.question, hits, constraints)

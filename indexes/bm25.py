@@ -117,7 +117,6 @@ class Bm25Index:
         if n_allowed == self.size:
             return self._model.get_scores_from_ids(ids)
         data, indices, indptr = (self._model.scores[k] for k in ("data", "indices", "indptr"))
-        k1, b = self.params.k1, self.params.b
         scoped_avgdl = float(self._lengths[allowed].mean()) if n_allowed else 1.0
         out = np.zeros(self.size, dtype=np.float64)
         for t in ids:  # repeated query terms count again, as in bm25s and rank-bm25
@@ -129,12 +128,18 @@ class Bm25Index:
             if df == 0 or global_idf <= 0:
                 continue
             rows = rows[keep]
-            dl = self._lengths[rows]
-            tfc = data[lo:hi][keep].astype(np.float64) / global_idf  # tf / (tf + K) with snapshot-wide K
-            tf = np.rint(tfc * k1 * (1 - b + b * dl / self._avgdl) / (1.0 - tfc))
-            scoped = tf / (tf + k1 * (1 - b + b * dl / scoped_avgdl))
-            out[rows] += self._idf(df, N=n_allowed) * scoped
+            out[rows] += self._idf(df, N=n_allowed) * self._rescoped(data[lo:hi][keep], global_idf, rows, scoped_avgdl)
         return out.astype(np.float32)
+
+    def _rescoped(self, stored: np.ndarray, global_idf: float, rows: np.ndarray, scoped_avgdl: float) -> np.ndarray:
+        """Term saturation tf / (tf + K) with K from the scoped average length. The index
+        stores idf * tf / (tf + K) with snapshot-wide idf and K; the raw tf is recovered from it
+        (exact: tf is an integer)."""
+        k1, b = self.params.k1, self.params.b
+        dl = self._lengths[rows]
+        tfc = stored.astype(np.float64) / global_idf
+        tf = np.rint(tfc * k1 * (1 - b + b * dl / self._avgdl) / (1.0 - tfc))
+        return tf / (tf + k1 * (1 - b + b * dl / scoped_avgdl))
 
     def evidence(self, query: str, rows: np.ndarray, allowed: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """For some rows only: (BM25 score, idf-weighted share, plain share of the query's indexed
@@ -149,11 +154,9 @@ class Bm25Index:
             counts[t] = counts.get(t, 0) + 1
         ids = list(counts)
         data, indices, indptr = (self._model.scores[k] for k in ("data", "indices", "indptr"))
-        k1, b = self.params.k1, self.params.b
         n_allowed = int(np.count_nonzero(allowed))
         scoped = n_allowed != self.size
         scoped_avgdl = (float(self._lengths[allowed].mean()) if n_allowed else 1.0) if scoped else self._avgdl
-        dl = self._lengths[rows] if scoped else None
         score, weighted, plain, total = np.zeros(n), np.zeros(n), np.zeros(n), 0.0
         for t in ids:
             lo, hi = int(indptr[t]), int(indptr[t + 1])
@@ -167,9 +170,7 @@ class Bm25Index:
             value = np.where(present, data[lo + at], 0.0).astype(np.float64)
             global_idf = self._idf(hi - lo, N=self.size) if scoped else 0.0
             if global_idf > 0:
-                tfc = value / global_idf
-                tf = np.rint(tfc * k1 * (1 - b + b * dl / self._avgdl) / (1.0 - tfc))
-                value = idf * tf / (tf + k1 * (1 - b + b * dl / scoped_avgdl))
+                value = idf * self._rescoped(value, global_idf, rows, scoped_avgdl)
             score += counts[t] * value
             weighted += idf * present
             plain += present

@@ -26,6 +26,8 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
+from indexes.tables import file_digest
+
 log = logging.getLogger("quarry.embedder")
 EXPORT_VERSION = 1
 PROBES = ("warm up", "What does error E4012 mean?", "rotate the signing keys " * 120)
@@ -56,8 +58,9 @@ class OnnxQueryEncoder:
 
 def load_onnx_encoder(model: Any, model_path: Path, reference: Callable[[list[str]], np.ndarray],
                       threads: int, cache: Path) -> OnnxQueryEncoder | None:
-    """The ONNX query encoder for a loaded sentence-transformers `model` (Transformer + mean
-    Pooling [+ Normalize]), or None when it cannot be built or does not match `reference`."""
+    """The ONNX query encoder for a loaded sentence-transformers `model` whose pipeline is
+    Transformer, Pooling [, Normalize] (the embedder checks that), or None when the pooling is
+    not a mean, or the encoder cannot be built or does not match `reference`."""
     if not _mean_pooling(model):
         return None
     try:
@@ -92,10 +95,8 @@ def _session(model: Any, path: Path, threads: int) -> OnnxQueryEncoder:
 
 
 def _mean_pooling(model: Any) -> bool:
-    modules = list(model)
-    if [type(m).__name__ for m in modules] not in (["Transformer", "Pooling", "Normalize"], ["Transformer", "Pooling"]):
-        return False
-    config = modules[1].get_config_dict()
+    """The pipeline's pooling (module 1, after the transformer) is a plain mean over tokens."""
+    config = list(model)[1].get_config_dict()
     return config.get("pooling_mode") == "mean" or (
         config.get("pooling_mode_mean_tokens") is True
         and not any(v for k, v in config.items() if k.startswith("pooling_mode_") and k != "pooling_mode_mean_tokens"))
@@ -105,11 +106,7 @@ def _exported(model: Any, model_path: Path, cache: Path, fresh: bool = False) ->
     """Path of the cached ONNX export of the model's transformer, exporting it when missing
     (or when `fresh`)."""
     weights = sorted(p for p in model_path.rglob("*") if p.suffix in (".safetensors", ".bin") and p.is_file())
-    digest = hashlib.sha256(f"v{EXPORT_VERSION}".encode())
-    for p in weights:
-        with p.open("rb") as f:
-            for block in iter(lambda: f.read(1 << 20), b""):
-                digest.update(block)
+    digest = hashlib.sha256(" ".join([f"v{EXPORT_VERSION}", *map(file_digest, weights)]).encode())
     target = cache / f"{digest.hexdigest()[:32]}.onnx"
     if target.is_file() and not fresh:
         return target

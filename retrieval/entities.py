@@ -82,24 +82,15 @@ class EntityIndex:
         return self.entries[key][1]
 
     def readable(self, key: str, allowed: np.ndarray | None) -> bool:
-        """Does the entity name something the mask lets the caller read? (A readable row
-        carrying it as a title or value, or exactly one readable document carrying it as a
-        one-document name.)"""
-        seen = np.ones(len(self.entries[key][1]), dtype=bool) if allowed is None else allowed[self.entries[key][1]]
-        if not seen.any():
-            return False
-        owners = self.owners.get(key)
-        if owners is None:
-            return True
-        visible = owners[seen]
-        return bool((visible == -1).any()) or len(np.unique(visible)) == 1
+        """Does the entity name something the mask lets the caller read?"""
+        return len(self.named_rows(key, allowed)) > 0
 
-    def named_rows(self, key: str, allowed: np.ndarray) -> np.ndarray:
-        """The readable rows the entity names: rows carrying it as a title or value when any
-        is visible, else the rows of the one readable document carrying it as a one-document
-        name (none when several readable documents do)."""
+    def named_rows(self, key: str, allowed: np.ndarray | None) -> np.ndarray:
+        """The readable rows the entity names (every row when `allowed` is None): rows carrying
+        it as a title or value when any is visible, else the rows of the one readable document
+        carrying it as a one-document name (none when several readable documents do)."""
         rows = self.entries[key][1]
-        seen = allowed[rows]
+        seen = np.ones(len(rows), dtype=bool) if allowed is None else allowed[rows]
         owners = self.owners.get(key)
         if owners is None:
             return rows[seen]

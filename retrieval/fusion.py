@@ -25,10 +25,7 @@ def rrf_scores(rankings: Mapping[str, Sequence[K]], k: int = DEFAULT_RRF_K,
         w = 1.0 if weights is None else weights.get(name, 1.0)
         for rank, key in enumerate(ids, start=1):
             fused[key] = fused.get(key, 0.0) + w / (k + rank)
-            if key not in best_rank:
-                best_rank[key] = rank
-            elif rank < best_rank[key]:
-                best_rank[key] = rank
+            best_rank[key] = min(best_rank.get(key, rank), rank)
     return fused, best_rank
 
 

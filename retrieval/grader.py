@@ -29,7 +29,6 @@ readable document it does not hold: multi-hop evidence points at its own second 
 
 from __future__ import annotations
 
-import json
 import math
 import re
 from dataclasses import dataclass, field
@@ -67,10 +66,6 @@ class GraderConfig:
     def from_json(cls, data: Mapping) -> GraderConfig:
         return cls(float(data["bias"]), dict(data["weights"]), float(data.get("threshold", 0.5)),
                    int(data.get("link_passages", 1)), data.get("source", "file"))
-
-    @classmethod
-    def load(cls, text: str) -> GraderConfig:
-        return cls.from_json(json.loads(text))
 
 
 @dataclass(frozen=True)

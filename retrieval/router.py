@@ -9,7 +9,6 @@ route cannot depend on documents the caller may not read.
 
 from __future__ import annotations
 
-import json
 import re
 from dataclasses import dataclass, field
 from typing import Mapping, Sequence
@@ -79,10 +78,6 @@ class RouterConfig:
     @classmethod
     def from_json(cls, data: Mapping) -> RouterConfig:
         return cls(dict(data["bias"]), {r: dict(w) for r, w in data["weights"].items()}, data.get("source", "file"))
-
-    @classmethod
-    def load(cls, text: str) -> RouterConfig:
-        return cls.from_json(json.loads(text))
 
 
 @dataclass(frozen=True)

@@ -14,7 +14,7 @@ from typing import Any, Callable, Sequence
 from indexes.beir import load_qrels, load_queries
 from indexes.embedder import Embedder
 from indexes.snapshot import BuildOptions, build_snapshot, current_snapshot_path
-from retrieval.constraints import extract
+from retrieval.constraints import Constraints, extract
 from retrieval.evaluate import Label, Record, breakdown, confusion, parse_labels, record_for, summarize
 from retrieval.fusion import rrf
 from retrieval.grader import evidence_features
@@ -23,7 +23,7 @@ from retrieval.retrievers.hybrid import FusionParams
 from retrieval.retrievers.sql import compare_rows
 from retrieval.router import features, route
 from retrieval.tune import best_fusion, fit_grader, fit_router
-from retrieval.types import Filters, Principal
+from retrieval.types import Filters, Hit, Principal
 from routes.engine import TUNED_CONFIG, Engine, Policies, open_engine
 
 READER = Principal("eval-reader")
@@ -185,34 +185,37 @@ def _fusion_scores(engine: Engine, labels: Sequence[Label]) -> dict[tuple[int, f
     return scores
 
 
+def question_features(engine: Engine, question: str, principal: Principal) -> tuple[Constraints, dict[str, float]]:
+    """A question's constraints and route features, as the loop computes them."""
+    deps = engine.deps
+    constraints = extract(question, deps.today(), engine.find_entities(question, principal))
+    linked = deps.sql_rows is not None and deps.sql_linked(question, principal)
+    stats = deps.term_stats(question, principal) if deps.term_stats else None
+    return constraints, features(question, constraints, linked, stats)
+
+
+def first_attempt_evidence(engine: Engine, question: str, principal: Principal, k: int = 8
+                           ) -> tuple[Constraints, list[Hit]]:
+    """The scored hits of a question's first attempt on the text route the router picks."""
+    deps = engine.deps
+    constraints, feats = question_features(engine, question, principal)
+    chosen = route(feats, deps.router, list(deps.retrievers)).chosen
+    return constraints, deps.annotate(question, deps.retrievers[chosen].search(question, principal, k, Filters()), principal)
+
+
 def _route_rows(engine: Engine, labels: Sequence[Label]) -> tuple[list[dict[str, float]], list[str]]:
-    rows, routes = [], []
-    for lb in labels:
-        if not lb.route:
-            continue
-        p = lb.principal_obj()
-        constraints = extract(lb.question, engine.deps.today(), engine.find_entities(lb.question, p))
-        linked = engine.deps.sql_rows is not None and engine.deps.sql_linked(lb.question, p)
-        stats = engine.deps.term_stats(lb.question, p) if engine.deps.term_stats else None
-        rows.append(features(lb.question, constraints, linked, stats))
-        routes.append(lb.route)
-    return rows, routes
+    labeled = [lb for lb in labels if lb.route]
+    return [question_features(engine, lb.question, lb.principal_obj())[1] for lb in labeled], [lb.route for lb in labeled]
 
 
 def _grade_rows(engine: Engine, labels: Sequence[Label], sufficient_of: Callable[[Label, list[str]], bool]
                 ) -> tuple[list[dict[str, float]], list[bool]]:
     """Evidence features of each question's first attempt on its routed text retriever."""
     rows, ys = [], []
-    deps = engine.deps
     for lb in labels:
         if lb.route == "sql" or lb.answer_rows is not None:
             continue
-        p = lb.principal_obj()
-        constraints = extract(lb.question, deps.today(), engine.find_entities(lb.question, p))
-        linked = deps.sql_rows is not None and deps.sql_linked(lb.question, p)
-        stats = deps.term_stats(lb.question, p) if deps.term_stats else None
-        chosen = route(features(lb.question, constraints, linked, stats), deps.router, list(deps.retrievers)).chosen
-        hits = deps.annotate(lb.question, deps.retrievers[chosen].search(lb.question, p, 8, Filters()), p)
+        constraints, hits = first_attempt_evidence(engine, lb.question, lb.principal_obj())
         if not hits:
             continue
         rows.append(evidence_features(lb.question, hits, constraints))
