@@ -144,7 +144,8 @@ class Bm25Index:
     def evidence(self, query: str, rows: np.ndarray, allowed: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """For some rows only: (BM25 score, idf-weighted share, plain share of the query's indexed
         terms present), with the same access-scoped statistics as `scores`, read straight from
-        the postings (no full scoring pass, no passage tokenized again)."""
+        the postings (no full scoring pass, no passage tokenized again). One binary search per
+        term; the arithmetic runs once over the (term x row) matrix."""
         n = len(rows)
         all_ids = self._model.get_tokens_ids(self.tokenize(query)) if self._model is not None and n else []
         if not all_ids:
@@ -152,30 +153,34 @@ class Bm25Index:
         counts: dict[int, int] = {}
         for t in all_ids:
             counts[t] = counts.get(t, 0) + 1
-        ids = list(counts)
         data, indices, indptr = (self._model.scores[k] for k in ("data", "indices", "indptr"))
         n_allowed = int(np.count_nonzero(allowed))
         scoped = n_allowed != self.size
-        scoped_avgdl = (float(self._lengths[allowed].mean()) if n_allowed else 1.0) if scoped else self._avgdl
-        score, weighted, plain, total = np.zeros(n), np.zeros(n), np.zeros(n), 0.0
-        for t in ids:
+        terms, dfs, present, stored = [], [], [], []
+        for t in counts:
             lo, hi = int(indptr[t]), int(indptr[t + 1])
             postings = indices[lo:hi]  # sorted row ids
-            df = int(allowed[postings].sum()) if scoped else hi - lo
+            df = int(np.count_nonzero(allowed[postings])) if scoped else hi - lo
             if df == 0:
                 continue
-            at = np.minimum(np.searchsorted(postings, rows), len(postings) - 1)
-            present = postings[at] == rows
-            idf = self._idf(df, N=n_allowed)
-            value = np.where(present, data[lo + at], 0.0).astype(np.float64)
-            global_idf = self._idf(hi - lo, N=self.size) if scoped else 0.0
-            if global_idf > 0:
-                value = idf * self._rescoped(value, global_idf, rows, scoped_avgdl)
-            score += counts[t] * value
-            weighted += idf * present
-            plain += present
-            total += idf
-        return score, (weighted / total if total else weighted), plain / len(ids)
+            at = np.minimum(postings.searchsorted(rows), hi - lo - 1)
+            terms.append(t)
+            dfs.append((df, hi - lo))
+            present.append(postings[at] == rows)
+            stored.append(data[lo + at])
+        if not terms:
+            return np.zeros(n), np.zeros(n), np.zeros(n)
+        hit = np.vstack(present)
+        value = np.where(hit, np.vstack(stored), 0.0).astype(np.float64)
+        idf = np.asarray([self._idf(df, N=n_allowed) for df, _ in dfs])
+        if scoped:
+            global_idf = np.asarray([self._idf(g, N=self.size) for _, g in dfs])
+            live = global_idf > 0
+            scoped_avgdl = float(self._lengths[allowed].mean())
+            value[live] = idf[live, None] * self._rescoped(value[live], global_idf[live, None], rows, scoped_avgdl)
+        score = np.asarray([counts[t] for t in terms], dtype=np.float64) @ value
+        total = float(idf.sum())
+        return score, (idf @ hit) / (total or 1.0), hit.sum(axis=0) / len(counts)
 
     def term_stats(self, query: str, allowed: np.ndarray) -> tuple[int, int, int]:
         """(query terms, terms found in a readable chunk, rare ones: in at most 1% of the

@@ -12,6 +12,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 from functools import lru_cache
+from threading import Lock
 from typing import Iterable, Sequence
 
 import numpy as np
@@ -19,6 +20,7 @@ import numpy as np
 from retrieval.text import STOPWORDS
 
 MAX_WORDS = 8
+MEMO_MASKS, MEMO_KEYS = 8, 50_000
 _PAREN = re.compile(r"\s*\([^)]*\)\s*$")
 _TOKEN = re.compile(r"\w+(?:['.&-]\w+)*", re.UNICODE)  # no trailing punctuation: "University." -> "University"
 
@@ -42,6 +44,8 @@ class EntityIndex:
     entries: dict[str, tuple[str, np.ndarray]] = field(default_factory=dict)
     owners: dict[str, np.ndarray] = field(default_factory=dict)
     _prefixes: set[str] = field(default_factory=set, repr=False)  # proper word prefixes of the entities
+    _memos: list[tuple[np.ndarray, dict[str, np.ndarray]]] = field(default_factory=list, repr=False)
+    _lock: Lock = field(default_factory=Lock, repr=False)
 
     def __post_init__(self) -> None:
         for key in self.entries:
@@ -89,6 +93,29 @@ class EntityIndex:
         """The readable rows the entity names (every row when `allowed` is None): rows carrying
         it as a title or value when any is visible, else the rows of the one readable document
         carrying it as a one-document name (none when several readable documents do)."""
+        if allowed is None or allowed.flags.writeable or allowed.base is not None:  # memoize owned, frozen masks only
+            return self._named_rows(key, allowed)
+        memo = self._memo(allowed)
+        out = memo.get(key)
+        if out is None:
+            out = memo[key] = self._named_rows(key, allowed)
+        return out
+
+    def _memo(self, allowed: np.ndarray) -> dict[str, np.ndarray]:
+        """Answers per read-only mask (the access layer caches one per principal): every
+        attempt asks about the same entities again. A few masks, a bounded number of keys."""
+        with self._lock:
+            for mask, memo in self._memos:
+                if mask is allowed:
+                    if len(memo) > MEMO_KEYS:
+                        memo.clear()
+                    return memo
+            memo = {}
+            self._memos.insert(0, (allowed, memo))
+            del self._memos[MEMO_MASKS:]
+            return memo
+
+    def _named_rows(self, key: str, allowed: np.ndarray | None) -> np.ndarray:
         rows = self.entries[key][1]
         seen = np.ones(len(rows), dtype=bool) if allowed is None else allowed[rows]
         owners = self.owners.get(key)
@@ -97,8 +124,8 @@ class EntityIndex:
         plain = seen & (owners == -1)
         if plain.any():
             return rows[plain]
-        docs = np.unique(owners[seen])
-        return rows[seen] if len(docs) == 1 else rows[:0]
+        docs = owners[seen]
+        return rows[seen] if len(docs) and docs.min() == docs.max() else rows[:0]  # one document
 
     def find(self, text: str, allowed: np.ndarray | None = None, exclude: Sequence[str] = ()) -> list[str]:
         """Entities named in `text`, as written there (so a constraint is a substring of the
@@ -121,18 +148,20 @@ class EntityIndex:
     def _candidates(self, text: str) -> tuple[tuple[int, tuple[tuple[int, str, str], ...]], ...]:
         """Every word position where an entity starts, with (words, surface form, key) of each
         entity starting there, longest first; before any access filtering."""
-        tokens = [(m.group(0), m.start()) for m in _TOKEN.finditer(text)]
-        lowered = [t.lower() for t, _ in tokens]
+        words = _TOKEN.findall(text)
+        # ASCII lowers character for character, so one pass over the lowered text gives the same words.
+        lowered = _TOKEN.findall(text.lower()) if text.isascii() else [w.lower() for w in words]
         entries, prefixes = self.entries, self._prefixes
+        spans: list[tuple[int, int]] = []  # character offsets, found only when some entity is
         out = []
-        for i in range(len(tokens)):
+        for i in [i for i, w in enumerate(lowered) if w in entries or w in prefixes]:
             # Grow the key word by word while it is still the start of some entity.
             key, n, options = lowered[i], 1, []
             while True:
-                if key in entries and (n > 1 or _looks_like_name(tokens[i][0])):
-                    last, last_start = tokens[i + n - 1]
-                    options.append((n, text[tokens[i][1] : last_start + len(last)], key))
-                if key not in prefixes or i + n >= len(tokens):
+                if key in entries and (n > 1 or _looks_like_name(words[i])):
+                    spans = spans or [m.span() for m in _TOKEN.finditer(text)]
+                    options.append((n, text[spans[i][0] : spans[i + n - 1][1]], key))
+                if key not in prefixes or i + n >= len(words):
                     break
                 key, n = f"{key} {lowered[i + n]}", n + 1
             if options:

@@ -33,6 +33,7 @@ import math
 import re
 from dataclasses import dataclass, field
 from datetime import date
+from functools import lru_cache
 from typing import Callable, Literal, Mapping, Sequence
 
 from retrieval.constraints import Constraints
@@ -84,11 +85,16 @@ def _whole_token(needle: str, haystack: str) -> bool:
     return re.search(r"(?<![\w])" + re.escape(needle.lower()) + r"(?![\w])", haystack) is not None
 
 
+@lru_cache(maxsize=8192)  # a passage is checked again at every attempt that returns it
+def _searchable(title: str | None, text: str) -> str:
+    return normalize(f"{title or ''}\n{text}")
+
+
 def unmet_constraints(constraints: Constraints, hits: Sequence[Hit], today: date, also: str = "") -> list[str]:
     """Labels of the constraints no hit satisfies (`also`: more evidence text, e.g. the SQL)."""
     if constraints.is_empty():
         return []
-    texts = [normalize(f"{h.title or ''}\n{h.text}") for h in hits] + ([normalize(also)] if also else [])
+    texts = [_searchable(h.title, h.text) for h in hits] + ([normalize(also)] if also else [])
     missing = [f"identifier:{i}" for i in constraints.identifiers if not any(_whole_token(i, t) for t in texts)]
     missing += [f"phrase:{p}" for p in constraints.phrases if not any(normalize(p) in t for t in texts)]
     missing += [f"entity:{e}" for e in constraints.entities if not any(_whole_token(normalize(e), t) for t in texts)]
