@@ -57,3 +57,10 @@ def test_matches_equal_an_index_of_the_readable_documents_alone(docs, text):
     assert full.find(text, allowed) == alone.find(text)
     everything = np.ones(len(docs), dtype=bool)
     assert bridge_candidates(full, doc_ids, [], text, allowed) == bridge_candidates(alone, doc_ids, [], text, everything)
+    # Read-only masks (the access layer's) are memoized per mask: answers never carry over.
+    frozen_all, frozen = everything.copy(), allowed.copy()
+    frozen_all.setflags(write=False)
+    frozen.setflags(write=False)
+    assert full.find(text, frozen_all) == EntityIndex.build(plain, single, doc_ids).find(text, everything)
+    assert full.find(text, frozen) == alone.find(text)
+    assert bridge_candidates(full, doc_ids, [], text, frozen) == bridge_candidates(alone, doc_ids, [], text, everything)
