@@ -6,7 +6,10 @@ For every labeled demo question that is not a SQL question, the first attempt on
 text retriever (k = 8, hand-set policies) is scored: positive when the question is
 answerable and a relevant document is among the hits. For each grader signal, and for two
 candidate signals the grader does not use, prints the AUC, then the balanced accuracy of a
-class-balanced logistic regression under 5-fold cross-validation:
+class-balanced logistic regression under 5-fold cross-validation, and the ceiling that
+logistic regression puts on the demo gap F1 (positive: the question is not answerable; the
+threshold on its cross-validated probabilities picked after the fact, so an upper bound).
+Candidate signals:
 
 - sentence_cosine: best cosine between the question and one sentence of the top 3 passages
   (sentences embedded on the fly);
@@ -56,6 +59,24 @@ def cv_balanced_accuracy(x: np.ndarray, y: np.ndarray, seed: int = 0) -> float:
     return float((np.mean(pred[y]) + np.mean(~pred[~y])) / 2)
 
 
+def gap_f1_ceiling(x: np.ndarray, answerable: np.ndarray, seed: int = 0) -> float:
+    """Best gap F1 over every threshold on cross-validated probabilities of "answerable"."""
+    from sklearn.linear_model import LogisticRegression
+    from sklearn.model_selection import StratifiedKFold, cross_val_predict
+    from sklearn.pipeline import make_pipeline
+    from sklearn.preprocessing import StandardScaler
+
+    model = make_pipeline(StandardScaler(), LogisticRegression(class_weight="balanced", max_iter=2000))
+    probs = cross_val_predict(model, x, answerable, cv=StratifiedKFold(5, shuffle=True, random_state=seed),
+                              method="predict_proba")[:, 1]
+    best = 0.0
+    for threshold in np.unique(probs):
+        gap = probs < threshold
+        tp, fp, fn = int((gap & ~answerable).sum()), int((gap & answerable).sum()), int((~gap & ~answerable).sum())
+        best = max(best, 2 * tp / max(1, 2 * tp + fp + fn))
+    return best
+
+
 def main() -> None:
     embedder = make_embedder().load()
     index, _ = build_or_reuse("demo", DEMO_SOURCES, embedder)
@@ -73,7 +94,7 @@ def main() -> None:
             word_vectors.update(zip(todo, embedder.encode(todo)))
         return np.vstack([word_vectors[w] for w in words])
 
-    rows, labels = [], []
+    rows, labels, answerable = [], [], []
     for lb in load_label_file(ROOT / "eval_data" / "demo" / "questions.jsonl"):
         if lb.route == "sql" or lb.answer_rows is not None:
             continue
@@ -95,6 +116,7 @@ def main() -> None:
                 row["soft_coverage"] = max(row["soft_coverage"], float((best * weights).sum() / weights.sum()))
         rows.append(row)
         labels.append(lb.answerable and bool(set(lb.relevant) & {h.doc_id for h in hits}))
+        answerable.append(lb.answerable)
     engine.close()
 
     y = np.asarray(labels)
@@ -106,10 +128,15 @@ def main() -> None:
     print(f"{len(rows)} questions, {int(y.sum())} with sufficient evidence on the first attempt")
     for n in sorted(names, key=lambda n: -aucs[n]):
         print(f"  AUC {aucs[n]:.3f}  {n}")
+    ans = np.asarray(answerable)
+    ceiling = {"grader signals": round(gap_f1_ceiling(matrix(GRADE_FEATURES), ans), 3),
+               "grader signals + candidates": round(gap_f1_ceiling(matrix(names), ans), 3)}
     for k, v in cv.items():
-        print(f"  cross-validated balanced accuracy, {k}: {v:.3f}")
+        print(f"  cross-validated balanced accuracy, {k}: {v:.3f}; gap F1 at the best threshold "
+              f"({int((~ans).sum())} unanswerable questions): {ceiling[k]:.3f}")
     write_json("grader_signals", {"machine": machine(), "questions": len(rows), "sufficient": int(y.sum()),
-                                  "auc": aucs, "cv_balanced_accuracy": cv})
+                                  "unanswerable": int((~ans).sum()), "auc": aucs, "cv_balanced_accuracy": cv,
+                                  "cv_gap_f1_at_best_threshold": ceiling})
 
 
 if __name__ == "__main__":

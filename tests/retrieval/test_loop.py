@@ -96,6 +96,23 @@ def test_deadline_is_honoured_with_slow_retrievers(engine, deadline_ms):
         assert len(result.attempts) < 6
 
 
+def test_a_slow_table_link_does_not_outlive_the_deadline(demo_engine):
+    """Linking a question to a table profiles a new access scope's tables first: that may be
+    slow, and it must neither hold the question past its deadline nor leave it no time."""
+    asked = []
+
+    def slow_link(question, principal):
+        asked.append(question)
+        time.sleep(1.5)
+        return True
+
+    t0 = time.monotonic()
+    result = run_loop("how many incidents were opened in 2025", Principal("bob", ("finance",)),
+                      Budget(deadline_ms=600, call_timeout_ms=600), deps_with(demo_engine, sql_linked=slow_link))
+    assert asked and (time.monotonic() - t0) * 1000 <= 600 + 250
+    assert result.attempts and all(a.plan.route != "sql" and a.error is None for a in result.attempts)
+
+
 def test_a_failing_retriever_is_recorded_and_the_loop_moves_on(engine):
     retrievers = dict(engine.deps.retrievers, hybrid=Broken("hybrid"))
     result = run_loop("how can I renew the key that signs authentication tokens", Principal("erin"),
