@@ -51,7 +51,7 @@ class LoopDeps:
     find_entities: Callable[[str, Principal], list[str]]
     bridge_docs: Callable[[Sequence[Hit], str, Principal], tuple[str, ...]]
     linked_docs: Callable[[Sequence[Hit], str, Principal], list[tuple[str, float]]]
-    sql_linked: Callable[[str, Principal], bool]
+    sql_linked: Callable[[str, Principal, float | None], bool]  # (question, principal, seconds it may take)
     sql_rows: Callable[[str, Principal], Any] | None = None  # question -> SqlResult | Decline
     sql_readable: Callable[[Principal], bool] = lambda principal: True  # may the caller read any table?
     term_stats: Callable[[str, Principal], tuple[int, int, int]] | None = None
@@ -126,7 +126,8 @@ def run_loop(question: str, principal: Principal, budget: Budget, deps: LoopDeps
     # sees routing exactly as if the index had none.
     sql_open = deps.sql_rows is not None and filters == Filters() and deps.sql_readable(principal)
     available = [r for r in deps.retrievers if r != "sql"] + (["sql"] if sql_open else [])
-    linked = sql_open and _linked(question, principal, deps, deadline - clock())
+    # A first link for a new access scope profiles its tables: it gets half the time left.
+    linked = sql_open and deps.sql_linked(question, principal, max(0.0, deadline - clock()) / 2)
     stats = deps.term_stats(question, principal) if deps.term_stats else None
     decision = route(features(question, constraints, linked, stats), deps.router, available)
     if decision.chosen == "sql" and not linked:
@@ -181,18 +182,6 @@ def run_loop(question: str, principal: Principal, budget: Budget, deps: LoopDeps
 
     elapsed = (clock() - started) * 1000
     return _result(question, constraints, decision, attempts, stop, elapsed, elapsed - in_calls * 1000)
-
-
-def _linked(question: str, principal: Principal, deps: LoopDeps, seconds_left: float) -> bool:
-    """Does the question link to a table? Asked on the executor and waited for at most half the
-    time left: the first link for a new access scope profiles its tables, which may be slow;
-    it finishes in the background while this question routes without tables and keeps the
-    other half of its time for the text routes."""
-    future = deps.executor.submit(deps.sql_linked, question, principal)
-    try:
-        return bool(future.result(timeout=max(0.0, seconds_left / 2)))
-    except FutureTimeout:
-        return False
 
 
 def _dispatch(plan: Plan, principal: Principal, budget: Budget, deps: LoopDeps, timeout_s: float) -> tuple[list[Hit], Any, str | None]:

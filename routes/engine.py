@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import logging
-from concurrent.futures import Executor, ThreadPoolExecutor
+from concurrent.futures import Executor, ThreadPoolExecutor, TimeoutError as FutureTimeout
 from dataclasses import dataclass, field
 from datetime import date
 from pathlib import Path
@@ -109,9 +109,22 @@ class Engine:
     def sql(self) -> SqlRetriever:
         return self.retrievers["sql"]  # type: ignore[return-value]
 
-    def sql_linked(self, question: str, principal: Principal) -> bool:
+    def sql_linked(self, question: str, principal: Principal, seconds: float | None = None) -> bool:
         """Does the question link to a readable table with confidence? A translator failure
-        (a profile query timing out, say) means "not linked": the text routes still answer."""
+        (a profile query timing out, say) means "not linked": the text routes still answer.
+        The first link for an access scope profiles its tables, which can be slow: given
+        `seconds`, it runs on the executor and an answer that takes longer is "not linked"
+        (the profile still completes, for the questions after this one)."""
+        if seconds is None or self.sql.profiled(principal):
+            return self._sql_linked(question, principal)
+        future = self.executor.submit(self._sql_linked, question, principal)
+        try:
+            return future.result(timeout=seconds)
+        except FutureTimeout:
+            log.warning("profiling tables for a new access scope took over %.0f ms; routing without tables", seconds * 1000)
+            return False
+
+    def _sql_linked(self, question: str, principal: Principal) -> bool:
         try:
             return isinstance(self.sql.translate(question, principal, self.today), Translation)
         except RetrievalError as e:

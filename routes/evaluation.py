@@ -189,7 +189,7 @@ def question_features(engine: Engine, question: str, principal: Principal) -> tu
     """A question's constraints and route features, as the loop computes them."""
     deps = engine.deps
     constraints = extract(question, deps.today(), engine.find_entities(question, principal))
-    linked = deps.sql_rows is not None and deps.sql_linked(question, principal)
+    linked = deps.sql_rows is not None and deps.sql_linked(question, principal, None)
     stats = deps.term_stats(question, principal) if deps.term_stats else None
     return constraints, features(question, constraints, linked, stats)
 

@@ -80,6 +80,11 @@ class SqlRetriever:
         self._profiles: OrderedDict[frozenset[str], dict[tuple[str, str], ColumnProfile]] = OrderedDict()
         self._lock = Lock()
 
+    def profiled(self, principal: Principal) -> bool:
+        """Are this access scope's column profiles built (translation then runs no query)?"""
+        with self._lock:
+            return principal.access_tokens() in self._profiles
+
     def readable_tables(self, principal: Principal) -> list[TableInfo]:
         return [t for t in self._backend.tables().values() if t.readable_by(principal)]
 
