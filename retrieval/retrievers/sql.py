@@ -78,6 +78,7 @@ class SqlRetriever:
         self.limits = limits
         self.today = today
         self._profiles: OrderedDict[frozenset[str], dict[tuple[str, str], ColumnProfile]] = OrderedDict()
+        self._building: dict[frozenset[str], Lock] = {}  # scopes being profiled now
         self._lock = Lock()
 
     def profiled(self, principal: Principal) -> bool:
@@ -126,12 +127,31 @@ class SqlRetriever:
         return SqlResult(guarded.statement, tuple(columns), data, guarded.tables, truncated, doc_ids=tuple(dict.fromkeys(docs)))
 
     def _profiles_for(self, principal: Principal, tables: Sequence[TableInfo]) -> dict[tuple[str, str], ColumnProfile]:
-        """Categorical values and id prefixes over the rows this principal may read (cached)."""
+        """Categorical values and id prefixes over the rows this principal may read (cached).
+        One build per access scope at a time: concurrent first questions of a new scope wait
+        for it rather than each profiling the same tables again."""
         key = principal.access_tokens()
         with self._lock:
             if key in self._profiles:
                 self._profiles.move_to_end(key)
                 return self._profiles[key]
+            gate = self._building.setdefault(key, Lock())
+        with gate:
+            with self._lock:
+                if key in self._profiles:
+                    return self._profiles[key]
+            try:
+                out = self._profile(principal, tables)
+            finally:
+                with self._lock:
+                    self._building.pop(key, None)
+            with self._lock:
+                self._profiles[key] = out
+                if len(self._profiles) > 256:
+                    self._profiles.popitem(last=False)
+            return out
+
+    def _profile(self, principal: Principal, tables: Sequence[TableInfo]) -> dict[tuple[str, str], ColumnProfile]:
         all_tables = self._backend.tables()
         out: dict[tuple[str, str], ColumnProfile] = {}
         for t in tables:
@@ -146,10 +166,6 @@ class SqlRetriever:
                     vq = f"SELECT DISTINCT {c} FROM {table} WHERE {c} IS NOT NULL"
                     values = tuple(sorted(str(r[0]) for r in self._backend.run(guard_sql(vq, all_tables, principal).sql, self.limits.timeout_s, MAX_CATEGORICAL)[1]))
                 out[(t.name, col.name)] = ColumnProfile(values, tuple(sorted({p.upper() for p in prefixes or () if p})))
-        with self._lock:
-            self._profiles[key] = out
-            if len(self._profiles) > 256:
-                self._profiles.popitem(last=False)
         return out
 
 

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import csv
 import json
+import time
+from concurrent.futures import ThreadPoolExecutor
 from datetime import date
 
 import pytest
@@ -108,3 +110,32 @@ def test_compare_rows_allows_extra_columns_but_not_other_values():
     assert not compare_rows([["a"], ["b"]], [("a", 1)])
     assert compare_rows([[1.234]], [(1.23,)])
     assert not compare_rows([["a"], ["b"]], [("b",), ("a",)], ordered=True)
+
+
+class CountingSlowTables:
+    """A table backend that counts statements and takes a while on each (a large table)."""
+
+    def __init__(self, inner, seconds: float) -> None:
+        self.inner, self.seconds, self.statements = inner, seconds, 0
+
+    def tables(self):
+        return self.inner.tables()
+
+    def run(self, *args):
+        self.statements += 1
+        time.sleep(self.seconds)
+        return self.inner.run(*args)
+
+
+def test_concurrent_first_questions_of_a_scope_profile_its_tables_once(sql_retriever):
+    from retrieval.retrievers.sql import SqlRetriever
+
+    question, principal = "how many incidents were opened in 2025", Principal("bob", ("finance",))
+    alone = CountingSlowTables(sql_retriever._backend, 0.0)
+    expected = SqlRetriever(alone, sql_retriever.limits).translate(question, principal)
+    slow = CountingSlowTables(sql_retriever._backend, 0.02)
+    shared = SqlRetriever(slow, sql_retriever.limits)
+    with ThreadPoolExecutor(4) as pool:
+        results = list(pool.map(lambda _: shared.translate(question, principal), range(4)))
+    assert alone.statements > 0 and slow.statements == alone.statements
+    assert all(r == expected for r in results)
