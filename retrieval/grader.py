@@ -85,8 +85,14 @@ def _whole_token(needle: str, haystack: str) -> bool:
     return re.search(r"(?<![\w])" + re.escape(needle.lower()) + r"(?![\w])", haystack) is not None
 
 
-@lru_cache(maxsize=8192)  # a passage is checked again at every attempt that returns it
 def _searchable(title: str | None, text: str) -> str:
+    """A passage's text as constraints are checked against it. Cached (a passage is checked
+    again at every attempt that returns it) unless long, so the cache stays small in bytes."""
+    return _searchable_cached(title, text) if len(text) <= 16_384 else normalize(f"{title or ''}\n{text}")
+
+
+@lru_cache(maxsize=4096)
+def _searchable_cached(title: str | None, text: str) -> str:
     return normalize(f"{title or ''}\n{text}")
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import logging
-from concurrent.futures import Executor, ThreadPoolExecutor, TimeoutError as FutureTimeout
+from concurrent.futures import Executor, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import date
 from pathlib import Path
@@ -113,16 +113,12 @@ class Engine:
         """Does the question link to a readable table with confidence? A translator failure
         (a profile query timing out, say) means "not linked": the text routes still answer.
         The first link for an access scope profiles its tables, which can be slow: given
-        `seconds`, it runs on the executor and an answer that takes longer is "not linked"
-        (the profile still completes, for the questions after this one)."""
-        if seconds is None or self.sql.profiled(principal):
-            return self._sql_linked(question, principal)
-        future = self.executor.submit(self._sql_linked, question, principal)
-        try:
-            return future.result(timeout=seconds)
-        except FutureTimeout:
-            log.warning("profiling tables for a new access scope took over %.0f ms; routing without tables", seconds * 1000)
+        `seconds`, profiles not ready by then mean "not linked" (their build goes on, on the
+        SQL route's own threads, for the questions after this one)."""
+        if seconds is not None and not self.sql.profiled(principal) and not self.sql.profile_ready(principal, seconds):
+            log.warning("table profiles for a new access scope not ready within %.0f ms; routing without tables", seconds * 1000)
             return False
+        return self._sql_linked(question, principal)
 
     def _sql_linked(self, question: str, principal: Principal) -> bool:
         try:
@@ -171,6 +167,7 @@ class Engine:
 
     def close(self) -> None:
         self.executor.shutdown(wait=False, cancel_futures=True)
+        self.sql.close()
         if self.side is not None:
             self.side.shutdown(wait=False, cancel_futures=True)
         self.snapshot.close()

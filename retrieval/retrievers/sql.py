@@ -13,12 +13,13 @@ from collections import OrderedDict
 from dataclasses import dataclass
 from datetime import date, datetime
 from decimal import Decimal
+from concurrent.futures import CancelledError, Future, ThreadPoolExecutor, TimeoutError as FutureTimeout
 from threading import Lock
 from typing import Any, Mapping, Protocol, Sequence
 
 from sqlglot import exp
 
-from retrieval.errors import Forbidden
+from retrieval.errors import Forbidden, RetrievalError, RetrievalUnavailable
 from retrieval.sql.guard import GuardedSql, guard_sql
 from retrieval.sql.schema import ColumnProfile, TableInfo
 from retrieval.sql.translate import Decline, Translation, Translator
@@ -78,13 +79,27 @@ class SqlRetriever:
         self.limits = limits
         self.today = today
         self._profiles: OrderedDict[frozenset[str], dict[tuple[str, str], ColumnProfile]] = OrderedDict()
-        self._building: dict[frozenset[str], Lock] = {}  # scopes being profiled now
+        self._builds: dict[frozenset[str], Future] = {}  # scopes being profiled now: one build each, shared
+        # Builds get threads of their own: a slow one must never hold a worker retrieval calls need.
+        self._builder = ThreadPoolExecutor(max_workers=2, thread_name_prefix="quarry-profile")
         self._lock = Lock()
 
     def profiled(self, principal: Principal) -> bool:
         """Are this access scope's column profiles built (translation then runs no query)?"""
         with self._lock:
             return principal.access_tokens() in self._profiles
+
+    def profile_ready(self, principal: Principal, seconds: float) -> bool:
+        """Wait up to `seconds` for this scope's profiles, starting their build if none runs.
+        False when they are not there in time (the build goes on) or the build failed."""
+        try:
+            self._profile_build(principal, self.readable_tables(principal)).result(timeout=seconds)
+            return True
+        except (FutureTimeout, CancelledError, RetrievalError):
+            return False
+
+    def close(self) -> None:
+        self._builder.shutdown(wait=False, cancel_futures=True)
 
     def readable_tables(self, principal: Principal) -> list[TableInfo]:
         return [t for t in self._backend.tables().values() if t.readable_by(principal)]
@@ -128,28 +143,44 @@ class SqlRetriever:
 
     def _profiles_for(self, principal: Principal, tables: Sequence[TableInfo]) -> dict[tuple[str, str], ColumnProfile]:
         """Categorical values and id prefixes over the rows this principal may read (cached).
-        One build per access scope at a time: concurrent first questions of a new scope wait
-        for it rather than each profiling the same tables again."""
+        Concurrent first questions of a scope share one build, and its outcome (profiles or
+        error), rather than each profiling the same tables again."""
+        with self._lock:
+            cached = self._profiles.get(principal.access_tokens())
+        if cached is not None:
+            return cached
+        try:
+            return self._profile_build(principal, tables).result()
+        except CancelledError:
+            raise RetrievalUnavailable("the table profile build was cancelled (shutting down)") from None
+
+    def _profile_build(self, principal: Principal, tables: Sequence[TableInfo]) -> Future:
+        """The scope's profiles as a future: done when cached, else the running build (started now if none)."""
         key = principal.access_tokens()
         with self._lock:
             if key in self._profiles:
                 self._profiles.move_to_end(key)
-                return self._profiles[key]
-            gate = self._building.setdefault(key, Lock())
-        with gate:
+                done: Future = Future()
+                done.set_result(self._profiles[key])
+                return done
+            build = self._builds.get(key)
+            if build is None:
+                build = self._builds[key] = self._builder.submit(self._build, key, principal, tables)
+            return build
+
+    def _build(self, key: frozenset[str], principal: Principal, tables: Sequence[TableInfo]) -> dict[tuple[str, str], ColumnProfile]:
+        try:
+            out = self._profile(principal, tables)
+        except BaseException:
             with self._lock:
-                if key in self._profiles:
-                    return self._profiles[key]
-            try:
-                out = self._profile(principal, tables)
-            finally:
-                with self._lock:
-                    self._building.pop(key, None)
-            with self._lock:
-                self._profiles[key] = out
-                if len(self._profiles) > 256:
-                    self._profiles.popitem(last=False)
-            return out
+                self._builds.pop(key, None)  # the next question starts a new build
+            raise
+        with self._lock:  # stored and no longer "building" in one step: nobody starts a second build
+            self._profiles[key] = out
+            if len(self._profiles) > 256:
+                self._profiles.popitem(last=False)
+            self._builds.pop(key, None)
+        return out
 
     def _profile(self, principal: Principal, tables: Sequence[TableInfo]) -> dict[tuple[str, str], ColumnProfile]:
         all_tables = self._backend.tables()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 import time
 from dataclasses import replace
 from datetime import date
@@ -79,57 +80,81 @@ def test_every_dispatched_query_keeps_constraints_within_budget_and_never_repeat
         assert result.stop_reason == "no_strategy_left"
 
 
-@pytest.mark.parametrize("deadline_ms", [150, 400])
+class Ticking:
+    """A clock that moves only when a retriever is called: time is simulated, never measured."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+class Costly:
+    """A retriever whose every call takes `seconds` on the simulated clock; records when calls start."""
+
+    def __init__(self, inner, clock: Ticking, seconds: float, starts: list) -> None:
+        self.inner, self.clock, self.seconds, self.starts, self.name = inner, clock, seconds, starts, inner.name
+
+    def search(self, *args):
+        self.starts.append(self.clock.now)
+        self.clock.now += self.seconds
+        return self.inner.search(*args)
+
+
+@pytest.mark.parametrize("deadline_ms", [150, 400, 900])
 def test_deadline_is_honoured_with_slow_retrievers(engine, deadline_ms):
-    slow = {name: Slow(r, 0.25) for name, r in engine.deps.retrievers.items()}
+    """No retrieval call starts after the deadline, and running out of time is a typed gap."""
+    clock, starts = Ticking(), []
+    costly = {name: Costly(r, clock, 0.25, starts) for name, r in engine.deps.retrievers.items()}
     budget = Budget(max_attempts=6, deadline_ms=deadline_ms, call_timeout_ms=1000, k=5)
-    t0 = time.monotonic()
-    try:
-        result = run_loop("how do I rotate the signing keys after INC-9999 in June 2024", Principal("erin"), budget,
-                          deps_with(engine, retrievers=slow, grader=NEVER_SUFFICIENT))
-    except RetrievalTimeout:
-        result = None  # the first call alone outlived the deadline: a retryable timeout, not a gap
-    elapsed = (time.monotonic() - t0) * 1000
-    assert elapsed <= deadline_ms + 400  # slack for thread scheduling; six 250 ms attempts would take 1.5 s
-    if result is not None:
-        assert result.stop_reason == "deadline" and result.gap["reason"] == "deadline_exceeded"
-        assert len(result.attempts) < 6
+    result = run_loop("how do I rotate the signing keys after INC-9999 in June 2024", Principal("erin"), budget,
+                      deps_with(engine, retrievers=costly, grader=NEVER_SUFFICIENT, clock=clock))
+    assert starts and all(t < deadline_ms / 1000 for t in starts)
+    assert result.stop_reason == "deadline" and result.gap["reason"] == "deadline_exceeded"
+    assert len(result.attempts) <= -(-deadline_ms // 250)  # six 250 ms attempts would not fit
 
 
-class SlowTables:
-    """A table backend whose statements take a while (a large table being profiled)."""
+class GatedTables:
+    """A table backend whose statements wait until the test opens the gate (a large table being profiled)."""
 
-    def __init__(self, inner, seconds: float) -> None:
-        self.inner, self.seconds = inner, seconds
+    def __init__(self, inner) -> None:
+        self.inner, self.gate = inner, threading.Event()
 
     def tables(self):
         return self.inner.tables()
 
     def run(self, *args):
-        time.sleep(self.seconds)
+        if not self.gate.wait(timeout=60):
+            raise RuntimeError("the test never opened the gate")
         return self.inner.run(*args)
 
 
-def test_a_slow_first_table_profile_does_not_outlive_the_deadline(demo_engine):
-    """The first link for a new access scope profiles its tables: that may be slow, and it
-    must neither hold the question past its deadline nor leave it no time for text routes."""
-    sql = demo_engine.sql
-    fast = sql._backend
-    newcomer = Principal("slow-profile-newcomer", ("finance",))  # a scope nobody profiled yet
-    sql._backend = SlowTables(fast, 0.5)
+def test_slow_first_table_profiles_hold_up_neither_their_questions_nor_anyone_else(demo_index, embedder):
+    """The first link for a new access scope profiles its tables, which may take long. The
+    question goes on without tables, and the build must not take threads other callers need."""
+    from routes.engine import open_engine
+
+    engine = open_engine(demo_index, embedder, today=date(2025, 11, 1))
+    question, regular = "how many incidents were opened in 2025", Principal("bob", ("finance",))
+    newcomers = [Principal(f"newcomer-{i}", ("finance",)) for i in range(6)]  # more than the retrieval workers
     try:
-        assert not sql.profiled(newcomer)
-        t0 = time.monotonic()
-        result = demo_engine.query("how many incidents were opened in 2025", newcomer, deadline_ms=800)
-        assert (time.monotonic() - t0) * 1000 <= 800 + 250
-        assert result.attempts and all(a.plan.route != "sql" and a.error is None for a in result.attempts)
+        assert engine.sql_linked(question, regular, None)  # bob's tables are profiled
+        gated = GatedTables(engine.sql._backend)
+        engine.sql._backend = gated
+        for p in newcomers:
+            result = engine.query(question, p, deadline_ms=1000)
+            assert result.attempts and all(a.plan.route != "sql" and a.error is None for a in result.attempts)
+        assert not any(engine.sql.profiled(p) for p in newcomers)  # no question waited for its build
+        other = engine.query("What does error E4012 mean?", regular)  # retrieval threads are all free
+        assert other.attempts and all(a.error is None for a in other.attempts)
+        gated.gate.set()
+        for p in newcomers:
+            assert engine.sql.profile_ready(p, 60.0)  # the builds complete for the questions after
+        assert engine.sql_linked(question, newcomers[0], 0.0)
     finally:
-        sql._backend = fast
-    deadline = time.monotonic() + 30
-    while not sql.profiled(newcomer) and time.monotonic() < deadline:  # the profile completes in the background
-        time.sleep(0.1)
-    assert sql.profiled(newcomer)
-    assert demo_engine.sql_linked("how many incidents were opened in 2025", newcomer, 0.0)
+        engine.sql._backend.gate.set() if isinstance(engine.sql._backend, GatedTables) else None
+        engine.close()
 
 
 def test_a_failing_retriever_is_recorded_and_the_loop_moves_on(engine):

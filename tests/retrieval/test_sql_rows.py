@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import csv
 import json
+import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from datetime import date
@@ -12,6 +13,7 @@ from datetime import date
 import pytest
 from hypothesis import given, settings, strategies as st
 
+from retrieval.errors import RetrievalTimeout
 from retrieval.retrievers.sql import compare_rows
 from retrieval.sql.translate import Decline
 from retrieval.types import Principal
@@ -139,3 +141,41 @@ def test_concurrent_first_questions_of_a_scope_profile_its_tables_once(sql_retri
         results = list(pool.map(lambda _: shared.translate(question, principal), range(4)))
     assert alone.statements > 0 and slow.statements == alone.statements
     assert all(r == expected for r in results)
+
+
+class GatedFailingTables:
+    """A table backend whose statements wait for the test, then fail (a statement timeout)."""
+
+    def __init__(self, inner) -> None:
+        self.inner, self.gate, self.statements = inner, threading.Event(), 0
+
+    def tables(self):
+        return self.inner.tables()
+
+    def run(self, *args):
+        self.gate.wait(timeout=60)
+        self.statements += 1
+        raise RetrievalTimeout("statement timed out")
+
+
+def test_questions_arriving_during_a_profile_build_share_it_and_its_failure(sql_retriever):
+    from retrieval.retrievers.sql import SqlRetriever
+
+    question, principal = "how many incidents were opened in 2025", Principal("bob", ("finance",))
+    failing = GatedFailingTables(sql_retriever._backend)
+    shared = SqlRetriever(failing, sql_retriever.limits)
+    try:
+        tables = shared.readable_tables(principal)
+        build = shared._profile_build(principal, tables)
+        assert shared._profile_build(principal, tables) is build  # a second first question joins it
+        assert not shared.profile_ready(principal, 0.05)  # not ready yet, and still that one build
+        failing.gate.set()
+        with pytest.raises(RetrievalTimeout):
+            build.result(timeout=60)
+        assert failing.statements == 1  # one build; every waiter got its error
+        with pytest.raises(RetrievalTimeout):
+            shared.translate(question, principal)  # a later question starts a new build
+        assert failing.statements == 2
+    finally:
+        failing.gate.set()
+        shared.close()
