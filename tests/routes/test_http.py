@@ -127,21 +127,21 @@ def test_unknown_routes_and_methods_use_the_error_shape(live):
 
 
 def test_blocking_work_runs_off_the_event_loop(live):
-    slow_sql = "SELECT count(*) FROM incidents a, incidents b, incidents c, incidents d"
+    slow_sql = "SELECT count(*) FROM incidents a, incidents b, incidents c, incidents d, incidents e"  # runs into the 2 s limit
     done = {}
 
     def slow():
         done["r"] = post(live, "/v1/sql", {"sql": slow_sql}, key="alice")
+        done["at"] = time.monotonic()
 
     t = threading.Thread(target=slow)
     t.start()
     time.sleep(0.3)
-    t0 = time.monotonic()
     assert httpx.get(live.url + "/healthz").status_code == 200
-    quick = time.monotonic() - t0
+    healthz_at = time.monotonic()
     t.join()
     assert done["r"].status_code in (200, 503)
-    assert quick < 1.5  # answered while the slow statement was still running (it runs up to 2 s)
+    assert healthz_at < done["at"]  # answered while the slow statement was still running (order, not duration)
 
 
 def test_rate_limit_answers_429_with_retry_after(demo_engine, http_keys, tmp_path):
