@@ -37,6 +37,9 @@ def error_response(code: str, message: str, status: int | None = None, retryable
     return JSONResponse(error_body(code, message, retryable), status_code=status or STATUS.get(code, 500), headers=headers)
 
 
+UNPARSABLE_BODY = "There was an error parsing the body"  # FastAPI's detail for a body it cannot decode
+
+
 def install_error_handlers(app: FastAPI) -> None:
     @app.exception_handler(RetrievalError)
     async def domain(request: Request, exc: RetrievalError) -> JSONResponse:
@@ -55,6 +58,8 @@ def install_error_handlers(app: FastAPI) -> None:
 
     @app.exception_handler(StarletteHTTPException)
     async def http(request: Request, exc: StarletteHTTPException) -> JSONResponse:
+        if exc.status_code == 400 and exc.detail == UNPARSABLE_BODY:  # bytes that are not JSON text: a malformed body
+            return error_response("invalid_request", "the body is not JSON text", status=422)
         code = _HTTP_CODES.get(exc.status_code, "invalid_request" if exc.status_code < 500 else "internal")
         message = exc.detail if isinstance(exc.detail, str) else "request failed"
         return error_response(code, message, status=exc.status_code, headers=getattr(exc, "headers", None))

@@ -8,7 +8,7 @@ from dataclasses import replace
 from datetime import date
 
 import pytest
-from hypothesis import HealthCheck, given, settings, strategies as st
+from hypothesis import HealthCheck, example, given, settings, strategies as st
 
 from retrieval.constraints import extract, missing_from_queries
 from retrieval.errors import RetrievalTimeout, RetrievalUnavailable
@@ -49,12 +49,30 @@ def deps_with(engine, **changes):
     return replace(engine.deps, **changes)
 
 
+def dropped(constraints, queries, date_filtered: bool = False) -> list[str]:
+    """The test's own oracle (not the loop's check): constraint texts no query carries,
+    compared in lower case with whitespace collapsed; a date filter may carry the dates."""
+    squash = lambda t: " ".join(t.lower().split())  # noqa: E731
+    text = [squash(q) for q in queries]
+    texts = [*constraints.identifiers, *constraints.phrases, *constraints.entities]
+    texts += [] if date_filtered else [d.text for d in constraints.dates]
+    return [t for t in texts if not any(squash(t) in q for q in text)]
+
+
 @given(question=QUESTIONS)
 @settings(max_examples=400, deadline=None)
 def test_the_question_itself_keeps_every_constraint_extracted_from_it(question):
     """Constraints are read from the question as written (any spacing), so the first plan passes."""
     constraints = extract(question, date(2025, 11, 1), [])
+    assert dropped(constraints, [question]) == []
     assert missing_from_queries(constraints, [question]) == []
+
+
+def test_the_loops_check_reports_a_dropped_identifier_or_date():
+    constraints = extract("what changed in INC-2077 in June 2024", date(2025, 11, 1), [])
+    assert missing_from_queries(constraints, ["what changed in June 2024"]) == ["identifier:INC-2077"]
+    assert missing_from_queries(constraints, ["what changed in INC-2077"]) == ["date:June 2024"]
+    assert missing_from_queries(constraints, ["what changed in INC-2077"], date_filtered=True) == []
 
 
 @given(
@@ -63,6 +81,9 @@ def test_the_question_itself_keeps_every_constraint_extracted_from_it(question):
     attempts=st.integers(1, 6),
     k=st.integers(1, 10),
 )
+# Questions whose naive rewrites would drop a constraint (a split losing its date or an identifier).
+@example(question="compare outage between January 2024 and March 2024", principal=PRINCIPALS[0], attempts=6, k=5)
+@example(question="which release fixed 3.1.2 outage, INC-2077 or INC-2041?", principal=PRINCIPALS[0], attempts=6, k=5)
 @settings(max_examples=60, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
 def test_every_dispatched_query_keeps_constraints_within_budget_and_never_repeats(engine, question, principal, attempts, k):
     budget = Budget(max_attempts=attempts, deadline_ms=5000, call_timeout_ms=4000, k=k)
@@ -72,6 +93,7 @@ def test_every_dispatched_query_keeps_constraints_within_budget_and_never_repeat
     assert len(set(keys)) == len(keys)
     for a in result.attempts:
         dated = a.plan.filters.date_from is not None or a.plan.filters.date_to is not None
+        assert dropped(result.constraints, a.plan.queries, date_filtered=dated) == [], a.plan
         assert missing_from_queries(result.constraints, a.plan.queries, date_filtered=dated) == [], a.plan
         assert len(a.hits) <= k
     assert result.status == "evidence_gap"
