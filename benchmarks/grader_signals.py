@@ -48,27 +48,26 @@ def auc(scores: list[float], labels: list[bool]) -> float:
     return sum((p > n) + 0.5 * (p == n) for p in pos for n in neg) / (len(pos) * len(neg))
 
 
-def cv_balanced_accuracy(x: np.ndarray, y: np.ndarray, seed: int = 0) -> float:
+def cross_validated(x: np.ndarray, y: np.ndarray, method: str, seed: int = 0) -> np.ndarray:
+    """Out-of-fold outputs (`predict` or `predict_proba`) of a class-balanced logistic
+    regression on standardised signals, 5 stratified folds."""
     from sklearn.linear_model import LogisticRegression
     from sklearn.model_selection import StratifiedKFold, cross_val_predict
     from sklearn.pipeline import make_pipeline
     from sklearn.preprocessing import StandardScaler
 
     model = make_pipeline(StandardScaler(), LogisticRegression(class_weight="balanced", max_iter=2000))
-    pred = cross_val_predict(model, x, y, cv=StratifiedKFold(5, shuffle=True, random_state=seed))
+    return cross_val_predict(model, x, y, cv=StratifiedKFold(5, shuffle=True, random_state=seed), method=method)
+
+
+def cv_balanced_accuracy(x: np.ndarray, y: np.ndarray, seed: int = 0) -> float:
+    pred = cross_validated(x, y, "predict", seed)
     return float((np.mean(pred[y]) + np.mean(~pred[~y])) / 2)
 
 
 def gap_f1_ceiling(x: np.ndarray, answerable: np.ndarray, seed: int = 0) -> float:
     """Best gap F1 over every threshold on cross-validated probabilities of "answerable"."""
-    from sklearn.linear_model import LogisticRegression
-    from sklearn.model_selection import StratifiedKFold, cross_val_predict
-    from sklearn.pipeline import make_pipeline
-    from sklearn.preprocessing import StandardScaler
-
-    model = make_pipeline(StandardScaler(), LogisticRegression(class_weight="balanced", max_iter=2000))
-    probs = cross_val_predict(model, x, answerable, cv=StratifiedKFold(5, shuffle=True, random_state=seed),
-                              method="predict_proba")[:, 1]
+    probs = cross_validated(x, answerable, "predict_proba", seed)[:, 1]
     best = 0.0
     for threshold in np.unique(probs):
         gap = probs < threshold

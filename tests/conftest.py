@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import os
+import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -20,6 +22,32 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 ROOT = Path(__file__).resolve().parents[1]
 MINI = ROOT / "tests" / "fixtures" / "mini"
 DEMO = ROOT / "eval_data" / "demo"
+# Figures that only the private note-finance-q3-2025-budget holds: seeing one is a leak.
+FINANCE_FACTS = ("9,400,000", "8,900,000", "9,050,000", "+16.7%", "Q3 2025 budget vs actuals")
+
+
+class TablesProbe:
+    """Wraps a table backend: counts statements and can hold each until the test releases
+    it, make it take a while, or fail it (a large, slow or broken database)."""
+
+    def __init__(self, inner, *, held: bool = False, seconds: float = 0.0, error: Exception | None = None) -> None:
+        self.inner, self.seconds, self.error, self.statements = inner, seconds, error, 0
+        self.entered, self.release = threading.Event(), threading.Event()
+        if not held:
+            self.release.set()
+
+    def tables(self):
+        return self.inner.tables()
+
+    def run(self, *args):
+        self.entered.set()
+        if not self.release.wait(timeout=60):
+            raise RuntimeError("the test never released the statement")
+        self.statements += 1
+        time.sleep(self.seconds)
+        if self.error is not None:
+            raise self.error
+        return self.inner.run(*args)
 
 
 @pytest.fixture(scope="session")

@@ -10,10 +10,10 @@ from __future__ import annotations
 import json
 import math
 from collections import OrderedDict
+from concurrent.futures import CancelledError, Future, ThreadPoolExecutor, TimeoutError as FutureTimeout
 from dataclasses import dataclass
 from datetime import date, datetime
 from decimal import Decimal
-from concurrent.futures import CancelledError, Future, ThreadPoolExecutor, TimeoutError as FutureTimeout
 from threading import Lock
 from typing import Any, Mapping, Protocol, Sequence
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import threading
 import time
 from dataclasses import replace
 from datetime import date
@@ -15,6 +14,7 @@ from retrieval.errors import RetrievalTimeout, RetrievalUnavailable
 from retrieval.grader import GraderConfig
 from retrieval.loop import Budget, run_loop
 from retrieval.types import Filters, Principal
+from tests.conftest import TablesProbe
 
 NEVER_SUFFICIENT = GraderConfig(threshold=1.1)  # forces the loop through its rewrites
 FRAGMENTS = ["INC-2077", "E4012", "SEC-210", "3.1.2", "/etc/auth/keys.yaml", '"tracking gateway"', '"signing keys"',
@@ -137,21 +137,6 @@ def test_deadline_is_honoured_with_slow_retrievers(engine, deadline_ms):
     assert len(result.attempts) <= -(-deadline_ms // 250)  # six 250 ms attempts would not fit
 
 
-class GatedTables:
-    """A table backend whose statements wait until the test opens the gate (a large table being profiled)."""
-
-    def __init__(self, inner) -> None:
-        self.inner, self.gate = inner, threading.Event()
-
-    def tables(self):
-        return self.inner.tables()
-
-    def run(self, *args):
-        if not self.gate.wait(timeout=60):
-            raise RuntimeError("the test never opened the gate")
-        return self.inner.run(*args)
-
-
 def test_slow_first_table_profiles_hold_up_neither_their_questions_nor_anyone_else(demo_index, embedder):
     """The first link for a new access scope profiles its tables, which may take long. The
     question goes on without tables, and the build must not take threads other callers need."""
@@ -162,7 +147,7 @@ def test_slow_first_table_profiles_hold_up_neither_their_questions_nor_anyone_el
     newcomers = [Principal(f"newcomer-{i}", ("finance",)) for i in range(6)]  # more than the retrieval workers
     try:
         assert engine.sql_linked(question, regular, None)  # bob's tables are profiled
-        gated = GatedTables(engine.sql._backend)
+        gated = TablesProbe(engine.sql._backend, held=True)
         engine.sql._backend = gated
         for p in newcomers:
             result = engine.query(question, p, deadline_ms=1000)
@@ -170,12 +155,13 @@ def test_slow_first_table_profiles_hold_up_neither_their_questions_nor_anyone_el
         assert not any(engine.sql.profiled(p) for p in newcomers)  # no question waited for its build
         other = engine.query("What does error E4012 mean?", regular)  # retrieval threads are all free
         assert other.attempts and all(a.error is None for a in other.attempts)
-        gated.gate.set()
+        gated.release.set()
         for p in newcomers:
             assert engine.sql.profile_ready(p, 60.0)  # the builds complete for the questions after
         assert engine.sql_linked(question, newcomers[0], 0.0)
     finally:
-        engine.sql._backend.gate.set() if isinstance(engine.sql._backend, GatedTables) else None
+        if isinstance(engine.sql._backend, TablesProbe):
+            engine.sql._backend.release.set()
         engine.close()
 
 

@@ -5,8 +5,6 @@ from __future__ import annotations
 
 import csv
 import json
-import threading
-import time
 from concurrent.futures import ThreadPoolExecutor
 from datetime import date
 
@@ -17,7 +15,7 @@ from retrieval.errors import RetrievalTimeout
 from retrieval.retrievers.sql import compare_rows
 from retrieval.sql.translate import Decline
 from retrieval.types import Principal
-from tests.conftest import DEMO
+from tests.conftest import DEMO, TablesProbe
 
 with (DEMO / "tables" / "tickets.csv").open() as f:
     TICKETS = list(csv.DictReader(f))
@@ -114,28 +112,13 @@ def test_compare_rows_allows_extra_columns_but_not_other_values():
     assert not compare_rows([["a"], ["b"]], [("b",), ("a",)], ordered=True)
 
 
-class CountingSlowTables:
-    """A table backend that counts statements and takes a while on each (a large table)."""
-
-    def __init__(self, inner, seconds: float) -> None:
-        self.inner, self.seconds, self.statements = inner, seconds, 0
-
-    def tables(self):
-        return self.inner.tables()
-
-    def run(self, *args):
-        self.statements += 1
-        time.sleep(self.seconds)
-        return self.inner.run(*args)
-
-
 def test_concurrent_first_questions_of_a_scope_profile_its_tables_once(sql_retriever):
     from retrieval.retrievers.sql import SqlRetriever
 
     question, principal = "how many incidents were opened in 2025", Principal("bob", ("finance",))
-    alone = CountingSlowTables(sql_retriever._backend, 0.0)
+    alone = TablesProbe(sql_retriever._backend)
     expected = SqlRetriever(alone, sql_retriever.limits).translate(question, principal)
-    slow = CountingSlowTables(sql_retriever._backend, 0.02)
+    slow = TablesProbe(sql_retriever._backend, seconds=0.02)
     shared = SqlRetriever(slow, sql_retriever.limits)
     with ThreadPoolExecutor(4) as pool:
         results = list(pool.map(lambda _: shared.translate(question, principal), range(4)))
@@ -143,33 +126,18 @@ def test_concurrent_first_questions_of_a_scope_profile_its_tables_once(sql_retri
     assert all(r == expected for r in results)
 
 
-class GatedFailingTables:
-    """A table backend whose statements wait for the test, then fail (a statement timeout)."""
-
-    def __init__(self, inner) -> None:
-        self.inner, self.gate, self.statements = inner, threading.Event(), 0
-
-    def tables(self):
-        return self.inner.tables()
-
-    def run(self, *args):
-        self.gate.wait(timeout=60)
-        self.statements += 1
-        raise RetrievalTimeout("statement timed out")
-
-
 def test_questions_arriving_during_a_profile_build_share_it_and_its_failure(sql_retriever):
     from retrieval.retrievers.sql import SqlRetriever
 
     question, principal = "how many incidents were opened in 2025", Principal("bob", ("finance",))
-    failing = GatedFailingTables(sql_retriever._backend)
+    failing = TablesProbe(sql_retriever._backend, held=True, error=RetrievalTimeout("statement timed out"))
     shared = SqlRetriever(failing, sql_retriever.limits)
     try:
         tables = shared.readable_tables(principal)
         build = shared._profile_build(principal, tables)
         assert shared._profile_build(principal, tables) is build  # a second first question joins it
         assert not shared.profile_ready(principal, 0.05)  # not ready yet, and still that one build
-        failing.gate.set()
+        failing.release.set()
         with pytest.raises(RetrievalTimeout):
             build.result(timeout=60)
         assert failing.statements == 1  # one build; every waiter got its error
@@ -177,5 +145,5 @@ def test_questions_arriving_during_a_profile_build_share_it_and_its_failure(sql_
             shared.translate(question, principal)  # a later question starts a new build
         assert failing.statements == 2
     finally:
-        failing.gate.set()
+        failing.release.set()
         shared.close()

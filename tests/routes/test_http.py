@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import threading
-import time
 from dataclasses import replace
 
 import httpx
@@ -12,7 +11,7 @@ import pytest
 
 from routes.app import create_app
 from routes.settings import Settings
-from tests.conftest import LiveServer
+from tests.conftest import FINANCE_FACTS, LiveServer, TablesProbe
 
 BUDGET = "What is the Q3 2025 budget for the payments platform?"
 
@@ -52,7 +51,7 @@ def test_two_principals_get_different_answers_to_the_same_question(live):
     assert alice["status"] == "evidence_gap"
     shown = json.dumps(alice)
     assert "note-finance-q3-2025-budget" not in shown
-    assert not any(fact in shown for fact in ("9,400,000", "8,900,000", "+16.7%"))  # figures only that note holds
+    assert not any(fact in shown for fact in FINANCE_FACTS)
     assert all(c["trust"] == "untrusted_evidence" for c in bob["context"])
 
 
@@ -131,24 +130,9 @@ def test_unknown_routes_and_methods_use_the_error_shape(live):
     assert_error(httpx.get(live.url + "/v1/query", headers=auth(live.keys["alice"])), 405, "invalid_request")
 
 
-class HeldStatements:
-    """A table backend that holds each statement until the test lets it go."""
-
-    def __init__(self, inner) -> None:
-        self.inner, self.entered, self.release = inner, threading.Event(), threading.Event()
-
-    def tables(self):
-        return self.inner.tables()
-
-    def run(self, *args):
-        self.entered.set()
-        self.release.wait(timeout=60)
-        return self.inner.run(*args)
-
-
 def test_blocking_work_runs_off_the_event_loop(live, demo_engine):
     """While a statement is held inside the database call, the server still answers."""
-    held = HeldStatements(demo_engine.sql._backend)
+    held = TablesProbe(demo_engine.sql._backend, held=True)
     demo_engine.sql._backend = held
     done = {}
 

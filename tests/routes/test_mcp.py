@@ -13,11 +13,10 @@ import pytest
 from mcp import Client, StdioServerParameters
 from mcp.client.streamable_http import streamable_http_client
 
-from tests.conftest import ROOT
+from tests.conftest import FINANCE_FACTS, ROOT
 
 BUDGET = "What is the Q3 2025 budget for the payments platform?"
 FINANCE_DOC = "note-finance-q3-2025-budget"
-FINANCE_FACTS = ("9,400,000", "8,900,000", "9,050,000", "+16.7%", "Q3 2025 budget vs actuals")  # only in that document
 
 
 async def _http_session(url: str, key: str | None, fn):
