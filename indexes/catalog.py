@@ -26,6 +26,10 @@ from retrieval.sql.schema import ColumnInfo, TableInfo
 from retrieval.types import Chunk, Document
 from retrieval.text import normalize
 
+# A document's metadata values as one text (keys left out): what exact matching and the
+# grader's constraint checks read besides the title and the passage.
+META_TEXT = "nullif(array_to_string(json_extract_string(d.metadata, '$.*'), ' \n '), '')"
+
 SCHEMA = """
 CREATE SCHEMA quarry;
 CREATE SCHEMA data;
@@ -145,8 +149,8 @@ class Catalog:
     def chunk_table(self) -> ChunkTable:
         """Load the per-chunk columns that access checks and hit building need."""
         rows = self.cursor().execute(
-            """SELECT c.chunk_id, c.doc_id, c.text, c.start_offset, c.end_offset,
-                      d.title, d.source, CAST(d.date AS VARCHAR) AS date_s, d.acl
+            f"""SELECT c.chunk_id, c.doc_id, c.text, c.start_offset, c.end_offset,
+                      d.title, d.source, CAST(d.date AS VARCHAR) AS date_s, d.acl, {META_TEXT} AS meta
                FROM quarry.chunks c JOIN quarry.documents d USING (doc_id) ORDER BY c."row" """
         ).fetchnumpy()
         return ChunkTable(
@@ -159,6 +163,7 @@ class Catalog:
             sources=_none_list(rows["source"]),
             dates=_none_list(rows["date_s"]),
             acls=[tuple(a) for a in rows["acl"].tolist()],
+            metas=_none_list(rows["meta"]),
         )
 
     def embed_keys(self) -> list[str]:
@@ -201,8 +206,11 @@ class Catalog:
     def match_rows(self, phrases: Sequence[str], patterns: Sequence[str], terms: Sequence[str]) -> list[tuple[int, float]]:
         """Rows containing every phrase (case-insensitive) and matching every RE2 pattern.
 
-        The score counts occurrences of the required items, plus 0.1 per other query term
-        present, so more specific passages come first. ACLs are applied by the caller's mask.
+        A row is searched together with its document's title and metadata values, so an
+        identifier that only the title ("HIT-1042: ...") or a metadata field carries finds
+        the document's passages. The score counts occurrences of the required items, plus
+        0.1 per other query term present, so more specific passages come first. ACLs are
+        applied by the caller's mask.
         """
         if not phrases and not patterns:
             return []
@@ -215,7 +223,13 @@ class Catalog:
         )
         params: list[Any] = [x for n in needles for x in (n, n)] + list(patterns) + [normalize(t) for t in terms]
         params += needles + list(patterns)
-        sql = f'SELECT "row", {" + ".join(score)} AS s FROM quarry.chunks WHERE {" AND ".join(where)}'
+        # Title and metadata are lower-cased with single spaces, as `norm` is (see normalize()).
+        searchable = f"""WITH s AS (
+            SELECT c."row", concat_ws(' \n ', d.title, {META_TEXT}, c.text) AS text,
+                   concat_ws(' \n ', regexp_replace(lower(coalesce(d.title, '') || ' ' || coalesce({META_TEXT}, '')), '\\s+', ' ', 'g'),
+                             c.norm) AS norm
+            FROM quarry.chunks c JOIN quarry.documents d USING (doc_id))"""
+        sql = f'{searchable} SELECT "row", {" + ".join(score)} AS s FROM s WHERE {" AND ".join(where)}'
         try:
             got = self.cursor().execute(sql, params).fetchall()
         except duckdb.InvalidInputException as e:

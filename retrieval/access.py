@@ -37,6 +37,7 @@ class ChunkTable:
     sources: Sequence[str | None]
     dates: Sequence[str | None]
     acls: Sequence[tuple[str, ...]]
+    metas: Sequence[str | None] | None = None  # per row, the document's metadata values as text
     cache_size: int = 512
     _postings: dict[str, np.ndarray] = field(init=False, repr=False)
     _date_days: np.ndarray = field(init=False, repr=False)
@@ -116,6 +117,7 @@ class ChunkTable:
             source=self.sources[row],
             date=self.dates[row],
             signals=tuple(signals),
+            meta=self.metas[row] if self.metas is not None else None,
         )
 
     def row_of(self, chunk_id: str) -> int | None:

@@ -85,22 +85,23 @@ def _whole_token(needle: str, haystack: str) -> bool:
     return re.search(r"(?<![\w])" + re.escape(needle.lower()) + r"(?![\w])", haystack) is not None
 
 
-def _searchable(title: str | None, text: str) -> str:
-    """A passage's text as constraints are checked against it. Cached (a passage is checked
-    again at every attempt that returns it) unless long, so the cache stays small in bytes."""
-    return _searchable_cached(title, text) if len(text) <= 16_384 else normalize(f"{title or ''}\n{text}")
+def _searchable(title: str | None, meta: str | None, text: str) -> str:
+    """A passage's text as constraints are checked against it: its document's title and
+    metadata values too, as the exact route reads them. Cached (a passage is checked again
+    at every attempt that returns it) unless long, so the cache stays small in bytes."""
+    return _searchable_cached(title, meta, text) if len(text) <= 16_384 else normalize(f"{title or ''}\n{meta or ''}\n{text}")
 
 
 @lru_cache(maxsize=4096)
-def _searchable_cached(title: str | None, text: str) -> str:
-    return normalize(f"{title or ''}\n{text}")
+def _searchable_cached(title: str | None, meta: str | None, text: str) -> str:
+    return normalize(f"{title or ''}\n{meta or ''}\n{text}")
 
 
 def unmet_constraints(constraints: Constraints, hits: Sequence[Hit], today: date, also: str = "") -> list[str]:
     """Labels of the constraints no hit satisfies (`also`: more evidence text, e.g. the SQL)."""
     if constraints.is_empty():
         return []
-    texts = [_searchable(h.title, h.text) for h in hits] + ([normalize(also)] if also else [])
+    texts = [_searchable(h.title, h.meta, h.text) for h in hits] + ([normalize(also)] if also else [])
     missing = [f"identifier:{i}" for i in constraints.identifiers if not any(_whole_token(i, t) for t in texts)]
     missing += [f"phrase:{p}" for p in constraints.phrases if not any(normalize(p) in t for t in texts)]
     missing += [f"entity:{e}" for e in constraints.entities if not any(_whole_token(normalize(e), t) for t in texts)]

@@ -106,6 +106,8 @@ class Hit:
 
     `signals` keeps each contributing retriever's own score (bm25, dense cosine, exact
     occurrences, rrf) so the grader can judge evidence without knowing the backend.
+    `meta` is the document's metadata values as text: an identifier that only the metadata
+    carries (a ticket number, say) is still met by the passage. It is not shown to callers.
     """
 
     chunk_id: str
@@ -119,6 +121,7 @@ class Hit:
     source: str | None = None
     date: str | None = None
     signals: tuple[tuple[str, float], ...] = ()
+    meta: str | None = None
 
     def signal(self, name: str) -> float | None:
         for key, value in self.signals:

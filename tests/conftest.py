@@ -21,6 +21,7 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 ROOT = Path(__file__).resolve().parents[1]
 MINI = ROOT / "tests" / "fixtures" / "mini"
+TRIAL = ROOT / "tests" / "fixtures" / "trial"  # a second domain (hospital IT), written apart from the demo
 DEMO = ROOT / "eval_data" / "demo"
 # Figures that only the private note-finance-q3-2025-budget holds: seeing one is a leak.
 FINANCE_FACTS = ("9,400,000", "8,900,000", "9,050,000", "+16.7%", "Q3 2025 budget vs actuals")
@@ -71,6 +72,20 @@ def engine(mini_index, embedder):
     from routes.engine import open_engine
 
     eng = open_engine(mini_index, embedder)
+    yield eng
+    eng.close()
+
+
+@pytest.fixture(scope="session")
+def trial_engine(tmp_path_factory, embedder):
+    from datetime import date
+
+    from indexes.snapshot import build_snapshot
+    from routes.engine import open_engine
+
+    index = tmp_path_factory.mktemp("trial-index")
+    build_snapshot([TRIAL], index, embedder)
+    eng = open_engine(index, embedder, today=date(2025, 11, 1))
     yield eng
     eng.close()
 

@@ -35,7 +35,7 @@ def base(engine):
 
 def table_with(t: ChunkTable, doc_acl: dict[str, tuple[str, ...]]) -> ChunkTable:
     return ChunkTable(t.chunk_ids, t.doc_ids, t.texts, t.starts, t.ends, t.titles, t.sources, t.dates,
-                      [doc_acl[d] for d in t.doc_ids])
+                      [doc_acl[d] for d in t.doc_ids], t.metas)
 
 
 acl_strategy = st.lists(st.sampled_from(TOKENS), min_size=1, max_size=3, unique=True).map(tuple)
@@ -70,7 +70,9 @@ def test_every_retriever_returns_only_authorized_chunks_and_all_it_should(base, 
 
     q_terms = set(TOKENIZE(query))
     bm25_matches = [r for r in np.flatnonzero(allowed) if q_terms & set(TOKENIZE(index_texts[r]))]
-    exact_matches = [r for r in np.flatnonzero(allowed) if _exact_match(query, t.texts[r])]
+    # exact reads a passage with its document's title and metadata values
+    exact_matches = [r for r in np.flatnonzero(allowed)
+                     if any(_exact_match(query, part) for part in (t.texts[r], t.titles[r], t.metas[r]) if part)]
     expectations = {bm25: len(bm25_matches), dense: int(allowed.sum()), exact: len(exact_matches), hybrid: int(allowed.sum())}
 
     for retriever, n_matches in expectations.items():

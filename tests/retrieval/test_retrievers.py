@@ -109,3 +109,22 @@ def test_bad_search_requests_get_typed_errors(engine, name, query, k, message):
 def test_too_many_filter_values_are_refused(engine):
     with pytest.raises(InvalidRequest, match="filter doc_ids has 101 values"):
         run(engine, "bm25", "x", filters=Filters(doc_ids=tuple(f"d{i}" for i in range(101))))
+
+
+def test_exact_finds_an_identifier_that_only_the_title_or_metadata_carries(trial_engine):
+    # "HIT-1042" is in the title only, "HIT-1050" in a metadata value only: both name a document.
+    assert ids(run(trial_engine, "exact", "HIT-1042")) == ["hit-1042"]
+    assert ids(run(trial_engine, "exact", "what happened in HIT-1050?")) == ["hit-1050"]
+    assert ids(run(trial_engine, "exact", '"east wing"')) == ["hit-1050"]
+    # the title of a document the caller may not read matches nothing
+    assert run(trial_engine, "exact", "HIT-1099") == []
+    assert ids(run(trial_engine, "exact", "HIT-1099", principal=Principal("pat", ("pharmacy",)))) == ["hit-1099"]
+
+
+def test_an_identifier_in_the_title_meets_the_question_constraint(trial_engine):
+    result = trial_engine.query("What was done about HIT-1042?", ERIN)
+    assert result.status == "answer_context"
+    assert result.context[0].doc_id == "hit-1042"
+    result = trial_engine.query("Who fixed HIT-1050?", ERIN)  # the ticket number is a metadata value
+    assert result.status == "answer_context" and "hit-1050" in ids(result.context)
+    assert not result.attempts[0].grade.missing or "identifier:HIT-1050" not in result.attempts[0].grade.missing
