@@ -14,6 +14,7 @@ from datetime import date
 from typing import Sequence
 
 from retrieval.dates import DateRange, find_dates
+from retrieval.text import term_set
 
 _QUOTED = re.compile(r'"([^"\n]{1,200})"|\u201c([^\u201d\n]{1,200})\u201d|`([^`\n]{1,200})`')
 _IDENTIFIER = re.compile(
@@ -32,6 +33,8 @@ _IDENTIFIER = re.compile(
 )
 # Words that look like identifiers but are ordinary language ("covid19" stays, "3rd" goes).
 _ORDINAL = re.compile(r"\d+(st|nd|rd|th|s)$", re.IGNORECASE)
+# A word run into a footnote or reference marker ("Protocol.2", "countries.14"): prose, not a name.
+_FOOTNOTE = re.compile(r"[A-Za-z]{2,}\.\d{1,3}")
 
 
 def quoted_phrases(text: str) -> list[str]:
@@ -48,7 +51,8 @@ def identifiers(text: str) -> list[str]:
     Date tokens (`Q3`, `2025-03-14`) are dates, not identifiers."""
     unquoted = _QUOTED.sub(" ", text)
     found = [m.group(0) for m in _IDENTIFIER.finditer(unquoted) if not _DATE_TOKEN.match(m.group(0))]
-    return list(dict.fromkeys(t for t in found if not _ORDINAL.fullmatch(t) and not re.fullmatch(r"\d{4}", t)))
+    return list(dict.fromkeys(t for t in found if not _ORDINAL.fullmatch(t) and not re.fullmatch(r"\d{4}", t)
+                              and not _FOOTNOTE.fullmatch(t)))
 
 
 def is_strong_identifier(token: str) -> bool:
@@ -123,6 +127,26 @@ def extract(question: str, today: date, entities: Sequence[str] = ()) -> Constra
         dates=tuple(find_dates(question, today, exclude=spans)),
         entities=tuple(entities),
     )
+
+
+def literal_share(question: str, constraints: Constraints) -> float:
+    """The share of the question's content terms that sit in its identifiers and quoted phrases."""
+    q_terms = term_set(question)
+    if not q_terms:
+        return 0.0
+    literal = term_set(" ".join([*constraints.identifiers, *constraints.phrases]))
+    return len(q_terms & literal) / len(q_terms)
+
+
+def is_lookup(question: str, constraints: Constraints) -> bool:
+    """Is the question a lookup of its literal items (a regex, or identifiers and phrases making
+    up at least half of what it says)? "INC-2041", "Which release fixed INC-2041?" are; a
+    paragraph of argument that quotes a phrase and cites "Annex.2" is not: the literal items
+    found alone do not answer it."""
+    q = question.strip()
+    if len(q) > 2 and q.startswith("/") and q.endswith("/"):
+        return True
+    return bool(constraints.identifiers or constraints.phrases) and literal_share(question, constraints) >= 0.5
 
 
 def missing_from_queries(constraints: Constraints, queries: Sequence[str], date_filtered: bool = False) -> list[str]:

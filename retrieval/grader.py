@@ -36,7 +36,7 @@ from datetime import date
 from functools import lru_cache
 from typing import Callable, Literal, Mapping, Sequence
 
-from retrieval.constraints import Constraints
+from retrieval.constraints import Constraints, literal_share
 from retrieval.dates import dates_in
 from retrieval.text import normalize, term_set
 from retrieval.types import Hit
@@ -135,7 +135,7 @@ def evidence_features(question: str, hits: Sequence[Hit], constraints: Constrain
         "top_bm25": top_bm25 / (top_bm25 + 1.0),
         "top_qcov": max(qcov_of, default=0.0),
         "qcov_dense": max((q * max(0.0, d) for q, d in zip(qcov_of, dense_of)), default=0.0),
-        "literal_share": _literal_share(question, constraints) if constraints is not None else 0.0,
+        "literal_share": literal_share(question, constraints) if constraints is not None else 0.0,
         **_qpp(sig, dense),
     }
 
@@ -148,14 +148,6 @@ def _qpp(sig: Sequence[Mapping[str, float]], dense: list[float]) -> dict[str, fl
     avg = sum(dense) / len(dense)
     std = (sum((d - avg) ** 2 for d in dense) / len(dense)) ** 0.5
     return {"z_top": (dense[0] - mean) / sd, "nqc": std / sd, "z_spread": (dense[0] - dense[-1]) / sd}
-
-
-def _literal_share(question: str, constraints: Constraints) -> float:
-    q_terms = term_set(question)
-    if not q_terms:
-        return 0.0
-    literal = term_set(" ".join([*constraints.identifiers, *constraints.phrases]))
-    return len(q_terms & literal) / len(q_terms)
 
 
 def relevance(features: Mapping[str, float], config: GraderConfig) -> float:

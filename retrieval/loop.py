@@ -24,7 +24,7 @@ from retrieval.errors import RetrievalError, RetrievalTimeout, RetrievalUnavaila
 from retrieval.fusion import rrf
 from retrieval.grader import Grade, GraderConfig, grade
 from retrieval.retrievers import Retriever
-from retrieval.rewrite import Plan, RewriteContext, Tried, first_plan, next_plan, plan_is_allowed
+from retrieval.rewrite import Plan, RewriteContext, Tried, fill_plan, first_plan, next_plan, plan_is_allowed
 from retrieval.router import RouteDecision, RouterConfig, features, route
 from retrieval.types import Filters, Hit, Principal
 
@@ -158,7 +158,8 @@ def run_loop(question: str, principal: Principal, budget: Budget, deps: LoopDeps
         t0 = clock()
         hits, rows, error = _dispatch(plan, principal, budget, deps, min(budget.call_timeout_ms / 1000.0, remaining))
         in_calls += clock() - t0
-        previous = next((t for t in history if t.grade is not None and t.hits), None)
+        # a bridge extends the first hop; a fill extends the attempt it follows
+        previous = history[-1] if plan.strategy == "fill" else next((t for t in history if t.grade is not None and t.hits), None)
         verdict: Grade | None = None
         if error is None:
             evidence = _evidence(plan, hits, previous, budget.k)
@@ -172,9 +173,15 @@ def run_loop(question: str, principal: Principal, budget: Budget, deps: LoopDeps
             hits = evidence
         attempts.append(Attempt(len(attempts) + 1, plan, tuple(hits), verdict, (clock() - t0) * 1000, error, rows))
         history.append(Tried(plan, tuple(hits), verdict))
-        if verdict is not None and verdict.sufficient:
+        if plan.strategy == "fill":  # the attempt it filled was sufficient already
             stop = "sufficient"
             break
+        if verdict is not None and verdict.sufficient:
+            stop = "sufficient"
+            plan = fill_plan(ctx, history[-1], budget.k, tried)
+            if plan is None or len(attempts) >= budget.max_attempts or deadline - clock() <= 0.001:
+                break
+            continue
         if error == "retrieval_timeout" and deadline - clock() <= 0.001:
             stop = "deadline"
             break

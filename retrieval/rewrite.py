@@ -13,7 +13,10 @@ filters. Strategies, each applicable only in some states:
 - date_filter: a date constraint becomes a document-date filter (a tightening, never a
   loosening);
 - expand: add terms that recur in the top authorized passages (pseudo-relevance feedback);
-- relax: drop words that matched nothing so far (constraint words are never dropped).
+- relax: drop words that matched nothing so far (constraint words are never dropped);
+- fill: exact found the literal items of a question that is not a lookup (a long question
+  quoting a phrase, say) in fewer than k passages; the router's best text route fills the
+  rest of the context behind them (see `fill_plan`).
 
 The order depends on why the last grade failed (see ORDER). Every plan is checked before dispatch: it
 must keep every constraint (`missing_from_queries`) and its (route, normalised queries,
@@ -27,7 +30,7 @@ from collections import Counter
 from dataclasses import dataclass, field, replace
 from typing import Callable, Iterator, Sequence
 
-from retrieval.constraints import Constraints, missing_from_queries
+from retrieval.constraints import Constraints, is_lookup, missing_from_queries
 from retrieval.grader import Grade
 from retrieval.router import RouteDecision
 from retrieval.text import STOPWORDS, content_terms, normalize, stem, term_set
@@ -107,6 +110,20 @@ def next_plan(ctx: RewriteContext, history: Sequence[Tried], tried_keys: set[tup
 
 def first_plan(ctx: RewriteContext) -> Plan:
     return Plan("initial", ctx.decision.chosen, (ctx.question,), ctx.base_filters, reason=ctx.decision.reason)
+
+
+def fill_plan(ctx: RewriteContext, last: Tried, k: int, tried_keys: set[tuple]) -> Plan | None:
+    """After sufficient exact evidence of fewer than k passages for a question that is not a
+    lookup of its literal items: the router's best text route, merged behind those passages.
+    Exact passages hold the literal items; they rarely hold all the question asks about."""
+    if last.plan.route != "exact" or len(last.hits) >= k or is_lookup(ctx.question, ctx.constraints):
+        return None
+    route = next((r for r in ctx.decision.ranked if r in ("hybrid", "bm25", "dense")), None)
+    if route is None:
+        return None
+    plan = Plan("fill", route, (ctx.question,), ctx.base_filters, merge_previous=True,
+                reason=f"exact found {len(last.hits)} of {k} passages for a question that is not a lookup")
+    return None if plan_is_allowed(plan, ctx.constraints, tried_keys) else plan
 
 
 # -- strategies ---------------------------------------------------------------------------

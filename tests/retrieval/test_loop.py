@@ -208,3 +208,25 @@ def test_identifier_that_no_readable_passage_contains_is_an_unmet_constraint(eng
     assert result.status == "evidence_gap"
     assert result.gap["reason"] in {"constraint_unmet", "no_authorized_evidence"}
     assert all(h.doc_id != "m11" for a in result.attempts for h in a.hits)  # the security-only finding never surfaces
+
+
+ARGUMENT = ("Patients who can call family from a bedside screen report less anxiety, as the survey in Annex.2 shows. "
+            'Opponents argue that screens disturb sleep and that the "quiet ward" policy should ban them at night.')
+
+
+def test_a_long_argument_with_a_quote_and_a_footnote_marker_is_not_an_exact_lookup(trial_engine):
+    result = trial_engine.query(ARGUMENT, Principal("erin"), k=8)
+    assert result.constraints.identifiers == ()
+    assert result.decision.chosen != "exact"
+    assert len(result.context) == 8  # not a single literal match
+
+
+def test_exact_evidence_for_a_question_that_is_not_a_lookup_is_filled_to_k(trial_engine):
+    result = trial_engine.query("Why does the ward printer keep jamming in HIT-1042?", Principal("erin"), k=6)
+    assert [a.plan.route for a in result.attempts][:1] == ["exact"]
+    assert result.attempts[-1].plan.strategy == "fill" and result.stop_reason == "sufficient"
+    assert result.status == "answer_context" and len(result.context) == 6
+    assert result.context[0].doc_id == "hit-1042"  # the exact match keeps its place at the top
+    # a lookup of the identifier itself is answered by its one passage
+    lookup = trial_engine.query("HIT-1042", Principal("erin"), k=6)
+    assert [a.plan.strategy for a in lookup.attempts] == ["initial"] and len(lookup.context) == 1
