@@ -124,7 +124,7 @@ def extract(question: str, today: date, entities: Sequence[str] = ()) -> Constra
     return Constraints(
         identifiers=tuple(idents),
         phrases=tuple(quoted_phrases(question)),
-        dates=tuple(find_dates(question, today, exclude=spans)),
+        dates=tuple(find_dates(question, today, exclude=spans, strict=True)),
         entities=tuple(entities),
     )
 

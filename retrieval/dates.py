@@ -13,6 +13,9 @@ import re
 from dataclasses import dataclass
 from datetime import date, timedelta
 from functools import lru_cache
+from typing import Protocol, Sequence, TypeVar
+
+from retrieval.errors import InvalidRequest
 
 MONTHS = {m.lower(): i for i, m in enumerate(calendar.month_name) if m}
 MONTHS.update({m.lower(): i for i, m in enumerate(calendar.month_abbr) if m})
@@ -113,8 +116,12 @@ def _resolve(kind: str, m: re.Match[str], today: date) -> tuple[date, date] | No
     return None
 
 
-def _points(text: str, today: date) -> list[tuple[int, int, date, date]]:
-    """Non-overlapping date mentions: (char start, char end, first day, last day)."""
+_CALENDAR_DAYS = ("iso", "dmy", "mdy")  # a day of the calendar: "2025-02-30" or "30 February 2025" can be impossible
+
+
+def _points(text: str, today: date, strict: bool = False) -> list[tuple[int, int, date, date]]:
+    """Non-overlapping date mentions: (char start, char end, first day, last day). `strict`
+    refuses a calendar day that does not exist instead of reading it as no date."""
     taken: list[tuple[int, int, date, date]] = []
     for pattern, kind in _POINTS:
         for m in pattern.finditer(text):
@@ -123,6 +130,8 @@ def _points(text: str, today: date) -> list[tuple[int, int, date, date]]:
             span = _resolve(kind, m, today)
             if span:
                 taken.append((m.start(), m.end(), *span))
+            elif strict and kind in _CALENDAR_DAYS:
+                raise InvalidRequest(f"{m.group(0)!r} is not a valid date")
     return sorted(taken)
 
 
@@ -132,9 +141,12 @@ def dates_in(text: str, today: date) -> tuple[DateRange, ...]:
     return tuple(find_dates(text, today))
 
 
-def find_dates(text: str, today: date, exclude: list[tuple[int, int]] | None = None) -> list[DateRange]:
-    """Date constraints of `text`, each with its operator applied; spans in `exclude` are skipped."""
-    points = [p for p in _points(text, today) if not any(s < p[1] and p[0] < e for s, e in exclude or [])]
+def find_dates(text: str, today: date, exclude: list[tuple[int, int]] | None = None,
+               strict: bool = False) -> list[DateRange]:
+    """Date constraints of `text`, each with its operator applied; spans in `exclude` are
+    skipped. A question is read `strict`ly (an impossible date is the caller's mistake, never
+    a question without a date); passages are not (their text is whatever was ingested)."""
+    points = [p for p in _points(text, today, strict) if not any(s < p[1] and p[0] < e for s, e in exclude or [])]
     out: list[DateRange] = []
     i = 0
     while i < len(points):
@@ -163,3 +175,29 @@ def find_dates(text: str, today: date, exclude: list[tuple[int, int]] | None = N
             out.append(DateRange(first, last, phrase))
         i += 1
     return out
+
+
+def in_ranges(day: str | None, ranges: Sequence[DateRange]) -> bool:
+    """Is an ISO date (a document's) inside every range? False for an undated document."""
+    if not day or not ranges:
+        return False
+    d = date.fromisoformat(day[:10])
+    return all(r.contains(d) for r in ranges)
+
+
+class _Dated(Protocol):
+    @property
+    def date(self) -> str | None: ...
+
+
+D = TypeVar("D", bound=_Dated)
+
+
+def dated_first(hits: Sequence[D], ranges: Sequence[DateRange]) -> list[D]:
+    """Passages of documents dated inside the question's ranges first, each group in its own
+    order: "the July 2025 meeting" asks for July's minutes before June's, which text
+    similarity cannot tell apart."""
+    if not ranges:
+        return list(hits)
+    inside = [h for h in hits if in_ranges(h.date, ranges)]
+    return inside + [h for h in hits if not in_ranges(h.date, ranges)] if inside else list(hits)

@@ -20,6 +20,7 @@ from datetime import date
 from typing import Any, Callable, Mapping, Sequence
 
 from retrieval.constraints import Constraints, extract
+from retrieval.dates import dated_first
 from retrieval.errors import RetrievalError, RetrievalTimeout, RetrievalUnavailable
 from retrieval.fusion import rrf
 from retrieval.grader import Grade, GraderConfig, grade
@@ -163,6 +164,8 @@ def run_loop(question: str, principal: Principal, budget: Budget, deps: LoopDeps
         verdict: Grade | None = None
         if error is None:
             evidence = _evidence(plan, hits, previous, budget.k)
+            if rows is None and not plan.merge_previous:
+                evidence = dated_first(evidence, constraints.dates)
             if rows is None:
                 evidence = deps.annotate(question, evidence, principal)
             follow = rows is None and not plan.merge_previous

@@ -248,7 +248,7 @@ class Translator:
         # dates -> range on the date column the verb names
         spans = [(m.start(), m.end()) for i in idents for m in re.finditer(re.escape(i.lower()), text)]
         spans += [(m.start(), m.end()) for m in _COMPARE.finditer(text)]  # "over 2000 dollars" is no year
-        ranges = find_dates(text, self.today, exclude=spans)
+        ranges = find_dates(text, self.today, exclude=spans, strict=True)
         if ranges:
             dcol = self._date_column(t, text)
             if dcol is None:

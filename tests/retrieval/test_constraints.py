@@ -22,3 +22,24 @@ def test_a_question_is_a_lookup_only_when_its_literal_items_are_most_of_it():
               'Opponents argue that screens disturb sleep and that the "quiet ward" policy should ban them at night.',
               "What is the leave policy?"):
         assert not is_lookup(q, extract(q, TODAY)), q
+
+
+def test_an_impossible_date_in_a_question_is_a_typed_invalid_request():
+    import pytest
+
+    from retrieval.errors import InvalidRequest
+
+    for q in ("What happened on 2025-02-30?", "tickets from February 30, 2025", "the 31 April 2024 outage"):
+        with pytest.raises(InvalidRequest, match="not a valid date"):
+            extract(q, TODAY)
+    # passages are read leniently: an odd date in ingested text is no error
+    from retrieval.dates import dates_in
+
+    assert dates_in("logged 2025-02-30 by mistake", TODAY) == ()
+
+
+def test_relative_dates_resolve_against_the_given_today():
+    (last_quarter,) = extract("incidents last quarter", date(2025, 2, 10)).dates
+    assert (last_quarter.start, last_quarter.end) == (date(2024, 10, 1), date(2024, 12, 31))
+    (this_week,) = extract("changes this week", date(2025, 11, 5)).dates
+    assert (this_week.start, this_week.end) == (date(2025, 11, 3), date(2025, 11, 5))

@@ -230,3 +230,19 @@ def test_exact_evidence_for_a_question_that_is_not_a_lookup_is_filled_to_k(trial
     # a lookup of the identifier itself is answered by its one passage
     lookup = trial_engine.query("HIT-1042", Principal("erin"), k=6)
     assert [a.plan.strategy for a in lookup.attempts] == ["initial"] and len(lookup.context) == 1
+
+
+def test_a_month_in_the_question_puts_that_months_document_first(trial_engine):
+    # three sets of minutes with the same title and nearly the same text, dated June, July, August
+    result = trial_engine.query("What did the facilities committee decide at the July 2025 meeting?", Principal("erin"))
+    assert result.status == "answer_context"
+    assert result.context[0].doc_id == "minutes-2025-07"
+    later = trial_engine.query("What did the facilities committee review after July 2025?", Principal("erin"))
+    assert later.context[0].doc_id == "minutes-2025-08"
+
+
+def test_an_impossible_date_stops_the_question_with_invalid_request(trial_engine):
+    from retrieval.errors import InvalidRequest
+
+    with pytest.raises(InvalidRequest, match="2025-02-30"):
+        trial_engine.query("What happened on 2025-02-30?", Principal("erin"))
