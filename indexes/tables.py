@@ -16,10 +16,11 @@ from pathlib import Path
 from typing import Sequence
 
 import duckdb
+import pyarrow as pa
 
 from retrieval.errors import IngestError, InvalidRequest
 from retrieval.sql.schema import ColumnInfo, TableInfo
-from retrieval.types import check_acl
+from retrieval.types import check_acl, valid_acl_entry
 
 _NAME_OK = re.compile(r"[a-z][a-z0-9_]{0,62}")
 _COLUMN_OK = re.compile(r'[^"\x00-\x1f\x7f]+')  # the SQL the service writes quotes column names
@@ -100,22 +101,39 @@ def load_tables(con: duckdb.DuckDBPyConnection, sources: Sequence[TableSource]) 
 
 
 def _convert_row_acl(con: duckdb.DuckDBPyConnection, src: TableSource, col: ColumnInfo) -> None:
-    """Validate every row's ACL (naming the file line) and store it as VARCHAR[]."""
+    """Validate every row's ACL (naming the file line) and store it as VARCHAR[]. A cell is a
+    JSON list of entries, or one bare entry (`public`, `group:finance`, a principal id) read
+    as a list of one; anything else (a malformed list, two bare words) stops the ingest."""
     values = [r[0] for r in con.execute(f'SELECT acl FROM data."{src.name}"').fetchall()]
+    lists: list[list[str]] = []
     for i, raw in enumerate(values):
         line = i + 2 if src.path.suffix.lower() == ".csv" else i + 1  # header is line 1
         try:
-            entries = json.loads(raw) if isinstance(raw, str) else raw
-            check_acl(entries)
+            entries = _row_acl_entries(raw)
+            lists.append(list(check_acl(entries)))
         except (json.JSONDecodeError, TypeError):
-            raise IngestError("row acl must be a JSON list of strings", str(src.path), line) from None
+            raise IngestError("row acl must be a JSON list of strings or one entry ('public', 'group:NAME', an id)",
+                              str(src.path), line) from None
         except InvalidRequest as e:
             raise IngestError(f"row acl: {e.message}", str(src.path), line) from None
-    if not col.type.endswith("[]"):
-        con.execute(
-            f'CREATE OR REPLACE TABLE data."{src.name}" AS SELECT * REPLACE '
-            f"(CAST(from_json(acl, '[\"VARCHAR\"]') AS VARCHAR[]) AS acl) FROM data.\"{src.name}\""
-        )
+    con.register("row_acl_in", pa.table({"acl": pa.array(lists, type=pa.list_(pa.string()))}))
+    con.execute(
+        f'CREATE OR REPLACE TABLE data."{src.name}" AS SELECT t.* REPLACE (n.acl AS acl) '
+        f'FROM data."{src.name}" AS t POSITIONAL JOIN row_acl_in AS n'
+    )
+    con.unregister("row_acl_in")
+
+
+def _row_acl_entries(raw: object) -> object:
+    """A row ACL cell as a list: JSON text, a Parquet list, or one bare entry."""
+    if isinstance(raw, str):
+        text = raw.strip()
+        if text.startswith("[") or text.startswith('"'):
+            return json.loads(text)
+        if valid_acl_entry(text):
+            return [text]
+        raise TypeError(raw)
+    return raw
 
 
 def _id_column(con: duckdb.DuckDBPyConnection, name: str, columns: list[ColumnInfo], rows: int) -> str | None:

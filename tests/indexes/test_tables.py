@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -93,3 +94,34 @@ def test_parquet_files_become_tables_with_list_row_acls(tmp_path, embedder):
         assert sql.run_statement("SELECT sum(kg) FROM shipments", Principal("bob", (), frozenset({"sql"}))).rows == ((17.75,),)
     finally:
         catalog.close()
+
+
+def test_a_row_acl_cell_with_one_bare_entry_is_a_list_of_one(tmp_path, embedder):
+    from indexes.catalog import Catalog, SqlRunner
+    from retrieval.retrievers.sql import SqlLimits, SqlRetriever
+    from retrieval.types import Principal
+
+    src = write(tmp_path / "src" / "permits.csv",
+                'permit_id,status,acl\nBP-1,approved,public\nBP-2,refused,group:planning\n'
+                'BP-3,pending,"[""group:planning"", ""ann""]"\nBP-4,approved, public \n')
+    write(src.with_name("permits.acl.json"), json.dumps({"acl": ["public"]}))
+    index = tmp_path / "index"
+    build_snapshot([src.parent], index, embedder)
+    catalog = Catalog(current_snapshot_path(index) / "catalog.duckdb")
+    try:
+        sql = SqlRetriever(SqlRunner(catalog), SqlLimits())
+        rows = lambda p: sorted(r[0] for r in sql.run_statement("SELECT permit_id FROM permits", p).rows)
+        assert rows(Principal("erin", (), frozenset({"sql"}))) == ["BP-1", "BP-4"]
+        assert rows(Principal("erin", ("planning",), frozenset({"sql"}))) == ["BP-1", "BP-2", "BP-3", "BP-4"]
+        assert rows(Principal("ann", (), frozenset({"sql"}))) == ["BP-1", "BP-3", "BP-4"]
+    finally:
+        catalog.close()
+
+
+@pytest.mark.parametrize("cell, reason", [('"[""public"""', "JSON list of strings or one entry"),
+                                          ("public group:x", "JSON list of strings or one entry"),
+                                          ('"[""group:""]"', "invalid acl entries")])
+def test_a_malformed_row_acl_cell_stops_ingest_naming_the_line(tmp_path, embedder, cell, reason):
+    bad = write(tmp_path / "src" / "t.csv", f'id,acl\nr1,public\nr2,{cell}\n')
+    with pytest.raises(IngestError, match=rf"t.csv:3: .*{re.escape(reason)}"):
+        build_snapshot([bad.parent], tmp_path / "index", embedder)
