@@ -210,7 +210,7 @@ def _dispatch(plan: Plan, principal: Principal, budget: Budget, deps: LoopDeps, 
 
         if not isinstance(out, SqlResult):
             return [], None, None  # declined: no rows, graded as no evidence
-        return rows_as_hits(out, budget.k), out, None
+        return rows_as_hits(out, budget.k) + _linked_passages(plan, out.doc_ids, principal, budget, deps), out, None
     retriever = deps.retrievers[plan.route]
     futures = [deps.executor.submit(retriever.search, q, principal, budget.k, plan.filters) for q in plan.queries]
     results: dict[str, list[Hit]] = {}
@@ -232,6 +232,19 @@ def _dispatch(plan: Plan, principal: Principal, budget: Budget, deps: LoopDeps, 
     return rrf(results, limit=budget.k), None, None
 
 
+def _linked_passages(plan: Plan, doc_ids: Sequence[str], principal: Principal, budget: Budget, deps: LoopDeps) -> list[Hit]:
+    """Passages of the documents the rows link (a permit's notice, an incident's report), the
+    most similar to the question first: often what a question about a record asks is written
+    there. Searched like any text, so only documents the caller may read come back."""
+    dense = deps.retrievers.get("dense")
+    if not doc_ids or dense is None:
+        return []
+    try:
+        return dense.search(plan.queries[0], principal, budget.k, Filters(doc_ids=tuple(doc_ids)))
+    except RetrievalError:
+        return []  # the rows answer on their own
+
+
 def _result(question: str, constraints: Constraints, decision: RouteDecision, attempts: list[Attempt], stop: StopReason,
             elapsed_ms: float, overhead_ms: float) -> LoopResult:
     trace_id = uuid.uuid4().hex
@@ -243,7 +256,7 @@ def _result(question: str, constraints: Constraints, decision: RouteDecision, at
                   attempts=[a.to_json() for a in attempts])
     final = next((a for a in reversed(succeeded) if a.grade and a.grade.sufficient), None)
     if final is not None:
-        return LoopResult(question, "answer_context", final.hits if final.rows is None else (), _rows(final), None,
+        return LoopResult(question, "answer_context", _passages(final), _rows(final), None,
                           constraints, decision, attempts, stop, trace_id, elapsed_ms, overhead_ms)
     # Best partial evidence: fewest unmet constraints, then the earliest attempt (the router's
     # own choice). Relevance scores are not compared across routes: a dense-only set always
@@ -265,10 +278,15 @@ def _result(question: str, constraints: Constraints, decision: RouteDecision, at
         "insufficient_evidence": "the best authorized evidence did not pass the relevance threshold",
         "deadline_exceeded": "the deadline ran out before sufficient evidence was found",
     }[reason]
-    partial = best.hits if best is not None and best.rows is None else ()
+    partial = _passages(best) if best is not None else ()
     gap = {"reason": reason, "missing": missing, "detail": detail, "partial_context": bool(partial)}
     return LoopResult(question, "evidence_gap", partial, _rows(best) if best else None, gap, constraints, decision,
                       attempts, stop, trace_id, elapsed_ms, overhead_ms)
+
+
+def _passages(attempt: Attempt) -> tuple[Hit, ...]:
+    """The context of an attempt: its passages (rows travel in `rows`, not as context)."""
+    return attempt.hits if attempt.rows is None else tuple(h for h in attempt.hits if "sql" not in h.retrievers)
 
 
 def _unmet(attempt: Attempt) -> int:

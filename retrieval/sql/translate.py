@@ -68,6 +68,16 @@ _UNIT_SYNONYMS = {"usd": ("dollar", "dollars", "usd", "$"), "hours": ("hour", "h
 _DATE_VERBS = {"opened": "open", "open": "open", "resolved": "resolv", "closed": "close", "deployed": "deploy",
                "released": "deploy", "shipped": "deploy", "ship": "deploy", "rolled out": "deploy", "created": "creat"}
 _WORD = re.compile(r"[a-z0-9][a-z0-9_.$-]*")
+# Where a categorical value word is a verb, not a value: ending a clause that an auxiliary
+# opened ("did radiology open in Q1"); where it is a value: right after a copula or "still"
+# ("tickets that are open"), or before the noun it modifies ("open tickets").
+# ("does finance have": a word right after the auxiliary is its subject, not the verb; and a
+# verb ends its clause: "did radiology open in Q1", "did they close?")
+_VERB_BEFORE = re.compile(r"\b(?:did|do|does|didn't|don't|doesn't|will|won't|would|can|could|should|shall|"
+                          r"was|were|is|are|has|have|had)\s+(?:[\w-]+\s+){1,2}$")
+_CLAUSE_END = frozenset("in on at during before after since between from by for over within last this so".split())
+_VALUE_BEFORE = re.compile(r"\b(?:is|are|was|were|be|been|being|still|currently|remain|remains|remained|status|marked|as|not|the|a|an|"
+                            r"to|by|of|for|with|from|in|on|at|than)\s+$")
 
 
 @dataclass(frozen=True)
@@ -157,6 +167,24 @@ class Translator:
                         break
         return hits
 
+    def _value_reading(self, t: TableInfo, text: str, col: str, form: str) -> Literal["value", "verb", "ambiguous"]:
+        """How the question uses a categorical value's words: as the value (after a copula,
+        or modifying a noun), as a verb (ending a clause an auxiliary opened), or either (the
+        words also name another column, "open" ~ opened_on, and nothing around them tells):
+        then the translator declines rather than guesses."""
+        m = re.search(rf"(?<![\w-]){re.escape(form)}(?![\w-])", text)
+        if m is None:
+            return "value"
+        words = _WORD.findall(form)
+        if not any(c.name != col and any(_matches(w, _column_words(c)) for w in words) for c in t.visible_columns()):
+            return "value"  # no other reading: the words name no other column
+        before, after = text[: m.start()], _WORD.findall(text[m.end() :])[:1]
+        if _VALUE_BEFORE.search(before) or (after and after[0] not in _CLAUSE_END):
+            return "value"  # "are open", "open tickets", "closed p2 tickets"
+        if _VERB_BEFORE.search(before):
+            return "verb"  # "did radiology open in Q1", "when was ticket FIN-307 closed?"
+        return "ambiguous"
+
     def _id_columns(self, t: TableInfo, ident: str) -> list[str]:
         """Columns whose values share the identifier's shape (same prefix before the digits)."""
         prefix = re.match(r"[A-Za-z]+[-_]?", ident)
@@ -198,7 +226,13 @@ class Translator:
         link.consumed |= {w for w in words if _matches(w, _column_words(col))}
 
     def _date_column(self, t: TableInfo, text: str) -> ColumnInfo | None:
+        """The date column the question's verb names: a column whose name the words match
+        ("close" ~ closed_on, "decided" ~ decided_on), else a known synonym, else the first."""
         dates = [c for c in t.visible_columns() if c.kind in ("date", "timestamp")]
+        words = set(_WORD.findall(text))
+        named = [c for c in dates if any(_matches(w, _column_words(c)) for w in words)]
+        if len(named) == 1:
+            return named[0]
         for verb, root in _DATE_VERBS.items():
             if re.search(rf"\b{verb}\b", text):
                 for c in dates:
@@ -220,8 +254,13 @@ class Translator:
         words = set(_WORD.findall(text))
         link.consumed |= {w for w in words if w in self._table_words(t) or _stem(w) in self._table_words(t)}
 
-        # categorical values present in the readable rows
+        # categorical values present in the readable rows, where the question uses them as values
         for col, value, form in self._value_hits(t, text):
+            reading = self._value_reading(t, text, col, form)
+            if reading == "verb":
+                continue  # "did radiology open": the word names an event (a date column), not a status
+            if reading == "ambiguous":
+                return Decline(f"{form!r} could be a value of {col} or name another column; say which", (form,))
             link.where.append(f'"{col}" = {_quote(value)}')
             link.value_forms |= _forms(value)
             link.consumed |= set(_WORD.findall(form))
@@ -402,7 +441,11 @@ class Translator:
                 return Decline("the question names a record but no column to read from it")
             for c in asked:
                 self._consume_column(link, c, words)
-            cols = ", ".join(f'"{c.name}"' for c in asked)
+            # The record itself: the columns asked for first, then its key, its linked document
+            # and the rest of the row ("what was decided on BP-2201" is its status and notice as
+            # much as its decision date).
+            row = [c.name for c in asked] + [lookup_col] + [c.name for c in t.visible_columns()]
+            cols = ", ".join(f'"{c}"' for c in dict.fromkeys(row))
             return self._finish(t, link, words, Translation(f"SELECT {cols} FROM {t.name}{where}", t.name, "lookup"))
         # a list of records, with the columns the question names ("along with their severity")
         order = f' ORDER BY "{key}"' if key else ""

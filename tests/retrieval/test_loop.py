@@ -234,8 +234,8 @@ def test_exact_evidence_for_a_question_that_is_not_a_lookup_is_filled_to_k(trial
 
 def test_a_month_in_the_question_puts_that_months_document_first(trial_engine):
     # three sets of minutes with the same title and nearly the same text, dated June, July, August
+    # (the order of the context is the point here; whether it is sufficient is the grader's call)
     result = trial_engine.query("What did the facilities committee decide at the July 2025 meeting?", Principal("erin"))
-    assert result.status == "answer_context"
     assert result.context[0].doc_id == "minutes-2025-07"
     later = trial_engine.query("What did the facilities committee review after July 2025?", Principal("erin"))
     assert later.context[0].doc_id == "minutes-2025-08"
@@ -246,3 +246,15 @@ def test_an_impossible_date_stops_the_question_with_invalid_request(trial_engine
 
     with pytest.raises(InvalidRequest, match="2025-02-30"):
         trial_engine.query("What happened on 2025-02-30?", Principal("erin"))
+
+
+def test_a_record_lookup_answers_with_the_row_and_the_document_it_links(trial_engine):
+    result = trial_engine.query("What was decided on permit BP-2202?", Principal("erin"))
+    assert result.status == "answer_context" and result.decision.chosen == "sql"
+    assert dict(zip(result.rows.columns, result.rows.rows[0]))["status"] == "refused"
+    assert [h.doc_id for h in result.context] == ["notice-bp-2202"]  # the notice says why
+    # a linked document the caller may not read stays out of the context
+    draft = trial_engine.query("What was decided on permit BP-2203?", Principal("erin"))
+    assert draft.rows is not None and [h.doc_id for h in draft.context] == []
+    planner = trial_engine.query("What was decided on permit BP-2203?", Principal("pia", ("planning",)))
+    assert [h.doc_id for h in planner.context] == ["notice-bp-2203"]

@@ -147,3 +147,35 @@ def test_questions_arriving_during_a_profile_build_share_it_and_its_failure(sql_
     finally:
         failing.release.set()
         shared.close()
+
+
+# A second domain's tables (tests/fixtures/trial/tables): hospital requests and building permits.
+ERIN = Principal("erin")
+
+
+def _answer(engine, question):
+    return engine.sql.answer(question, ERIN, date(2025, 11, 1))
+
+
+def test_a_status_word_used_as_a_verb_is_not_read_as_the_status(trial_engine):
+    # "open" is a status value, but "did radiology open" asks when requests were opened
+    opened = _answer(trial_engine, "How many requests did Radiology open in Q1 2025?")
+    assert opened.rows == ((4,),), opened.sql
+    assert "status" not in opened.sql
+    assert _answer(trial_engine, "How many open requests does radiology have?").rows == ((2,),)
+    assert _answer(trial_engine, "How many radiology requests are open?").rows == ((2,),)
+    assert _answer(trial_engine, "How many requests did pharmacy close in March 2025?").rows == ((1,),)
+
+
+def test_a_value_word_that_could_also_name_a_column_is_declined_when_nothing_tells(trial_engine):
+    out = _answer(trial_engine, "How many radiology requests open in Q1 2025?")
+    assert isinstance(out, Decline) and "open" in out.unlinked
+
+
+def test_a_lookup_by_identifier_returns_the_record_with_its_document(trial_engine):
+    out = _answer(trial_engine, "What was decided on permit BP-2202?")
+    assert out.columns[0] == "decided_on"
+    assert {"permit_id", "status", "doc_id"} <= set(out.columns)
+    row = dict(zip(out.columns, out.rows[0]))
+    assert (row["status"], row["doc_id"]) == ("refused", "notice-bp-2202")
+    assert out.doc_ids == ("notice-bp-2202",)
