@@ -168,8 +168,8 @@ def write_report(result: dict[str, Any], directory: Path, title: str) -> list[Pa
         lines += [f"| {w['id']} | {_md(w['question'])} | {', '.join(w['problems'])} | {_md(_expected(w))} | {_md(_got(w))} | "
                   f"{w['attempts']} ({' > '.join(w['trail'])}) |" for w in result["wrong"]]
     if result.get(group_key):
-        lines += ["", f"Plots: quality_per_route.png and latency.png group questions by **{group_name}**; "
-                      "confusion.png has labeled routes as rows, chosen routes as columns."]
+        lines += ["", f"Plots: quality_per_route.png and latency.png group questions by **{group_name}**"
+                  + ("; confusion.png has labeled routes as rows, chosen routes as columns." if result.get("confusion") else ".")]
     paths[1].write_text("\n".join(lines) + "\n")
 
     if result.get("confusion"):
@@ -189,10 +189,11 @@ def write_report(result: dict[str, Any], directory: Path, title: str) -> list[Pa
     if groups:
         names = list(groups)
         fig, ax = plt.subplots(figsize=(6, 3.5))
-        for offset, metric in enumerate(("ndcg@10", "recall@k", "gap_f1")):
+        shown = [m for m in ("ndcg@10", "recall@k", "gap_f1") if any(groups[n].get(m) is not None for n in names)]
+        for offset, metric in enumerate(shown):  # a metric undefined in every group (null) gets no bar
             vals = [groups[n].get(metric) or 0.0 for n in names]
             ax.bar([i + 0.27 * offset for i in range(len(names))], vals, width=0.27, label=metric)
-        ax.set_xticks([i + 0.27 for i in range(len(names))], names)
+        ax.set_xticks([i + 0.27 * (len(shown) - 1) / 2 for i in range(len(names))], names)
         ax.set_xlabel(group_name)
         ax.set_ylim(0, 1)
         ax.legend(fontsize=8)
