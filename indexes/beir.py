@@ -38,3 +38,16 @@ def load_qrels(root: Path, split: str = "test") -> dict[str, dict[str, float]]:
             if grade > 0:
                 qrels.setdefault(str(row["query-id"]), {})[str(row["corpus-id"])] = grade
     return qrels
+
+
+def load_corpus_ids(root: Path) -> set[str]:
+    """The `_id` of every corpus document (to spot queries that are themselves documents)."""
+    out: set[str] = set()
+    with (root / "corpus.jsonl").open(encoding="utf-8") as f:
+        for n, line in enumerate(f, start=1):
+            if line.strip():
+                try:
+                    out.add(str(json.loads(line)["_id"]))
+                except (json.JSONDecodeError, KeyError, TypeError):
+                    raise IngestError("malformed BEIR corpus line", str(root / "corpus.jsonl"), n) from None
+    return out

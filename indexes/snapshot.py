@@ -199,18 +199,19 @@ def _build_into(work: Path, name: str, digest: str, loaded, docs, chunks, texts,
     report("bm25", 1, 1)
 
     t1 = time.perf_counter()
-    done = [0]
-
-    def on_batch(n: int) -> None:
-        done[0] += n
-        report("embed", done[0], len(texts))
-
     dim = embedder.dim or embedder.load().dim
     vectors = np.zeros((len(texts), dim), dtype=np.float32)
     todo = [i for i, k in enumerate(keys) if k not in reuse]
     for i, k in enumerate(keys):
         if k in reuse:
             vectors[i] = reuse[k]
+    done = [len(texts) - len(todo)]  # reused vectors count as done, so the bar ends at the total
+
+    def on_batch(n: int) -> None:
+        done[0] += n
+        report("embed", done[0], len(texts))
+
+    report("embed", done[0], len(texts))  # before the first batch, so rate and ETA time the whole stage
     if todo:
         vectors[todo] = embedder.encode([texts[i] for i in todo], progress=on_batch)
     t_embed = time.perf_counter() - t1

@@ -1,7 +1,8 @@
 """Scoring loop results against labeled questions: pure functions over values.
 
 A label (JSONL, DESIGN.md): `{id, question, principal, groups?, route, relevant, answerable,
-answer_rows?, tags, split?}`. Metrics:
+answer_rows?, tags, split?, today?}`; `today` (ISO date) is the date that the question's
+relative dates ("last quarter") refer to. Metrics:
 
 - route_accuracy: the first route chosen equals the labeled route (with a confusion matrix);
 - gap_precision / gap_recall / gap_f1: positive = the label is not answerable, predicted
@@ -12,13 +13,22 @@ answer_rows?, tags, split?}`. Metrics:
 - leakage: returned documents the asking principal may not read (context, every attempt's
   hits, rows' documents); must be 0;
 - constraint_preservation: share of dispatched attempts whose queries keep every constraint;
+- ndcg@10_self_removed: nDCG@10 with each question's own document taken out of its ranking,
+  as BEIR (`ignore_identical_ids`) and MTEB score ArguAna; only when some label has one;
 - mean_attempts, latency_p50_ms / latency_p95_ms.
+
+A question whose run raised an error (too long for the request limit, say) counts in every
+quality figure as a failure: a wrong route, an empty ranking, a missed gap, wrong rows; it
+has no latency or attempts. A metric with nothing to measure (gap precision when no label is
+unanswerable) is None, not 0.
 """
 
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass, field
+from datetime import date
 from typing import Any, Callable, Iterable, Sequence
 
 from retrieval.constraints import missing_from_queries
@@ -42,6 +52,8 @@ class Label:
     answer_rows: tuple | None = None
     tags: tuple[str, ...] = ()
     split: str | None = None
+    today: date | None = None  # what relative dates in the question refer to
+    own_doc: str | None = None  # the corpus document that is the question itself (BEIR ArguAna)
 
     def principal_obj(self) -> Principal:
         return Principal(self.principal, self.groups)
@@ -63,13 +75,28 @@ def parse_labels(text: str, origin: str = "labels") -> list[Label]:
         if d["id"] in seen:
             raise InvalidRequest(f"{origin}:{n}: duplicate label id {d['id']!r}")
         seen.add(d["id"])
+        today = _label_date(d.get("today"))
+        if today is False:
+            raise InvalidRequest(f"{origin}:{n}: today must be an ISO date (YYYY-MM-DD), got {d['today']!r}")
         out.append(Label(
             id=str(d["id"]), question=d["question"], principal=d["principal"], groups=tuple(d.get("groups") or ()),
             route=d.get("route"), relevant=tuple(d.get("relevant") or ()), answerable=bool(d.get("answerable", True)),
             answer_rows=tuple(map(tuple, d["answer_rows"])) if d.get("answer_rows") is not None else None,
-            tags=tuple(d.get("tags") or ()), split=d.get("split"),
+            tags=tuple(d.get("tags") or ()), split=d.get("split"), today=today,
         ))
     return out
+
+
+def _label_date(value: object) -> date | None | bool:
+    """None when absent, the date, or False when it is not a YYYY-MM-DD calendar date."""
+    if value is None:
+        return None
+    if not isinstance(value, str) or not re.fullmatch(r"\d{4}-\d{2}-\d{2}", value):
+        return False
+    try:
+        return date.fromisoformat(value)
+    except ValueError:
+        return False
 
 
 @dataclass
@@ -84,7 +111,16 @@ class Record:
     leaked: list[str] = field(default_factory=list)
     attempts_keeping_constraints: int = 0
     sql_match: bool | None = None
-    error: str | None = None
+    error: str | None = None  # error class name, when the question's run raised
+    error_message: str | None = None
+    trail: tuple[str, ...] = ()  # "strategy:route" of each attempt
+
+
+def error_record(label: Label, error: Exception, latency_ms: float) -> Record:
+    """A question whose run raised: scored as a failure in every quality figure."""
+    message = error.message if isinstance(error, InvalidRequest) else str(error)
+    return Record(label, None, None, None, [], 0, latency_ms, sql_match=False if label.answer_rows is not None else None,
+                  error=type(error).__name__, error_message=message[:300])
 
 
 def record_for(label: Label, result: Any, latency_ms: float, can_read: Callable[[str], bool],
@@ -103,42 +139,52 @@ def record_for(label: Label, result: Any, latency_ms: float, can_read: Callable[
     if label.answer_rows is not None and rows_match is not None:
         sql_match = result.rows is not None and rows_match(label.answer_rows, result.rows.rows)
     return Record(label, result.decision.chosen, result.status, (result.gap or {}).get("reason"),
-                  doc_ranking(result.context), len(result.attempts), latency_ms, sorted(set(leaked)), kept, sql_match)
+                  doc_ranking(result.context), len(result.attempts), latency_ms, sorted(set(leaked)), kept, sql_match,
+                  trail=tuple(f"{a.plan.strategy}:{a.plan.route}" for a in result.attempts))
 
 
-def _gap_scores(records: Sequence[Record]) -> dict[str, float]:
+def _ratio(num: int, den: int) -> float | None:
+    return round(num / den, 4) if den else None
+
+
+def _gap_scores(records: Sequence[Record]) -> dict[str, float | None]:
+    """Positive class: unanswerable. Without unanswerable labels every gap score is undefined
+    (None); precision is also undefined when no gap was predicted."""
     tp = sum(1 for r in records if r.status == "evidence_gap" and not r.label.answerable)
     fp = sum(1 for r in records if r.status == "evidence_gap" and r.label.answerable)
     fn = sum(1 for r in records if r.status != "evidence_gap" and not r.label.answerable)
-    precision = tp / (tp + fp) if tp + fp else 0.0
-    recall = tp / (tp + fn) if tp + fn else 0.0
-    f1 = 2 * precision * recall / (precision + recall) if precision + recall else 0.0
-    return {"gap_precision": round(precision, 4), "gap_recall": round(recall, 4), "gap_f1": round(f1, 4)}
+    if tp + fn == 0:
+        return {"gap_precision": None, "gap_recall": None, "gap_f1": None}
+    return {"gap_precision": _ratio(tp, tp + fp), "gap_recall": _ratio(tp, tp + fn), "gap_f1": _ratio(2 * tp, 2 * tp + fp + fn)}
 
 
 def summarize(records: Sequence[Record], k: int) -> dict[str, Any]:
     """The metrics of a set of records (see the module docstring)."""
     ok = [r for r in records if r.error is None]
-    routed = [r for r in ok if r.label.route]
-    ranked = [r for r in ok if r.label.answerable and r.label.relevant]
-    sql = [r for r in ok if r.sql_match is not None]
+    routed = [r for r in records if r.label.route]
+    ranked = [r for r in records if r.label.answerable and r.label.relevant]
+    sql = [r for r in records if r.sql_match is not None]
     attempts = sum(r.attempts for r in ok)
     rel = lambda r: {d: 1.0 for d in r.label.relevant}  # noqa: E731
+    own = [r for r in ranked if r.label.own_doc]
+    self_removed = {"ndcg@10_self_removed": round(mean(
+        ndcg_at_k([d for d in r.ranked if d != r.label.own_doc], rel(r), 10) for r in ranked), 4)} if own else {}
     return {
         "questions": len(records),
         "errors": len(records) - len(ok),
         "route_accuracy": round(mean(r.route == r.label.route for r in routed), 4) if routed else None,
-        **_gap_scores(ok),
+        **_gap_scores(records),
         "ndcg@10": round(mean(ndcg_at_k(r.ranked, rel(r), 10) for r in ranked), 4) if ranked else None,
+        **self_removed,
         "recall@k": round(mean(recall_at_k(r.ranked, r.label.relevant, k) for r in ranked), 4) if ranked else None,
         "mrr": round(mean(reciprocal_rank(r.ranked, r.label.relevant) for r in ranked), 4) if ranked else None,
         "full_support@k": round(mean(all_found(r.ranked, r.label.relevant, k) for r in ranked), 4) if ranked else None,
         "sql_exact": round(mean(bool(r.sql_match) for r in sql), 4) if sql else None,
         "leakage": sum(len(r.leaked) for r in records),
-        "constraint_preservation": round(sum(r.attempts_keeping_constraints for r in ok) / attempts, 4) if attempts else 1.0,
-        "mean_attempts": round(attempts / len(ok), 3) if ok else 0.0,
-        "latency_p50_ms": round(percentile([r.latency_ms for r in ok], 50), 2),
-        "latency_p95_ms": round(percentile([r.latency_ms for r in ok], 95), 2),
+        "constraint_preservation": _ratio(sum(r.attempts_keeping_constraints for r in ok), attempts),
+        "mean_attempts": round(attempts / len(ok), 3) if ok else None,
+        "latency_p50_ms": round(percentile([r.latency_ms for r in ok], 50), 2) if ok else None,
+        "latency_p95_ms": round(percentile([r.latency_ms for r in ok], 95), 2) if ok else None,
         "k": k,
     }
 
@@ -154,13 +200,50 @@ def confusion(records: Iterable[Record]) -> dict[str, dict[str, int]]:
 
 
 def breakdown(records: Sequence[Record], k: int) -> dict[str, dict[str, Any]]:
-    """Metrics per labeled route and per tag."""
+    """Metrics per labeled route, per chosen route (the router's first choice) and per tag."""
     by_route: dict[str, list[Record]] = {}
+    by_chosen: dict[str, list[Record]] = {}
     by_tag: dict[str, list[Record]] = {}
     for r in records:
         by_route.setdefault(r.label.route or "unlabeled", []).append(r)
+        by_chosen.setdefault(r.route or "none", []).append(r)
         for t in r.label.tags:
             if not t.startswith("forbidden"):
                 by_tag.setdefault(t, []).append(r)
     return {"per_route": {name: summarize(rs, k) for name, rs in sorted(by_route.items())},
+            "per_chosen_route": {name: summarize(rs, k) for name, rs in sorted(by_chosen.items())},
             "per_tag": {name: summarize(rs, k) for name, rs in sorted(by_tag.items())}}
+
+
+def wrong_questions(records: Iterable[Record], k: int) -> list[dict[str, Any]]:
+    """Every question that failed some check, with what was expected and what came back.
+
+    Problems: `error` (the run raised), `route` (first route is not the labeled one),
+    `false_gap` / `missed_gap` (status is not what `answerable` says), `missing_documents`
+    (a relevant document is not in the top k), `sql_rows` (rows differ), `leak`."""
+    out = []
+    for r in records:
+        lb = r.label
+        expected_status = "answer_context" if lb.answerable else "evidence_gap"
+        missing = [d for d in lb.relevant if d not in r.ranked[:k]] if lb.answerable else []
+        problems = [name for name, bad in (
+            ("error", r.error is not None),
+            ("route", lb.route is not None and r.route != lb.route),
+            ("false_gap", r.error is None and lb.answerable and r.status == "evidence_gap"),
+            ("missed_gap", r.error is None and not lb.answerable and r.status != "evidence_gap"),
+            ("missing_documents", bool(missing)),
+            ("sql_rows", r.sql_match is False),
+            ("leak", bool(r.leaked)),
+        ) if bad]
+        if not problems:
+            continue
+        got: dict[str, Any] = {"route": r.route, "status": r.status, "gap_reason": r.gap_reason, "top": r.ranked[:k],
+                               "missing": missing}
+        if r.error is not None:
+            got["error"] = f"{r.error}: {r.error_message}"
+        if r.leaked:
+            got["leaked"] = r.leaked
+        out.append({"id": lb.id, "question": lb.question, "principal": lb.principal, "problems": problems,
+                    "expected": {"route": lb.route, "status": expected_status, "relevant": list(lb.relevant)},
+                    "got": got, "attempts": r.attempts, "trail": list(r.trail)})
+    return out

@@ -44,21 +44,29 @@ def _emit(payload: Any) -> None:
     sys.stdout.write(json.dumps(payload, ensure_ascii=False, indent=2) + "\n")
 
 
-def _progress_bar() -> Callable[[str, int, int], None] | None:
-    """A tqdm bar per ingest stage on a terminal; silent when stderr is not a TTY."""
-    if not sys.stderr.isatty():
+UNITS = {"embed": "chunk", "questions": "question"}
+
+
+def _progress_bar(show: bool | None = None) -> Callable[[str, int, int], None] | None:
+    """A tqdm bar (count, rate, ETA) on stderr per stage: ingest's catalog, bm25 and embed, and
+    eval's questions. `show` defaults to "stderr is a terminal"; when stderr is a file the bar
+    is redrawn at most every 10 s, so a log of a long run stays short."""
+    if not (sys.stderr.isatty() if show is None else show):
         return None
     from tqdm import tqdm
 
     bars: dict[str, Any] = {}
+    interval = 0.1 if sys.stderr.isatty() else 10.0
 
     def report(stage: str, done: int, total: int) -> None:
         bar = bars.get(stage)
         if bar is None:
-            bar = bars[stage] = tqdm(total=total, desc=stage, unit="chunk" if stage == "embed" else "step", file=sys.stderr)
+            bar = bars[stage] = tqdm(total=total, desc=stage, unit=UNITS.get(stage, "step"), file=sys.stderr,
+                                     mininterval=interval, maxinterval=max(10.0, interval))
         bar.update(done - bar.n)
         if done >= total:
             bar.close()
+            del bars[stage]  # the same stage may run again (tune evaluates before and after)
 
     return report
 
@@ -188,49 +196,68 @@ def cmd_mcp(args: argparse.Namespace) -> int:
     return 0
 
 
-def _tqdm(total: int, desc: str):
-    if not sys.stderr.isatty():
-        return None, lambda: None
-    from tqdm import tqdm
-
-    bar = tqdm(total=total, desc=desc, file=sys.stderr)
-    return (lambda n: bar.update(n - bar.n)), bar.close
-
-
-def _eval_target(args: argparse.Namespace):
-    """(engine, labels, k, beir root or None) for a labels file or a BEIR folder."""
+def _eval_target(args: argparse.Namespace, progress: Callable[[str, int, int], None] | None):
+    """(engine, labels, k, beir root or None, index) for a labels file or a BEIR folder. A BEIR
+    corpus is indexed into --index when that holds no snapshot (else into --cache); a labels
+    file needs an existing index. Limits and the default date follow the settings."""
     from indexes.beir import is_beir_dir
+    from indexes.snapshot import current_snapshot_path
+    from retrieval.errors import SnapshotError
     from routes.engine import open_engine
-    from routes.evaluation import beir_index, beir_labels, load_label_file
+    from routes.evaluation import beir_index, beir_labels, ensure_beir_index, load_label_file
+    from routes.settings import Settings
 
+    settings = Settings().with_env()
     target = Path(args.target)
-    embedder = _embedder(args)
+    today = args.today or settings.today
     if target.is_dir() and is_beir_dir(target):
-        index = Path(args.index) if args.index else beir_index(target, embedder, Path(args.cache))
+        embedder = _embedder(args)
+        index = (ensure_beir_index(target, embedder, Path(args.index), progress) if args.index
+                 else beir_index(target, embedder, Path(args.cache), progress))
         split = args.split if args.split != "all" else "test"
-        return open_engine(index, embedder, today=args.today), beir_labels(target, split), args.k or 20, target, index
+        engine = open_engine(index, embedder, settings.limits, today=today)
+        return engine, beir_labels(target, split), args.k or 20, target, index
+    if not target.is_file():
+        raise InvalidRequest(f"{target}: no labels file or BEIR folder (corpus.jsonl, queries.jsonl, qrels/) there")
     if not args.index:
         raise InvalidRequest("--index is required with a labels file")
+    index = Path(args.index)
+    try:
+        current_snapshot_path(index)
+    except SnapshotError as e:
+        raise InvalidRequest(e.message) from None
     labels = load_label_file(target)
     if args.split != "all":
         labels = [lb for lb in labels if (lb.split or "train") == args.split]
-    return open_engine(Path(args.index), embedder, today=args.today), labels, args.k or 8, None, Path(args.index)
+    return open_engine(index, _embedder(args), settings.limits, today=today), labels, args.k or 8, None, index
+
+
+def _questions_progress(progress: Callable[[str, int, int], None] | None, total: int) -> Callable[[int], None] | None:
+    if progress is None:
+        return None
+    progress("questions", 0, total)
+    return lambda done: progress("questions", done, total)
 
 
 def cmd_eval(args: argparse.Namespace) -> int:
-    """Score labeled questions (or a BEIR folder): JSON on stdout, report and plots in --report."""
-    from routes.evaluation import TOP, evaluate, write_report
+    """Score labeled questions (or a BEIR folder): JSON on stdout, progress and the wrong
+    questions on stderr, report and plots in --report."""
+    from routes.evaluation import TOP, evaluate, failure_lines, write_report
 
-    engine, labels, k, _, _ = _eval_target(args)
-    update, close = _tqdm(len(labels), "eval")
+    progress = _progress_bar(not args.no_progress)
+    engine, labels, k, _, _ = _eval_target(args, progress)
     try:
-        result = evaluate(engine, labels, k, update)
+        result = evaluate(engine, labels, k, _questions_progress(progress, len(labels)))
     finally:
-        close()
         engine.close()
     if args.report:
         write_report(result, Path(args.report), f"Quarry evaluation of {args.target}")
-    _emit({m: result.get(m) for m in ("questions", "errors", *TOP)} | {"leaks": result["leaks"]} if not args.full else result)
+    for name, kind in result["error_kinds"].items():
+        print(f"ERRORS: {kind['count']} of {result['questions']} questions raised {name} ({kind['example']}); "
+              "each counts as wrong in every figure", file=sys.stderr)
+    print("\n".join(failure_lines(result)), file=sys.stderr)
+    top = {m: result.get(m) for m in ("questions", "errors", *TOP) if m in result}
+    _emit(top | {"error_kinds": result["error_kinds"], "leaks": result["leaks"]} if not args.full else result)
     if result["leakage"]:
         print(f"LEAKAGE: {result['leakage']} documents returned to principals who may not read them", file=sys.stderr)
         return 1
@@ -243,20 +270,22 @@ def cmd_tune(args: argparse.Namespace) -> int:
     from routes.evaluation import (TOP, ablate, ablated_index, beir_labels, evaluate, fit_policies, gap_accuracy,
                                    save_policies, split_labels, unambiguous)
 
-    engine, labels, k, beir_root, index = _eval_target(args)
+    progress = _progress_bar(not args.no_progress)
+    engine, labels, k, beir_root, index = _eval_target(args, progress)
     report: dict[str, Any] = {"seed": args.seed}
     pick = lambda r: {m: r.get(m) for m in TOP if r.get(m) is not None}  # noqa: E731
     try:
         if beir_root is None:
-            train, test = split_labels(labels if args.split == "all" else labels)
-            report["before"] = pick(evaluate(engine, test, k))
+            train, test = split_labels(labels)
+            report["before"] = pick(evaluate(engine, test, k, _questions_progress(progress, len(test))))
             policies, notes = fit_policies(engine, train, args.seed)
         else:
             train, test = beir_labels(beir_root, "train"), labels
-            report["before"] = pick(evaluate(engine, test, k))
+            report["before"] = pick(evaluate(engine, test, k, _questions_progress(progress, len(test))))
             hidden_train, hidden_docs = ablate(train, args.seed)
-            ab_index = ablated_index(beir_root, hidden_docs, engine.embedder, Path(args.cache) / f"{beir_root.name}-train-ablation", index)
-            ab_engine = open_engine(ab_index, engine.embedder, today=args.today)
+            ab_index = ablated_index(beir_root, hidden_docs, engine.embedder, Path(args.cache) / f"{beir_root.name}-train-ablation",
+                                     index, progress)
+            ab_engine = open_engine(ab_index, engine.embedder, engine.limits, today=engine.today)
             try:
                 policies, notes = fit_policies(engine, train, args.seed, tune_router=False, grader_engine=ab_engine,
                                                sufficient_of=lambda lb, docs: lb.id not in hidden_train,
@@ -264,16 +293,19 @@ def cmd_tune(args: argparse.Namespace) -> int:
             finally:
                 ab_engine.close()
             hidden_test, hidden_test_docs = ablate(test, args.seed + 1)
-            te_index = ablated_index(beir_root, hidden_test_docs, engine.embedder, Path(args.cache) / f"{beir_root.name}-test-ablation", index)
+            te_index = ablated_index(beir_root, hidden_test_docs, engine.embedder, Path(args.cache) / f"{beir_root.name}-test-ablation",
+                                     index, progress)
             for name, pol in (("gaps_before", engine.policies), ("gaps_after", policies)):
-                e = open_engine(te_index, engine.embedder, today=args.today, policies=pol)
+                e = open_engine(te_index, engine.embedder, engine.limits, today=engine.today, policies=pol)
                 try:
                     report[name] = gap_accuracy(e, unambiguous(test, hidden_test, hidden_test_docs), hidden_test)
                 finally:
                     e.close()
-        tuned = open_engine(index, engine.embedder, today=args.today, policies=policies)
+        for warning in notes.get("warnings", ()):
+            print(f"WARNING: {warning}", file=sys.stderr)
+        tuned = open_engine(index, engine.embedder, engine.limits, today=engine.today, policies=policies)
         try:
-            report["after"] = pick(evaluate(tuned, test, k))
+            report["after"] = pick(evaluate(tuned, test, k, _questions_progress(progress, len(test))))
         finally:
             tuned.close()
         report["notes"] = notes
@@ -383,13 +415,15 @@ def build_parser() -> argparse.ArgumentParser:
                            ("tune", cmd_tune, "fit router, grader and fusion on the train split; save into the index")):
         sp = sub.add_parser(name, help=text)
         sp.add_argument("target", help="labels JSONL file, or a BEIR folder (corpus.jsonl, queries.jsonl, qrels/)")
-        sp.add_argument("--index", default=None, help="index directory (a BEIR corpus is ingested into --cache otherwise)")
+        sp.add_argument("--index", default=None,
+                        help="index directory (a BEIR corpus is ingested into it when it holds none, into --cache without it)")
         sp.add_argument("--cache", default="var/eval-cache", help="where BEIR corpora are indexed")
         sp.add_argument("--split", default="all" if name == "eval" else "all", choices=["all", "train", "test"],
                         help="labels of this split only (BEIR: qrels/<split>.tsv, default test)")
         sp.add_argument("-k", "--k", type=int, default=None, help="context size (default 8; 20 for BEIR)")
         sp.add_argument("--today", type=_iso_date, default=None, help="date relative dates refer to")
         sp.add_argument("--model-path", default=None)
+        sp.add_argument("--no-progress", action="store_true", help="no progress bars on stderr")
         if name == "eval":
             sp.add_argument("--report", default=None, help="folder for metrics.json, report.md and PNG plots")
             sp.add_argument("--full", action="store_true", help="print every metric (per route, per tag) on stdout")

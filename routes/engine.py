@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import logging
 from concurrent.futures import Executor, ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import date
 from pathlib import Path
 from typing import Sequence
@@ -105,11 +105,21 @@ class Engine:
             term_stats=lambda q, p: self.snapshot.bm25.term_stats(q, self.snapshot.chunks.mask(p, Filters())),
         )
 
+    def deps_for(self, today: date | None = None) -> LoopDeps:
+        """The loop's dependencies with relative dates resolved against `today` (the engine's
+        own date when None): constraints, grading, SQL linking and translation all see it."""
+        if today is None or today == self.today:
+            return self.deps
+        return replace(self.deps, today=lambda: today,
+                       sql_linked=lambda q, p, seconds=None: self.sql_linked(q, p, seconds, today),
+                       sql_rows=(lambda q, p: self.sql.answer(q, p, today)) if self.deps.sql_rows is not None else None)
+
     @property
     def sql(self) -> SqlRetriever:
         return self.retrievers["sql"]  # type: ignore[return-value]
 
-    def sql_linked(self, question: str, principal: Principal, seconds: float | None = None) -> bool:
+    def sql_linked(self, question: str, principal: Principal, seconds: float | None = None,
+                   today: date | None = None) -> bool:
         """Does the question link to a readable table with confidence? A translator failure
         (a profile query timing out, say) means "not linked": the text routes still answer.
         The first link for an access scope profiles its tables, which can be slow: given
@@ -118,11 +128,11 @@ class Engine:
         if seconds is not None and not self.sql.profiled(principal) and not self.sql.profile_ready(principal, seconds):
             log.warning("table profiles for a new access scope not ready within %.0f ms; routing without tables", seconds * 1000)
             return False
-        return self._sql_linked(question, principal)
+        return self._sql_linked(question, principal, today or self.today)
 
-    def _sql_linked(self, question: str, principal: Principal) -> bool:
+    def _sql_linked(self, question: str, principal: Principal, today: date | None) -> bool:
         try:
-            return isinstance(self.sql.translate(question, principal, self.today), Translation)
+            return isinstance(self.sql.translate(question, principal, today), Translation)
         except RetrievalError as e:
             log.warning("sql linking failed (%s); routing without tables", e.code)
             return False
@@ -153,8 +163,9 @@ class Engine:
         return sorted(out, key=lambda x: -x[1])
 
     def query(self, question: str, principal: Principal, *, k: int | None = None, max_attempts: int | None = None,
-              deadline_ms: int | None = None, filters: Filters = Filters()) -> LoopResult:
-        """Run the loop for one question with validated, capped budgets."""
+              deadline_ms: int | None = None, filters: Filters = Filters(), today: date | None = None) -> LoopResult:
+        """Run the loop for one question with validated, capped budgets; `today` overrides the
+        engine's date for this question's relative dates (labeled questions carry their own)."""
         lim = self.limits
         attempts = lim.default_attempts if max_attempts is None else max_attempts
         if isinstance(attempts, bool) or not isinstance(attempts, int) or not 1 <= attempts <= lim.max_attempts:
@@ -163,7 +174,7 @@ class Engine:
         if isinstance(deadline, bool) or not isinstance(deadline, int) or not 1 <= deadline <= lim.max_deadline_ms:
             raise InvalidRequest(f"deadline_ms must be an integer from 1 to {lim.max_deadline_ms}")
         budget = Budget(attempts, deadline, min(lim.call_timeout_ms, deadline), check_k(k, lim))
-        return run_loop(check_query(question, lim), principal, budget, self.deps, check_filters(filters, lim))
+        return run_loop(check_query(question, lim), principal, budget, self.deps_for(today), check_filters(filters, lim))
 
     def close(self) -> None:
         self.executor.shutdown(wait=False, cancel_futures=True)
