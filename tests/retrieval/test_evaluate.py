@@ -24,7 +24,7 @@ def test_metrics_by_hand():
         rec("bm25", "bm25", "answer_context", answerable=False, leaked=["secret"]),         # missed gap + a leak
     ]
     m = summarize(records, k=2)
-    assert m["route_accuracy"] == 0.8
+    assert m["route_accuracy"] == 1.0 and m["route_accuracy_strict"] == 0.8  # hybrid answers a dense label
     assert m["gap_precision"] == 0.5 and m["gap_recall"] == 0.5 and m["gap_f1"] == 0.5
     assert m["mrr"] == pytest.approx(round((1 + 0.5 + 0) / 3, 4))
     assert m["recall@k"] == pytest.approx(round((1 + 0.5 + 0) / 3, 4))
