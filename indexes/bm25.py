@@ -142,8 +142,8 @@ class Bm25Index:
         return tf / (tf + k1 * (1 - b + b * dl / scoped_avgdl))
 
     def evidence(self, query: str, rows: np.ndarray, allowed: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """For some rows only: (BM25 score, idf-weighted share, plain share of the query's indexed
-        terms present), with the same access-scoped statistics as `scores`, read straight from
+        """For some rows only: (BM25 score, idf-weighted and plain share of the query's terms,
+        among those some readable chunk holds, present in the row), with the same access-scoped statistics as `scores`, read straight from
         the postings (no full scoring pass, no passage tokenized again). One binary search per
         term; the arithmetic runs once over the (term x row) matrix."""
         n = len(rows)
@@ -180,7 +180,9 @@ class Bm25Index:
             value[live] = idf[live, None] * self._rescoped(value[live], global_idf[live, None], rows, scoped_avgdl)
         score = np.asarray([counts[t] for t in terms], dtype=np.float64) @ value
         total = float(idf.sum())
-        return score, (idf @ hit) / (total or 1.0), hit.sum(axis=0) / len(counts)
+        # Both shares count the query terms some readable chunk holds (`terms`), never those the
+        # whole index knows: a word that only forbidden chunks hold must change no number.
+        return score, (idf @ hit) / (total or 1.0), hit.sum(axis=0) / len(terms)
 
     def term_stats(self, query: str, allowed: np.ndarray) -> tuple[int, int, int]:
         """(query terms, terms found in a readable chunk, rare ones: in at most 1% of the
