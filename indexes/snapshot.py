@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import fcntl
 import hashlib
+import logging
 import json
 import os
 import shutil
@@ -43,6 +44,7 @@ from retrieval.types import Chunk, Document
 FORMAT_VERSION = 2  # 2: internal tables in schema quarry, user tables, per-chunk embed keys, BM25 lengths
 CURRENT = "CURRENT"
 KEEP_SNAPSHOTS = 2  # the current one and the one before, for a quick rollback
+log = logging.getLogger("quarry.ingest")
 
 Progress = Callable[[str, int, int], None]  # (stage, done, total)
 
@@ -170,18 +172,33 @@ def previous_vectors(index_dir: Path, model_id: str) -> dict[str, np.ndarray]:
     if manifest.get("model", {}).get("id") != model_id or manifest.get("format_version") != FORMAT_VERSION:
         return {}
     try:
+        # A snapshot the server would refuse gives nothing to reuse: its vectors are recomputed.
+        verify_files(path, manifest, ("catalog.duckdb", "dense.faiss"))
         catalog = Catalog(path / "catalog.duckdb")
         try:
             keys = catalog.embed_keys()
         finally:
             catalog.close()
         dense = DenseIndex.load(path / "dense.faiss")
-    except Exception:  # noqa: BLE001 - an unreadable old snapshot only means nothing to reuse
+    except Exception:  # noqa: BLE001 - an unreadable or altered old snapshot only means nothing to reuse
+        log.warning("previous snapshot %s fails its checks; every vector is computed again", path.name)
         return {}
     if dense.size != len(keys):
         return {}
     vectors = dense.vectors(np.arange(len(keys), dtype=np.int64))
-    return {k: vectors[i] for i, k in enumerate(keys) if k}
+    # Only finite, unit-length vectors are reused (8-bit indexes store them to about 1e-2).
+    norms = np.linalg.norm(vectors, axis=1)
+    sound = np.isfinite(vectors).all(axis=1) & (np.abs(norms - 1.0) <= 0.05)
+    return {k: vectors[i] for i, k in enumerate(keys) if k and sound[i]}
+
+
+def verify_files(path: Path, manifest: dict[str, Any], only: Sequence[str] | None = None) -> None:
+    """Every file the manifest lists (or the `only` ones) exists with its size and SHA-256."""
+    files = manifest.get("files") or {}
+    for rel in (files if only is None else only):
+        meta, f = files.get(rel), path / rel
+        if meta is None or not f.is_file() or f.stat().st_size != meta["bytes"] or file_digest(f) != meta["sha256"]:
+            raise SnapshotError(f"snapshot file {f} is missing or differs from its manifest; rebuild the index")
 
 
 def _build_into(work: Path, name: str, digest: str, loaded, docs, chunks, texts, tables, embedder: Embedder,
@@ -302,10 +319,12 @@ def load_snapshot(index_dir: Path, embedder: Embedder, verify_hashes: bool = Tru
     if embedder.dim is None:
         embedder.load()
     check_manifest(manifest, embedder.model_id, embedder.dim)
-    for rel, meta in (manifest.get("files") or {}).items():
-        f = path / rel
-        if not f.is_file() or f.stat().st_size != meta["bytes"] or (verify_hashes and file_digest(f) != meta["sha256"]):
-            raise SnapshotError(f"snapshot file {f} is missing or differs from its manifest; rebuild the index")
+    if verify_hashes:
+        verify_files(path, manifest)
+    else:
+        for rel, meta in (manifest.get("files") or {}).items():
+            if not (path / rel).is_file() or (path / rel).stat().st_size != meta["bytes"]:
+                raise SnapshotError(f"snapshot file {path / rel} is missing or differs from its manifest; rebuild the index")
     catalog = Catalog(path / "catalog.duckdb")
     try:
         counts = catalog.counts()

@@ -142,3 +142,50 @@ def test_large_dense_index_uses_8bit_codes_and_still_returns_k_allowed_rows():
         assert len(rows) == min(10, int(allowed.sum())) and allowed[rows].all()
         exact, _ = flat.top_k(q, allowed, 10)
         assert len(set(rows) & set(exact)) >= 8
+
+
+def _garbage_vectors(index: Path) -> None:
+    """Overwrite the current snapshot's vectors with large garbage ones (same file size)."""
+    import numpy as np
+
+    from indexes.dense import DenseIndex
+
+    path = current_snapshot_path(index) / "dense.faiss"
+    old = DenseIndex.load(path)
+    junk = np.random.default_rng(0).normal(0, 50, size=(old.size, old.dim)).astype(np.float32)
+    DenseIndex.build(junk).save(path)
+
+
+def _assert_vectors_are_the_models(index: Path, embedder) -> None:
+    import numpy as np
+
+    snap = load_snapshot(index, embedder)
+    try:
+        t = snap.chunks
+        rows = np.arange(len(t), dtype=np.int64)
+        stored = snap.dense.vectors(rows)
+        fresh = embedder.encode([f"{title}\n{text}" if title else text for title, text in zip(t.titles, t.texts)])
+        assert np.abs(np.linalg.norm(stored, axis=1) - 1).max() < 1e-4
+        assert np.abs(stored - fresh).max() < 1e-4
+    finally:
+        snap.close()
+
+
+def test_an_ingest_never_reuses_vectors_of_a_corrupted_snapshot(index_copy, embedder):
+    _garbage_vectors(index_copy)
+    with pytest.raises(SnapshotError):
+        load_snapshot(index_copy, embedder)
+    build_snapshot([MINI], index_copy, embedder)
+    _assert_vectors_are_the_models(index_copy, embedder)
+
+
+def test_reused_vectors_must_be_finite_and_unit_length_even_when_the_manifest_agrees(index_copy, embedder):
+    from indexes.tables import file_digest
+
+    _garbage_vectors(index_copy)
+    f = current_snapshot_path(index_copy) / "dense.faiss"
+    manifest = json.loads((f.parent / "manifest.json").read_text())
+    manifest["files"]["dense.faiss"] = {"bytes": f.stat().st_size, "sha256": file_digest(f)}
+    (f.parent / "manifest.json").write_text(json.dumps(manifest))
+    build_snapshot([MINI], index_copy, embedder)
+    _assert_vectors_are_the_models(index_copy, embedder)
