@@ -26,13 +26,14 @@ from routes.mcp_server import McpHttp
 from routes.audit import AuditLog, AuditRecord
 from routes.auth import Gate
 from routes.engine import Engine, open_engine
-from routes.errors import STATUS, error_body, install_error_handlers
+from routes.errors import error_body, error_code, install_error_handlers
 from routes.keys import KeyStore
 from routes.metrics import Metrics
 from routes.schemas import ErrorOut
 from routes.settings import Settings
 
 log = logging.getLogger("quarry.http")
+MAX_ERROR_BODY = 64 * 1024  # error bodies are read back for their code; none is near this
 READINESS_PROBE = Principal("quarry-readiness")
 
 
@@ -62,6 +63,7 @@ class Observe:
             return
         started = time.perf_counter()
         status = 500
+        error = bytearray()  # the body of an error response, read back for its code
         scope.setdefault("state", {})
         trace = uuid.uuid4().hex
 
@@ -73,21 +75,22 @@ class Observe:
                     info = scope["state"].get("audit") or {}
                     message = {**message, "headers": [*message.get("headers", []),
                                                       (b"x-trace-id", (info.get("trace_id") or trace).encode())]}
+            elif message["type"] == "http.response.body" and status >= 400 and len(error) < MAX_ERROR_BODY:
+                error.extend(message.get("body", b""))
             await send(message)
 
         try:
             await self.app(scope, receive, send_wrapper)
         finally:
-            self._record(scope, status, time.perf_counter() - started, trace)
+            self._record(scope, status, bytes(error), time.perf_counter() - started, trace)
 
-    def _record(self, scope: Scope, status: int, seconds: float, trace: str) -> None:
+    def _record(self, scope: Scope, status: int, error: bytes, seconds: float, trace: str) -> None:
         state = self.state
         endpoint = getattr(scope.get("route"), "path", "unmatched")
         state.metrics.requests.labels(endpoint, str(status)).inc()
         state.metrics.latency.labels(endpoint, str(status)).observe(seconds)
         if status >= 400:
-            code = next((c for c, s in STATUS.items() if s == status), "internal")
-            state.metrics.errors.labels(code).inc()
+            state.metrics.errors.labels(error_code(error, status)).inc()
         if endpoint.startswith(("/v1/", "/mcp")) and state.audit is not None:
             info = scope["state"].get("audit") or {}
             caller = scope["state"].get("caller")

@@ -1,11 +1,14 @@
 """Domain errors to HTTP: one table of statuses and the handlers that apply it.
 
 Every error body is `{"error": {"code", "message", "retryable"}}`; nothing returns a stack
-trace. Unexpected exceptions are logged with the trace id and answered as `internal`.
+trace. Unexpected exceptions are logged with the trace id and answered as `internal`. The
+metric label of an error response is read back from the error itself (`error_code`), never
+guessed from its status.
 """
 
 from __future__ import annotations
 
+import json
 import logging
 import uuid
 
@@ -26,6 +29,29 @@ STATUS = {
 _HTTP_CODES = {400: "invalid_request", 401: "unauthenticated", 403: "forbidden", 404: "not_found",
                405: "invalid_request", 413: "payload_too_large", 415: "invalid_request", 422: "invalid_request",
                429: "rate_limited", 503: "retrieval_unavailable"}
+
+
+# JSON-RPC 2.0 codes of requests the MCP transport could not accept (parse error, invalid
+# request, method not found, invalid params); any other JSON-RPC error is the server's.
+_JSONRPC_CLIENT_CODES = frozenset({-32700, -32600, -32601, -32602})
+
+
+def error_code(body: bytes, status: int) -> str:
+    """The code an error response carries: the `code` of a Quarry error body, or for a
+    JSON-RPC error of the MCP transport `invalid_request`/`internal` by its JSON-RPC code.
+    A body of neither kind (an exception that escaped every handler sends none, the SDK's
+    transport checks send plain text) says only what its status class does."""
+    try:
+        error = json.loads(body).get("error") if body else None
+    except (ValueError, AttributeError):
+        error = None
+    if isinstance(error, dict):
+        code = error.get("code")
+        if isinstance(code, str) and code in STATUS:
+            return code
+        if isinstance(code, int) and not isinstance(code, bool):
+            return "invalid_request" if code in _JSONRPC_CLIENT_CODES else "internal"
+    return "internal" if status >= 500 else "invalid_request"
 
 
 def error_body(code: str, message: str, retryable: bool = False) -> dict:

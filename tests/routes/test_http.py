@@ -8,6 +8,9 @@ from dataclasses import replace
 
 import httpx
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from retrieval.errors import RetrievalUnavailable
 
 from routes.app import create_app
 from routes.settings import Settings
@@ -42,6 +45,39 @@ def test_health_ready_and_metrics(live):
     post(live, "/v1/query", {"question": "carrier webhook retries"})
     text = httpx.get(live.url + "/metrics").text
     assert 'quarry_requests_total{endpoint="/v1/query",status="200"}' in text and "quarry_attempts_bucket" in text
+
+
+def counter(live, family: str, label: str) -> dict[str, float]:
+    """One labelled counter of /metrics, by the value of `label`."""
+    for fam in text_string_to_metric_families(httpx.get(live.url + "/metrics").text):
+        if fam.name == family:
+            return {s.labels[label]: s.value for s in fam.samples if s.name == f"{family}_total"}
+    return {}
+
+
+def grew(before: dict[str, float], after: dict[str, float]) -> dict[str, float]:
+    return {k: v - before.get(k, 0.0) for k, v in after.items() if v != before.get(k, 0.0)}
+
+
+def test_errors_are_counted_under_their_own_code(live, demo_engine):
+    before = counter(live, "quarry_errors", "code")
+    assert_error(post(live, "/v1/query", {"question": "x", "evil": 1}), 422, "invalid_request")
+    assert_error(httpx.get(live.url + "/v1/query", headers=auth(live.keys["alice"])), 405, "invalid_request")
+    assert_error(post(live, "/v1/query", {"question": "   "}), 400, "invalid_request")
+    assert_error(post(live, "/v1/sql", {"sql": "DROP TABLE incidents"}), 400, "sql_rejected")
+    assert_error(post(live, "/v1/query", {"question": "x"}, key=None), 401, "unauthenticated")
+    assert_error(post(live, "/v1/sql", {"sql": "SELECT 1"}, key="bob"), 403, "forbidden")
+    assert_error(httpx.get(live.url + "/v1/nope"), 404, "not_found")
+    broken = TablesProbe(demo_engine.sql._backend, error=RetrievalUnavailable("the database is gone"))
+    demo_engine.sql._backend = broken
+    try:
+        unavailable = assert_error(post(live, "/v1/sql", {"sql": "SELECT count(*) FROM incidents"}), 503, "retrieval_unavailable")
+    finally:
+        demo_engine.sql._backend = broken.inner
+    assert unavailable["retryable"] is True
+    assert grew(before, counter(live, "quarry_errors", "code")) == {
+        "invalid_request": 3, "sql_rejected": 1, "unauthenticated": 1, "forbidden": 1, "not_found": 1,
+        "retrieval_unavailable": 1}
 
 
 def test_two_principals_get_different_answers_to_the_same_question(live):
