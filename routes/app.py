@@ -51,7 +51,8 @@ class AppState:
 
 
 class Observe:
-    """Metrics for every request and an audit row for every /v1 request (pure ASGI: no body copies)."""
+    """Metrics for every request and an audit row for every /v1 and /mcp request (pure ASGI:
+    only error bodies are copied, to read their code)."""
 
     def __init__(self, app: ASGIApp, state: AppState) -> None:
         self.app = app
@@ -86,7 +87,9 @@ class Observe:
 
     def _record(self, scope: Scope, status: int, error: bytes, seconds: float, trace: str) -> None:
         state = self.state
-        endpoint = getattr(scope.get("route"), "path", "unmatched")
+        # FastAPI records its own routes in scope["route"]; /mcp is a plain route whose
+        # endpoint names its path.
+        endpoint = getattr(scope.get("route") or scope.get("endpoint"), "path", "unmatched")
         state.metrics.requests.labels(endpoint, str(status)).inc()
         state.metrics.latency.labels(endpoint, str(status)).observe(seconds)
         if status >= 400:

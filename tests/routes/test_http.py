@@ -8,13 +8,12 @@ from dataclasses import replace
 
 import httpx
 import pytest
-from prometheus_client.parser import text_string_to_metric_families
 
 from retrieval.errors import RetrievalUnavailable
 
 from routes.app import create_app
 from routes.settings import Settings
-from tests.conftest import FINANCE_FACTS, LiveServer, TablesProbe
+from tests.conftest import FINANCE_FACTS, LiveServer, TablesProbe, counter, grew
 
 BUDGET = "What is the Q3 2025 budget for the payments platform?"
 
@@ -45,18 +44,6 @@ def test_health_ready_and_metrics(live):
     post(live, "/v1/query", {"question": "carrier webhook retries"})
     text = httpx.get(live.url + "/metrics").text
     assert 'quarry_requests_total{endpoint="/v1/query",status="200"}' in text and "quarry_attempts_bucket" in text
-
-
-def counter(live, family: str, label: str) -> dict[str, float]:
-    """One labelled counter of /metrics, by the value of `label`."""
-    for fam in text_string_to_metric_families(httpx.get(live.url + "/metrics").text):
-        if fam.name == family:
-            return {s.labels[label]: s.value for s in fam.samples if s.name == f"{family}_total"}
-    return {}
-
-
-def grew(before: dict[str, float], after: dict[str, float]) -> dict[str, float]:
-    return {k: v - before.get(k, 0.0) for k, v in after.items() if v != before.get(k, 0.0)}
 
 
 def test_errors_are_counted_under_their_own_code(live, demo_engine):
