@@ -21,6 +21,13 @@ class RetrievalError(Exception):
         return {"error": {"code": self.code, "message": self.message, "retryable": self.retryable}}
 
 
+class ServerFault(RetrievalError):
+    """A fault of the service itself (an unreadable file, a failing database): no request
+    could avoid it, so it is never reported as the caller's mistake."""
+
+    code = "internal"
+
+
 class InvalidRequest(RetrievalError):
     code = "invalid_request"
 

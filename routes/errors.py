@@ -69,6 +69,10 @@ UNPARSABLE_BODY = "There was an error parsing the body"  # FastAPI's detail for 
 def install_error_handlers(app: FastAPI) -> None:
     @app.exception_handler(RetrievalError)
     async def domain(request: Request, exc: RetrievalError) -> JSONResponse:
+        if exc.code == "internal":  # a server fault: its detail (paths, causes) goes to the log only
+            trace = uuid.uuid4().hex
+            log.error("internal error %s on %s %s: %s", trace, request.method, request.url.path, exc.message)
+            return error_response("internal", f"internal error (trace {trace})", retryable=exc.retryable)
         headers = {"Retry-After": str(exc.context.get("retry_after", 1))} if exc.code == "rate_limited" else None
         if exc.code == "unauthenticated":
             headers = {"WWW-Authenticate": "Bearer"}

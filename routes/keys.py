@@ -21,7 +21,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Iterator, Sequence
 
-from retrieval.errors import InvalidRequest, Unauthenticated
+from retrieval.errors import InvalidRequest, ServerFault, Unauthenticated
 from retrieval.types import Principal
 
 PREFIX = "qk_"
@@ -76,16 +76,18 @@ class KeyStore:
             return self._records
 
     def _read(self) -> dict[str, KeyRecord]:
+        """The records on disk. A file that cannot be read or parsed is the server's fault,
+        never the caller's; and no key is accepted while it lasts (fail closed)."""
         try:
             raw = json.loads(self.path.read_text())
-        except (OSError, json.JSONDecodeError) as e:
-            raise InvalidRequest(f"keys file {self.path} is unreadable: {e}") from None
-        out = {}
-        for r in raw.get("keys", []):
-            rec = KeyRecord(r["key_id"], r["sha256"], r["principal"], tuple(r.get("groups", ())),
-                            tuple(r.get("scopes", ("query",))), r["created_at"], r.get("revoked_at"))
-            out[rec.key_id] = rec
-        return out
+            out = {}
+            for r in raw.get("keys", []):
+                rec = KeyRecord(r["key_id"], r["sha256"], r["principal"], tuple(r.get("groups", ())),
+                                tuple(r.get("scopes", ("query",))), r["created_at"], r.get("revoked_at"))
+                out[rec.key_id] = rec
+            return out
+        except (OSError, ValueError, KeyError, TypeError, AttributeError) as e:
+            raise ServerFault(f"keys file {self.path} is unreadable: {type(e).__name__}: {e}") from None
 
     def records(self) -> list[KeyRecord]:
         return list(self._load().values())

@@ -22,11 +22,9 @@ from mcp.server.transport_security import TransportSecuritySettings
 from starlette.concurrency import run_in_threadpool
 from starlette.types import Receive, Scope, Send
 
-from retrieval.errors import RetrievalError
 from retrieval.types import Principal
 from routes.audit import tool_fields
 from routes.auth import Caller, caller_from_header
-from routes.errors import error_body
 from routes.tools import ToolCall, call_tool, tool_list
 
 INSTRUCTIONS = (
@@ -103,15 +101,9 @@ class McpHttp:
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope.get("headers", [])}
-        try:
-            caller: Caller = caller_from_header(self.state.keys, headers.get("authorization"))
-        except RetrievalError as e:
-            body = json.dumps(error_body(e.code, e.message)).encode()
-            await send({"type": "http.response.start", "status": 401, "headers": [
-                (b"content-type", b"application/json"), (b"www-authenticate", b"Bearer"),
-                (b"content-length", str(len(body)).encode())]})
-            await send({"type": "http.response.body", "body": body})
-            return
+        # A failed check raises: the app's one error handler answers it with its own status
+        # (401 for a bad key, 500 when the keys file cannot be read, 429 over the limits).
+        caller: Caller = caller_from_header(self.state.keys, headers.get("authorization"))
         scope.setdefault("state", {})["caller"] = caller
         with self.state.gate.enter(caller.key_id):
             await self.manager.handle_request(scope, receive, send)

@@ -12,6 +12,7 @@ import pytest
 from retrieval.errors import RetrievalUnavailable
 
 from routes.app import create_app
+from routes.keys import KeyStore
 from routes.settings import Settings
 from tests.conftest import FINANCE_FACTS, LiveServer, TablesProbe, counter, grew
 
@@ -197,3 +198,24 @@ def test_audit_rows_record_requests_without_question_text(live):
     assert any(r[5] == 422 for r in rows)
     assert all(r[12] is None for r in rows)  # question text is off by default
     assert any(r[11] == len("How do parents take leave?") for r in rows)
+
+
+def test_an_unreadable_keys_file_is_a_server_fault_on_every_interface(demo_engine, tmp_path):
+    store = KeyStore(tmp_path / "keys.json")
+    key = store.add("erin", [], ["query"])[0]
+    mcp_headers = {**auth(key), "Accept": "application/json, text/event-stream"}
+    tools_list = {"jsonrpc": "2.0", "id": 1, "method": "tools/list"}
+    with LiveServer(create_app(replace(Settings(), index_dir=tmp_path), engine=demo_engine, keys=store)) as server:
+        search = lambda: httpx.post(server.url + "/v1/search", json={"query": "ledger", "retriever": "bm25"},  # noqa: E731
+                                    headers=auth(key), timeout=30)
+        assert search().status_code == 200
+        bad_key = httpx.post(server.url + "/mcp", json=tools_list, headers={**mcp_headers, "Authorization": "Bearer qk_0_x"})
+        (tmp_path / "keys.json").write_text('{"keys": [{"key_id": ')  # a broken file on the server's disk
+        http, mcp = search(), httpx.post(server.url + "/mcp", json=tools_list, headers=mcp_headers, timeout=30)
+        codes = counter(server, "quarry_errors", "code")
+    assert_error(bad_key, 401, "unauthenticated")
+    assert bad_key.headers["www-authenticate"] == "Bearer"
+    for r in (http, mcp):
+        error = assert_error(r, 500, "internal")
+        assert "keys.json" not in error["message"] and error["retryable"] is False
+    assert codes == {"unauthenticated": 1, "internal": 2}
