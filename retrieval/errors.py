@@ -83,3 +83,10 @@ class SnapshotError(RetrievalError):
     """An index snapshot is missing, incomplete, or built with another model or format."""
 
     code = "internal"
+
+
+class NoSnapshot(SnapshotError):
+    """The index directory holds no snapshot yet: the caller named the wrong directory or
+    has not ingested, so it reads as `not_found`."""
+
+    code = "not_found"

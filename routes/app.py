@@ -152,6 +152,11 @@ class BodyLimit:
         await send({"type": "http.response.body", "body": body})
 
 
+def engine_for(settings: Settings) -> Engine:
+    """The engine over the current snapshot of `settings.index_dir`, built once."""
+    return open_engine(settings.index_dir, settings.embedder(), settings.limits, settings.today, None, settings.workers)
+
+
 def create_app(settings: Settings, engine: Engine | None = None, keys: KeyStore | None = None) -> FastAPI:
     """Build the app. Without `engine`, the lifespan loads the index of `settings` once."""
     state = AppState(settings, engine, keys if keys is not None else (KeyStore(settings.keys_file) if settings.keys_file else None),
@@ -161,10 +166,7 @@ def create_app(settings: Settings, engine: Engine | None = None, keys: KeyStore 
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         owned = state.engine is None
         if owned:
-            state.engine = await run_in_threadpool(
-                open_engine, settings.index_dir, settings.embedder(), settings.limits, settings.today, None,
-                settings.workers,
-            )
+            state.engine = await run_in_threadpool(engine_for, settings)
         state.audit = AuditLog(settings.audit_path or settings.index_dir / "audit.duckdb", settings.audit_questions)
         try:
             async with _mounted_lifespans(app):

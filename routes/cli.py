@@ -1,7 +1,7 @@
 """The `quarry` command line. JSON on stdout for machines; `--table` for people.
 
-Errors print the same `{"error": {...}}` JSON as the HTTP API and exit non-zero
-(2 for a caller's mistake, 1 otherwise).
+Errors print the same `{"error": {...}}` JSON as the HTTP API, on one line, and exit
+non-zero: 2 for a caller's mistake (a code whose HTTP status is 4xx), 1 otherwise.
 """
 
 from __future__ import annotations
@@ -367,7 +367,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     sp = sub.add_parser("serve", help="serve the HTTP API")
     common(sp)
-    sp.add_argument("--keys", default=None, help="API keys file (see `quarry keys`)")
+    sp.add_argument("--keys", default=None,
+                    help="API keys file with at least one active key (or QUARRY_KEYS_FILE; see `quarry keys add`)")
     sp.add_argument("--host", default="127.0.0.1")
     sp.add_argument("--port", type=int, default=8000)
     sp.set_defaults(func=cmd_serve)
@@ -428,8 +429,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return int(args.func(args) or 0)
     except RetrievalError as e:
-        _emit(e.to_dict())
-        return 2 if e.code in {"invalid_request", "sql_rejected", "forbidden", "not_found", "unauthenticated"} else 1
+        from routes.errors import STATUS
+
+        sys.stdout.write(json.dumps(e.to_dict(), ensure_ascii=False) + "\n")
+        return 2 if STATUS.get(e.code, 500) < 500 else 1
     except KeyboardInterrupt:
         return 130
 
