@@ -88,3 +88,23 @@ def test_serve_and_query_on_a_directory_without_a_snapshot_print_one_line_and_ex
         assert out.returncode == 2, out.stderr
         error = one_line_error(out)
         assert error["code"] == "not_found" and f"run `quarry ingest SOURCES --index {empty}`" in error["message"]
+
+
+def test_ingest_refuses_a_default_acl_that_would_silently_hide_documents(tmp_path):
+    docs = tmp_path / "docs.jsonl"
+    docs.write_text('{"id": "a", "text": "the carrier webhook retries five times"}\n')
+    for acl in (["everyone"], ["all"], ["Public"], ["none"], ["private"], ["alice", "world"], ["*"], ["group:"],
+                ["groups:sre"], ["group:sre,group:ops"]):
+        out = quarry("ingest", str(docs), "--index", str(tmp_path / "index"), "--default-acl", *acl)
+        assert out.returncode == 2, (acl, out.stderr)
+        error = one_line_error(out)
+        assert error["code"] == "invalid_request" and "group:NAME" in error["message"]
+    assert not (tmp_path / "index").exists()
+
+
+def test_ingest_prints_the_effective_default_acl(tmp_path):
+    docs = tmp_path / "docs.jsonl"
+    docs.write_text('{"id": "a", "text": "the carrier webhook retries five times"}\n')
+    out = quarry("ingest", str(docs), "--index", str(tmp_path / "index"), "--default-acl", "group:sre", "alice")
+    assert out.returncode == 0, out.stderr
+    assert "default ACL of documents and tables without one: group:sre alice" in out.stderr
