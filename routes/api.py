@@ -10,8 +10,9 @@ from __future__ import annotations
 import uuid
 from typing import Any, Literal
 
-from fastapi import APIRouter, Depends, Request
+from fastapi import APIRouter, Depends, Request, Security
 from fastapi.responses import JSONResponse
+from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from starlette.concurrency import run_in_threadpool
 
 from retrieval.answer import hit_json, hits_json, result_json
@@ -26,9 +27,12 @@ from routes.schemas import (Answer, DocumentOut, QueryIn, SearchIn, SearchOut, S
 from routes.tools import anthropic_tools, call_tool, openai_tools
 
 ERRORS = error_responses(400, 401, 403, 413, 422, 429, 503)
+# Declares the bearer scheme in OpenAPI (so /docs can send a key); the check itself is
+# caller_from_header's, which answers every failure in the error shape.
+BEARER = HTTPBearer(scheme_name="bearer", auto_error=False, description="An API key from `quarry keys add`.")
 
 
-async def current_caller(request: Request) -> Caller:
+async def current_caller(request: Request, _: HTTPAuthorizationCredentials | None = Security(BEARER)) -> Caller:
     caller = caller_from_header(request.app.state.quarry.keys, request.headers.get("authorization"))
     request.state.caller = caller
     return caller

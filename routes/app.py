@@ -24,6 +24,7 @@ from starlette.routing import Route
 from routes.api import build_router, build_tools_router
 from routes.mcp_server import McpHttp
 from routes.audit import AuditLog, AuditRecord
+from routes.docs import install_docs
 from routes.auth import Gate
 from routes.engine import Engine, open_engine
 from routes.errors import error_body, error_code, install_error_handlers
@@ -176,14 +177,16 @@ def create_app(settings: Settings, engine: Engine | None = None, keys: KeyStore 
             if owned and state.engine is not None:
                 state.engine.close()
 
-    app = FastAPI(title="Quarry", version="0.1.0", lifespan=lifespan,
-                  description="Agentic retrieval: answer contexts with provenance, or typed evidence gaps.")
+    app = FastAPI(title="Quarry", version="0.1.0", lifespan=lifespan, docs_url=None, redoc_url=None,
+                  description="Agentic retrieval: answer contexts with provenance, or typed evidence gaps. "
+                              "Authorize with an API key (`quarry keys add`).")
     app.state.quarry = state
     app.add_middleware(BodyLimit, max_bytes=settings.max_body_bytes)
     install_error_handlers(app)
     app.include_router(build_router())
     app.include_router(build_tools_router())
     _add_ops_routes(app, state)
+    install_docs(app)
     mcp = McpHttp(state, settings.mcp_allowed_origins, settings.host)
     for path in ("/mcp", "/mcp/"):
         app.router.routes.append(Route(path, endpoint=mcp, methods=["GET", "POST", "DELETE"], include_in_schema=False))

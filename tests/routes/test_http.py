@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import threading
 from dataclasses import replace
 
@@ -219,3 +220,23 @@ def test_an_unreadable_keys_file_is_a_server_fault_on_every_interface(demo_engin
         error = assert_error(r, 500, "internal")
         assert "keys.json" not in error["message"] and error["retryable"] is False
     assert codes == {"unauthenticated": 1, "internal": 2}
+
+
+def test_the_openapi_document_declares_the_bearer_scheme_on_every_keyed_operation(live):
+    doc = httpx.get(live.url + "/openapi.json").json()
+    scheme = doc["components"]["securitySchemes"]["bearer"]
+    assert (scheme["type"], scheme["scheme"]) == ("http", "bearer")
+    for path, operations in doc["paths"].items():
+        for op in operations.values():
+            assert op.get("security") == ([{"bearer": []}] if path.startswith("/v1/") else None), path
+
+
+def test_the_docs_page_loads_nothing_from_another_host(live):
+    page = httpx.get(live.url + "/docs")
+    assert page.status_code == 200 and "SwaggerUIBundle" in page.text
+    assert "://" not in page.text  # no absolute URL: no CDN, no online validator
+    refs = re.findall(r'(?:src|href)="([^"]+)"', page.text) + re.findall(r"url: '([^']+)'", page.text)
+    assert len(refs) == 4 and all(r.startswith("/") and not r.startswith("//") for r in refs)
+    for ref in refs:
+        asset = httpx.get(live.url + ref)
+        assert asset.status_code == 200 and asset.content, ref
