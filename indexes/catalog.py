@@ -11,6 +11,7 @@ the SQL guard.
 from __future__ import annotations
 
 import json
+import logging
 import threading
 from pathlib import Path
 from typing import Any, Sequence
@@ -21,10 +22,12 @@ import pyarrow as pa
 
 from indexes.tables import TableSource, load_tables
 from retrieval.access import ChunkTable
-from retrieval.errors import InvalidRequest, RetrievalTimeout, SqlRejected
+from retrieval.errors import InvalidRequest, RetrievalTimeout, RetrievalUnavailable, ServerFault, SqlRejected
 from retrieval.sql.schema import ColumnInfo, TableInfo
 from retrieval.types import Chunk, Document
 from retrieval.text import normalize
+
+log = logging.getLogger("quarry.catalog")
 
 # A document's metadata values as one text (keys left out): what exact matching and the
 # grader's constraint checks read besides the title and the passage.
@@ -237,6 +240,12 @@ class Catalog:
         return [(int(r), float(s)) for r, s in got]
 
 
+# DuckDB errors a statement causes (bad names, types, values, unsupported or forbidden
+# features). Everything else DuckDB raises (I/O, out of memory, internal errors) is a
+# server fault, whatever statement was running.
+STATEMENT_ERRORS = (duckdb.ProgrammingError, duckdb.DataError, duckdb.NotSupportedError, duckdb.PermissionException)
+
+
 class SqlRunner:
     """Runs guarded SELECTs on the read-only catalog with a row cap and a time limit."""
 
@@ -257,8 +266,14 @@ class SqlRunner:
             columns = [d[0] for d in cur.description or []]
         except duckdb.InterruptException:
             raise RetrievalTimeout(f"SQL exceeded its time limit of {timeout_s:g} s and was interrupted") from None
-        except duckdb.Error as e:
+        except STATEMENT_ERRORS as e:
             raise SqlRejected(f"the database refused the statement: {str(e).splitlines()[0]}") from None
+        except duckdb.OperationalError as e:  # I/O, out of memory, ...: the server's fault, maybe passing
+            log.error("SQL statement failed in the database: %s", str(e).splitlines()[0])
+            raise RetrievalUnavailable(f"the database could not run the statement ({type(e).__name__})") from None
+        except duckdb.Error as e:
+            log.error("SQL statement failed in the database: %s", str(e).splitlines()[0])
+            raise ServerFault(f"the database failed ({type(e).__name__})") from None
         finally:
             timer.cancel()
             cur.close()

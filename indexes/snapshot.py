@@ -38,7 +38,7 @@ from indexes.tables import TableSource, file_digest, plan_tables
 from indexes.dense import DenseIndex
 from indexes.embedder import Embedder
 from retrieval.access import ChunkTable
-from retrieval.errors import IngestError, SnapshotError
+from retrieval.errors import IngestError, NoSnapshot, SnapshotError
 from retrieval.types import Chunk, Document
 
 FORMAT_VERSION = 2  # 2: internal tables in schema quarry, user tables, per-chunk embed keys, BM25 lengths
@@ -282,7 +282,7 @@ class Snapshot:
 def current_snapshot_path(index_dir: Path) -> Path:
     pointer = index_dir / CURRENT
     if not pointer.is_file():
-        raise SnapshotError(f"{index_dir} holds no index snapshot; run `quarry ingest SOURCES --index {index_dir}`")
+        raise NoSnapshot(f"{index_dir} holds no index snapshot; run `quarry ingest SOURCES --index {index_dir}`")
     name = pointer.read_text().strip()
     path = index_dir / "snapshots" / name
     if not name or name.startswith(".") or "/" in name or not path.is_dir():

@@ -21,6 +21,13 @@ class RetrievalError(Exception):
         return {"error": {"code": self.code, "message": self.message, "retryable": self.retryable}}
 
 
+class ServerFault(RetrievalError):
+    """A fault of the service itself (an unreadable file, a failing database): no request
+    could avoid it, so it is never reported as the caller's mistake."""
+
+    code = "internal"
+
+
 class InvalidRequest(RetrievalError):
     code = "invalid_request"
 
@@ -76,3 +83,10 @@ class SnapshotError(RetrievalError):
     """An index snapshot is missing, incomplete, or built with another model or format."""
 
     code = "internal"
+
+
+class NoSnapshot(SnapshotError):
+    """The index directory holds no snapshot yet: the caller named the wrong directory or
+    has not ingested, so it reads as `not_found`."""
+
+    code = "not_found"

@@ -10,8 +10,9 @@ from __future__ import annotations
 import uuid
 from typing import Any, Literal
 
-from fastapi import APIRouter, Depends, Request
+from fastapi import APIRouter, Depends, Request, Security
 from fastapi.responses import JSONResponse
+from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from starlette.concurrency import run_in_threadpool
 
 from retrieval.answer import hit_json, hits_json, result_json
@@ -19,15 +20,19 @@ from retrieval.errors import NotFound
 from retrieval.search import search
 from retrieval.sql.translate import Decline
 from retrieval.types import Filters
+from routes.audit import answer_fields, tool_fields
 from routes.auth import Caller, caller_from_header, require_scope
 from routes.schemas import (Answer, DocumentOut, QueryIn, SearchIn, SearchOut, SqlIn, SqlOut, ToolCallIn, ToolCallOut,
                             error_responses)
-from routes.tools import ToolError, anthropic_tools, call_tool, openai_tools
+from routes.tools import anthropic_tools, call_tool, openai_tools
 
 ERRORS = error_responses(400, 401, 403, 413, 422, 429, 503)
+# Declares the bearer scheme in OpenAPI (so /docs can send a key); the check itself is
+# caller_from_header's, which answers every failure in the error shape.
+BEARER = HTTPBearer(scheme_name="bearer", auto_error=False, description="An API key from `quarry keys add`.")
 
 
-async def current_caller(request: Request) -> Caller:
+async def current_caller(request: Request, _: HTTPAuthorizationCredentials | None = Security(BEARER)) -> Caller:
     caller = caller_from_header(request.app.state.quarry.keys, request.headers.get("authorization"))
     request.state.caller = caller
     return caller
@@ -51,12 +56,8 @@ def build_router() -> APIRouter:
                 deadline_ms=body.deadline_ms, filters=_filters(body.filters),
             )
         out = result_json(result)
-        request.state.audit = {"outcome": result.status if not result.gap else f"gap:{result.gap['reason']}",
-                               "route": result.decision.chosen, "attempts": len(result.attempts),
-                               "stop_reason": result.stop_reason, "question": body.question, "trace_id": result.trace_id}
-        state.metrics.attempts.observe(len(result.attempts))
-        state.metrics.routes.labels(result.decision.chosen).inc()
-        state.metrics.outcomes.labels(result.status, (result.gap or {}).get("reason", "")).inc()
+        request.state.audit = answer_fields(out, body.question)
+        state.metrics.count_answer(out)
         return JSONResponse(out)
 
     @router.post("/search", response_model=SearchOut, responses=ERRORS, summary="Run one retriever")
@@ -125,13 +126,10 @@ def build_tools_router() -> APIRouter:
     async def call(body: ToolCallIn, request: Request, caller: Caller = Depends(current_caller)) -> JSONResponse:
         state = request.app.state.quarry
         with state.gate.enter(caller.key_id):
-            try:
-                result = await run_in_threadpool(call_tool, state.engine, caller.principal, body.name, body.arguments)
-                out = {"call_id": body.call_id, "result": result}
-            except ToolError as e:
-                out = {"call_id": body.call_id, "error": e.to_dict()}
-        request.state.audit = {"outcome": "tool_error" if "error" in out else "tool_result", "route": f"tool:{body.name[:40]}"}
-        return JSONResponse(out)
+            done = await run_in_threadpool(call_tool, state.engine, caller.principal, body.name, body.arguments)
+        request.state.audit = tool_fields(done)
+        state.metrics.count_tool(done)
+        return JSONResponse({"call_id": body.call_id, **done.to_dict()})
 
     return router
 

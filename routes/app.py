@@ -24,15 +24,17 @@ from starlette.routing import Route
 from routes.api import build_router, build_tools_router
 from routes.mcp_server import McpHttp
 from routes.audit import AuditLog, AuditRecord
+from routes.docs import install_docs
 from routes.auth import Gate
 from routes.engine import Engine, open_engine
-from routes.errors import STATUS, error_body, install_error_handlers
+from routes.errors import error_body, error_code, install_error_handlers
 from routes.keys import KeyStore
 from routes.metrics import Metrics
 from routes.schemas import ErrorOut
 from routes.settings import Settings
 
 log = logging.getLogger("quarry.http")
+MAX_ERROR_BODY = 64 * 1024  # error bodies are read back for their code; none is near this
 READINESS_PROBE = Principal("quarry-readiness")
 
 
@@ -50,7 +52,8 @@ class AppState:
 
 
 class Observe:
-    """Metrics for every request and an audit row for every /v1 request (pure ASGI: no body copies)."""
+    """Metrics for every request and an audit row for every /v1 and /mcp request (pure ASGI:
+    only error bodies are copied, to read their code)."""
 
     def __init__(self, app: ASGIApp, state: AppState) -> None:
         self.app = app
@@ -62,6 +65,7 @@ class Observe:
             return
         started = time.perf_counter()
         status = 500
+        error = bytearray()  # the body of an error response, read back for its code
         scope.setdefault("state", {})
         trace = uuid.uuid4().hex
 
@@ -73,21 +77,24 @@ class Observe:
                     info = scope["state"].get("audit") or {}
                     message = {**message, "headers": [*message.get("headers", []),
                                                       (b"x-trace-id", (info.get("trace_id") or trace).encode())]}
+            elif message["type"] == "http.response.body" and status >= 400 and len(error) < MAX_ERROR_BODY:
+                error.extend(message.get("body", b""))
             await send(message)
 
         try:
             await self.app(scope, receive, send_wrapper)
         finally:
-            self._record(scope, status, time.perf_counter() - started, trace)
+            self._record(scope, status, bytes(error), time.perf_counter() - started, trace)
 
-    def _record(self, scope: Scope, status: int, seconds: float, trace: str) -> None:
+    def _record(self, scope: Scope, status: int, error: bytes, seconds: float, trace: str) -> None:
         state = self.state
-        endpoint = getattr(scope.get("route"), "path", "unmatched")
+        # FastAPI records its own routes in scope["route"]; /mcp is a plain route whose
+        # endpoint names its path.
+        endpoint = getattr(scope.get("route") or scope.get("endpoint"), "path", "unmatched")
         state.metrics.requests.labels(endpoint, str(status)).inc()
         state.metrics.latency.labels(endpoint, str(status)).observe(seconds)
         if status >= 400:
-            code = next((c for c, s in STATUS.items() if s == status), "internal")
-            state.metrics.errors.labels(code).inc()
+            state.metrics.errors.labels(error_code(error, status)).inc()
         if endpoint.startswith(("/v1/", "/mcp")) and state.audit is not None:
             info = scope["state"].get("audit") or {}
             caller = scope["state"].get("caller")
@@ -146,6 +153,11 @@ class BodyLimit:
         await send({"type": "http.response.body", "body": body})
 
 
+def engine_for(settings: Settings) -> Engine:
+    """The engine over the current snapshot of `settings.index_dir`, built once."""
+    return open_engine(settings.index_dir, settings.embedder(), settings.limits, settings.today, None, settings.workers)
+
+
 def create_app(settings: Settings, engine: Engine | None = None, keys: KeyStore | None = None) -> FastAPI:
     """Build the app. Without `engine`, the lifespan loads the index of `settings` once."""
     state = AppState(settings, engine, keys if keys is not None else (KeyStore(settings.keys_file) if settings.keys_file else None),
@@ -155,10 +167,7 @@ def create_app(settings: Settings, engine: Engine | None = None, keys: KeyStore 
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         owned = state.engine is None
         if owned:
-            state.engine = await run_in_threadpool(
-                open_engine, settings.index_dir, settings.embedder(), settings.limits, settings.today, None,
-                settings.workers,
-            )
+            state.engine = await run_in_threadpool(engine_for, settings)
         state.audit = AuditLog(settings.audit_path or settings.index_dir / "audit.duckdb", settings.audit_questions)
         try:
             async with _mounted_lifespans(app):
@@ -168,14 +177,16 @@ def create_app(settings: Settings, engine: Engine | None = None, keys: KeyStore 
             if owned and state.engine is not None:
                 state.engine.close()
 
-    app = FastAPI(title="Quarry", version="0.1.0", lifespan=lifespan,
-                  description="Agentic retrieval: answer contexts with provenance, or typed evidence gaps.")
+    app = FastAPI(title="Quarry", version="0.1.0", lifespan=lifespan, docs_url=None, redoc_url=None,
+                  description="Agentic retrieval: answer contexts with provenance, or typed evidence gaps. "
+                              "Authorize with an API key (`quarry keys add`).")
     app.state.quarry = state
     app.add_middleware(BodyLimit, max_bytes=settings.max_body_bytes)
     install_error_handlers(app)
     app.include_router(build_router())
     app.include_router(build_tools_router())
     _add_ops_routes(app, state)
+    install_docs(app)
     mcp = McpHttp(state, settings.mcp_allowed_origins, settings.host)
     for path in ("/mcp", "/mcp/"):
         app.router.routes.append(Route(path, endpoint=mcp, methods=["GET", "POST", "DELETE"], include_in_schema=False))

@@ -15,8 +15,11 @@ import threading
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
+from typing import Any, Mapping
 
 import duckdb
+
+from routes.tools import ToolCall
 
 log = logging.getLogger("quarry.audit")
 
@@ -42,6 +45,29 @@ class AuditRecord:
     stop_reason: str | None = None
     latency_ms: float | None = None
     question: str | None = None
+
+
+def answer_fields(answer: Mapping[str, Any], question: str | None) -> dict[str, Any]:
+    """Audit fields of one answer of the loop (the shape HTTP, tools and MCP share)."""
+    gap = answer.get("gap")
+    return {"outcome": f"gap:{gap['reason']}" if gap else answer["status"], "route": answer["route"]["chosen"],
+            "attempts": len(answer["attempts"]), "stop_reason": answer["stop_reason"], "question": question,
+            "trace_id": answer["trace_id"]}
+
+
+def tool_fields(call: ToolCall) -> dict[str, Any]:
+    """Audit fields of one tool call, the same as those of the HTTP endpoint doing its work."""
+    args: Any = call.args
+    if call.error is not None:
+        return {"outcome": f"tool_error:{call.error.code}", "route": f"tool:{call.name}",
+                "question": getattr(args, "question", None) or getattr(args, "query", None)}
+    if call.name == "retrieve_context":
+        return answer_fields(call.result or {}, args.question)
+    if call.name == "search":
+        return {"outcome": "hits", "route": args.retriever, "question": args.query}
+    if call.name == "sql_query":
+        return {"outcome": "rows", "route": "sql"}
+    return {"outcome": "document"}
 
 
 class AuditLog:

@@ -1,7 +1,7 @@
 """The `quarry` command line. JSON on stdout for machines; `--table` for people.
 
-Errors print the same `{"error": {...}}` JSON as the HTTP API and exit non-zero
-(2 for a caller's mistake, 1 otherwise).
+Errors print the same `{"error": {...}}` JSON as the HTTP API, on one line, and exit
+non-zero: 2 for a caller's mistake (a code whose HTTP status is 4xx), 1 otherwise.
 """
 
 from __future__ import annotations
@@ -71,12 +71,36 @@ def _progress_bar(show: bool | None = None) -> Callable[[str, int, int], None] |
     return report
 
 
-def cmd_ingest(args: argparse.Namespace) -> int:
-    from indexes.corpus import ADMIN_ONLY
-    from indexes.snapshot import BuildOptions, build_snapshot
-    from retrieval.types import check_acl
+# Words that read as "everyone" or "no one" (or as the admins) but, as ACL entries, would name
+# a principal of that id, so the documents they guard would silently reach no reader.
+RESERVED_ACL_WORDS = frozenset({
+    "everyone", "everybody", "all", "any", "anyone", "anybody", "world", "none", "nobody", "noone", "private",
+    "public", "authenticated", "anonymous", "users", "admin", "admins",
+})
 
-    acl = check_acl(args.default_acl) if args.default_acl else ADMIN_ONLY
+
+def default_acl(entries: Sequence[str] | None) -> tuple[str, ...]:
+    """The ACL of documents and tables without one: `--default-acl`, checked, or admins only.
+    Besides the ACL syntax, a word that reads as a keyword (`everyone`, `all`, `Public`, ...)
+    is refused rather than taken for a principal id."""
+    from indexes.corpus import ADMIN_ONLY
+    from retrieval.types import PUBLIC, check_acl
+
+    if not entries:
+        return ADMIN_ONLY
+    reserved = [e for e in entries if e != PUBLIC and e.lower() in RESERVED_ACL_WORDS]
+    if reserved:
+        raise InvalidRequest(f"--default-acl {reserved[0]!r} is not an ACL keyword: use 'public' (everyone), "
+                             f"'group:NAME' or principal ids; leave it out for admins only ('group:admin')")
+    return check_acl(list(entries))
+
+
+def cmd_ingest(args: argparse.Namespace) -> int:
+    from indexes.snapshot import BuildOptions, build_snapshot
+
+    acl = default_acl(args.default_acl)
+    meaning = {("public",): " (everyone)", ("group:admin",): " (admins only)"}.get(acl, "")
+    print(f"default ACL of documents and tables without one: {' '.join(acl)}{meaning}", file=sys.stderr)
     embedder = _embedder(args)
     manifest = build_snapshot([Path(s) for s in args.sources], Path(args.index), embedder,
                               BuildOptions(default_acl=acl, reuse_embeddings=not args.no_reuse), progress=_progress_bar())
@@ -361,7 +385,8 @@ def build_parser() -> argparse.ArgumentParser:
     sp = sub.add_parser("ingest", help="build a new index snapshot from files and folders")
     sp.add_argument("sources", nargs="+", help="JSONL, Markdown/text files or folders of them")
     sp.add_argument("--default-acl", nargs="+", default=None,
-                    help="ACL for documents without one (default: group:admin, i.e. private to admins)")
+                    help="ACL for documents and tables without one: 'public', 'group:NAME' or principal ids "
+                         "(default: group:admin, i.e. private to admins)")
     sp.add_argument("--no-reuse", action="store_true",
                     help="embed every chunk again instead of reusing vectors of unchanged chunks from the current snapshot")
     common(sp)
@@ -399,7 +424,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     sp = sub.add_parser("serve", help="serve the HTTP API")
     common(sp)
-    sp.add_argument("--keys", default=None, help="API keys file (see `quarry keys`)")
+    sp.add_argument("--keys", default=None,
+                    help="API keys file with at least one active key (or QUARRY_KEYS_FILE; see `quarry keys add`)")
     sp.add_argument("--host", default="127.0.0.1")
     sp.add_argument("--port", type=int, default=8000)
     sp.set_defaults(func=cmd_serve)
@@ -462,8 +488,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return int(args.func(args) or 0)
     except RetrievalError as e:
-        _emit(e.to_dict())
-        return 2 if e.code in {"invalid_request", "sql_rejected", "forbidden", "not_found", "unauthenticated"} else 1
+        from routes.errors import STATUS
+
+        sys.stdout.write(json.dumps(e.to_dict(), ensure_ascii=False) + "\n")
+        return 2 if STATUS.get(e.code, 500) < 500 else 1
     except KeyboardInterrupt:
         return 130
 

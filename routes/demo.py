@@ -1,14 +1,22 @@
-"""`make run`: build the demo index when missing or stale, create two demo keys, serve."""
+"""`make run`: build the demo index when missing or stale, create two demo keys once, serve.
+
+The keys file stores hashes only, so the demo keeps the plain text of its own two keys in a
+file of its own beside it (`<keys>.tokens.json`, mode 0600) to print the same curl lines on
+every run. Nothing else reads that file; keys added or revoked with `quarry keys` stay as
+they are: a revoked demo key stays revoked and is not printed.
+"""
 
 from __future__ import annotations
 
+import json
+import os
 import sys
 from dataclasses import replace
 from pathlib import Path
 
 from indexes.embedder import Embedder
 from indexes.snapshot import BuildOptions, build_snapshot, corpus_digest, current_snapshot_path, read_manifest
-from retrieval.errors import SnapshotError
+from retrieval.errors import ServerFault, SnapshotError
 from routes.keys import KeyStore
 from routes.settings import Settings
 
@@ -33,15 +41,44 @@ def ensure_demo_index(index: Path, embedder: Embedder) -> dict:
     return build_snapshot(DEMO_SOURCES, index, embedder, BuildOptions(), progress=_progress_bar())
 
 
-def demo_keys(path: Path) -> dict[str, str]:
-    """Fresh keys for two principals in different groups (old demo keys are replaced)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    if path.exists():
-        path.unlink()
+DEMO_PRINCIPALS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {  # principal -> (groups, scopes)
+    "alice": (("sre",), ("query", "sql")),
+    "bob": (("finance",), ("query",)),
+}
+
+
+def demo_tokens_path(keys_file: Path) -> Path:
+    """Where the demo keeps the plain text of its own keys: beside the keys file."""
+    return keys_file.with_name(f"{keys_file.stem}.tokens.json")
+
+
+def demo_keys(path: Path) -> dict[str, str | None]:
+    """The demo principals' keys, created once and then kept. A key missing from the keys
+    file (a new or replaced file) is created; a revoked one stays revoked and maps to None."""
     store = KeyStore(path)
-    alice, _ = store.add("alice", ["sre"], ["query", "sql"])
-    bob, _ = store.add("bob", ["finance"], ["query"])
-    return {"alice": alice, "bob": bob}
+    tokens_file = demo_tokens_path(path)
+    try:
+        saved: dict[str, str] = json.loads(tokens_file.read_text()) if tokens_file.is_file() else {}
+    except (OSError, ValueError) as e:
+        raise ServerFault(f"demo keys file {tokens_file} is unreadable ({e}); remove it to create new demo keys") from None
+    keys: dict[str, str | None] = {}
+    for who, (groups, scopes) in DEMO_PRINCIPALS.items():
+        rec = store.record_of(saved.get(who))
+        if rec is not None:
+            keys[who] = None if rec.revoked_at else saved[who]
+            continue
+        saved[who] = keys[who] = store.add(who, groups, scopes)[0]
+        _write_private(tokens_file, json.dumps(saved, indent=2))
+    return keys
+
+
+def _write_private(path: Path, text: str) -> None:
+    """Replace `path` with `text`, readable by its owner only."""
+    tmp = path.with_name(path.name + ".tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as f:
+        f.write(text)
+    os.replace(tmp, path)
 
 
 def run_demo(settings: Settings) -> None:
@@ -55,13 +92,20 @@ def run_demo(settings: Settings) -> None:
     base = f"http://{settings.host}:{settings.port}"
     question = '{"question": "What is the Q3 2025 budget for the payments platform?"}'
     print(f"\nQuarry demo: {manifest['counts']['documents']} documents, {manifest['counts']['chunks']} chunks, "
-          f"{manifest['counts'].get('tables', 0)} tables. Keys in {keys_file}.\n")
+          f"{manifest['counts'].get('tables', 0)} tables. Keys in {keys_file} (demo keys in plain text: "
+          f"{demo_tokens_path(keys_file)}).\n")
     print("bob (group finance) gets the budget; alice (group sre) gets an evidence gap for the same question:\n")
     for who in ("bob", "alice"):
+        if keys[who] is None:
+            groups, scopes = DEMO_PRINCIPALS[who]
+            print(f"  ({who}'s demo key is revoked; `quarry keys add --principal {who} --groups {' '.join(groups)} "
+                  f"--scopes {' '.join(scopes)} --keys {keys_file}` makes a new one)\n")
+            continue
         print(f"  curl -s {base}/v1/query -H 'Authorization: Bearer {keys[who]}' \\\n"
               f"       -H 'Content-Type: application/json' -d '{question}'\n")
-    print(f"  curl -s {base}/v1/sql -H 'Authorization: Bearer {keys['alice']}' -H 'Content-Type: application/json' \\\n"
-          f"       -d '{{\"question\": \"How many sev1 incidents were there in 2025?\"}}'\n")
+    if keys["alice"] is not None:
+        print(f"  curl -s {base}/v1/sql -H 'Authorization: Bearer {keys['alice']}' -H 'Content-Type: application/json' \\\n"
+              f"       -d '{{\"question\": \"How many sev1 incidents were there in 2025?\"}}'\n")
     print(f"API docs: {base}/docs\n", flush=True)
     today = settings.today or date.fromisoformat(DEMO_TODAY)
     serve(replace(settings, keys_file=keys_file, today=today))

@@ -1,11 +1,14 @@
 """Domain errors to HTTP: one table of statuses and the handlers that apply it.
 
 Every error body is `{"error": {"code", "message", "retryable"}}`; nothing returns a stack
-trace. Unexpected exceptions are logged with the trace id and answered as `internal`.
+trace. Unexpected exceptions are logged with the trace id and answered as `internal`. The
+metric label of an error response is read back from the error itself (`error_code`), never
+guessed from its status.
 """
 
 from __future__ import annotations
 
+import json
 import logging
 import uuid
 
@@ -28,6 +31,29 @@ _HTTP_CODES = {400: "invalid_request", 401: "unauthenticated", 403: "forbidden",
                429: "rate_limited", 503: "retrieval_unavailable"}
 
 
+# JSON-RPC 2.0 codes of requests the MCP transport could not accept (parse error, invalid
+# request, method not found, invalid params); any other JSON-RPC error is the server's.
+_JSONRPC_CLIENT_CODES = frozenset({-32700, -32600, -32601, -32602})
+
+
+def error_code(body: bytes, status: int) -> str:
+    """The code an error response carries: the `code` of a Quarry error body, or for a
+    JSON-RPC error of the MCP transport `invalid_request`/`internal` by its JSON-RPC code.
+    A body of neither kind (an exception that escaped every handler sends none, the SDK's
+    transport checks send plain text) says only what its status class does."""
+    try:
+        error = json.loads(body).get("error") if body else None
+    except (ValueError, AttributeError):
+        error = None
+    if isinstance(error, dict):
+        code = error.get("code")
+        if isinstance(code, str) and code in STATUS:
+            return code
+        if isinstance(code, int) and not isinstance(code, bool):
+            return "invalid_request" if code in _JSONRPC_CLIENT_CODES else "internal"
+    return "internal" if status >= 500 else "invalid_request"
+
+
 def error_body(code: str, message: str, retryable: bool = False) -> dict:
     return {"error": {"code": code, "message": message, "retryable": retryable}}
 
@@ -43,6 +69,10 @@ UNPARSABLE_BODY = "There was an error parsing the body"  # FastAPI's detail for 
 def install_error_handlers(app: FastAPI) -> None:
     @app.exception_handler(RetrievalError)
     async def domain(request: Request, exc: RetrievalError) -> JSONResponse:
+        if exc.code == "internal":  # a server fault: its detail (paths, causes) goes to the log only
+            trace = uuid.uuid4().hex
+            log.error("internal error %s on %s %s: %s", trace, request.method, request.url.path, exc.message)
+            return error_response("internal", f"internal error (trace {trace})", retryable=exc.retryable)
         headers = {"Retry-After": str(exc.context.get("retry_after", 1))} if exc.code == "rate_limited" else None
         if exc.code == "unauthenticated":
             headers = {"WWW-Authenticate": "Bearer"}

@@ -19,9 +19,9 @@ from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Iterator, Sequence
+from typing import Iterator, Sequence, TypeGuard
 
-from retrieval.errors import InvalidRequest, Unauthenticated
+from retrieval.errors import InvalidRequest, ServerFault, Unauthenticated
 from retrieval.types import Principal
 
 PREFIX = "qk_"
@@ -46,6 +46,10 @@ class KeyRecord:
         d.pop("sha256")
         d["groups"], d["scopes"] = list(self.groups), list(self.scopes)
         return d
+
+
+def _well_formed(token: str | None) -> TypeGuard[str]:
+    return bool(token) and token.startswith(PREFIX) and len(token) <= 200
 
 
 def _digest(token: str) -> str:
@@ -76,16 +80,18 @@ class KeyStore:
             return self._records
 
     def _read(self) -> dict[str, KeyRecord]:
+        """The records on disk. A file that cannot be read or parsed is the server's fault,
+        never the caller's; and no key is accepted while it lasts (fail closed)."""
         try:
             raw = json.loads(self.path.read_text())
-        except (OSError, json.JSONDecodeError) as e:
-            raise InvalidRequest(f"keys file {self.path} is unreadable: {e}") from None
-        out = {}
-        for r in raw.get("keys", []):
-            rec = KeyRecord(r["key_id"], r["sha256"], r["principal"], tuple(r.get("groups", ())),
-                            tuple(r.get("scopes", ("query",))), r["created_at"], r.get("revoked_at"))
-            out[rec.key_id] = rec
-        return out
+            out = {}
+            for r in raw.get("keys", []):
+                rec = KeyRecord(r["key_id"], r["sha256"], r["principal"], tuple(r.get("groups", ())),
+                                tuple(r.get("scopes", ("query",))), r["created_at"], r.get("revoked_at"))
+                out[rec.key_id] = rec
+            return out
+        except (OSError, ValueError, KeyError, TypeError, AttributeError) as e:
+            raise ServerFault(f"keys file {self.path} is unreadable: {type(e).__name__}: {e}") from None
 
     def records(self) -> list[KeyRecord]:
         return list(self._load().values())
@@ -96,15 +102,21 @@ class KeyStore:
 
     def authenticate_key(self, token: str | None) -> KeyRecord:
         """The record of a valid, unrevoked key; anything else is `unauthenticated`."""
-        if not token or not token.startswith(PREFIX) or len(token) > 200:
+        if not _well_formed(token):
             raise Unauthenticated("missing or malformed API key")
-        key_id = token[len(PREFIX):].split("_", 1)[0]
-        rec = self._load().get(key_id)
-        # Compare even when the id is unknown so timing does not reveal which ids exist.
-        expected = rec.sha256 if rec else "0" * 64
-        if not hmac.compare_digest(_digest(token), expected) or rec is None or rec.revoked_at:
+        rec = self.record_of(token)
+        if rec is None or rec.revoked_at:
             raise Unauthenticated("invalid or revoked API key")
         return rec
+
+    def record_of(self, token: str | None) -> KeyRecord | None:
+        """The record this key belongs to, revoked or not; None when no record matches it."""
+        if not _well_formed(token):
+            return None
+        rec = self._load().get(token[len(PREFIX):].split("_", 1)[0])
+        # Compare even when the id is unknown so timing does not reveal which ids exist.
+        expected = rec.sha256 if rec else "0" * 64
+        return rec if hmac.compare_digest(_digest(token), expected) and rec is not None else None
 
     # -- writing (CLI) -------------------------------------------------------------------
     @contextmanager

@@ -4,7 +4,9 @@ The tools are those of routes/tools.py. A rejected call (bad arguments, SQL reje
 forbidden) is a tool result with `is_error` the model can read and correct; an evidence gap
 is a normal result. Over stdio the principal is fixed by the launching configuration; over
 HTTP every request carries a bearer key, checked before the MCP transport sees it (a missing
-or revoked key is a 401, a protocol-level failure), and origins are checked.
+or revoked key is a 401, a protocol-level failure), and origins are checked. Over HTTP each
+request is audited and counted like any other: a tool call's audit fields and metrics come
+from the same `ToolCall` record as those of `/v1/tools/call`.
 """
 
 from __future__ import annotations
@@ -20,11 +22,10 @@ from mcp.server.transport_security import TransportSecuritySettings
 from starlette.concurrency import run_in_threadpool
 from starlette.types import Receive, Scope, Send
 
-from retrieval.errors import RetrievalError
 from retrieval.types import Principal
+from routes.audit import tool_fields
 from routes.auth import Caller, caller_from_header
-from routes.errors import error_body
-from routes.tools import ToolError, call_tool, tool_list
+from routes.tools import ToolCall, call_tool, tool_list
 
 INSTRUCTIONS = (
     "Quarry retrieves evidence from an organisation's documents and tables on behalf of the caller. "
@@ -33,9 +34,10 @@ INSTRUCTIONS = (
 )
 
 PrincipalOf = Callable[[Any], Principal]  # request context -> principal
+ObserveCall = Callable[[Any, ToolCall], None]  # request context, finished call -> audit and metrics
 
 
-def build_server(engine_of: Callable[[], Any], principal_of: PrincipalOf) -> Server:
+def build_server(engine_of: Callable[[], Any], principal_of: PrincipalOf, observe: ObserveCall | None = None) -> Server:
     """A low-level MCP server over the shared tool definitions."""
 
     async def list_tools(ctx: Any, params: Any) -> types.ListToolsResult:
@@ -47,22 +49,26 @@ def build_server(engine_of: Callable[[], Any], principal_of: PrincipalOf) -> Ser
 
     async def call(ctx: Any, params: types.CallToolRequestParams) -> types.CallToolResult:
         principal = principal_of(ctx)
-        try:
-            result = await run_in_threadpool(call_tool, engine_of(), principal, params.name, params.arguments)
-        except ToolError as e:
-            body = {"error": e.to_dict()}
-            return types.CallToolResult(content=[types.TextContent(type="text", text=json.dumps(body))],
-                                        structured_content=body, is_error=True)
-        return types.CallToolResult(content=[types.TextContent(type="text", text=json.dumps(result, ensure_ascii=False))],
-                                    structured_content=result, is_error=False)
+        done = await run_in_threadpool(call_tool, engine_of(), principal, params.name, params.arguments)
+        if observe is not None:
+            observe(ctx, done)
+        body = done.result if done.error is None else done.to_dict()
+        return types.CallToolResult(content=[types.TextContent(type="text", text=json.dumps(body, ensure_ascii=False))],
+                                    structured_content=body, is_error=done.error is not None)
 
     return Server("quarry", version="0.1.0", instructions=INSTRUCTIONS, on_list_tools=list_tools, on_call_tool=call)
 
 
+def _request_state(ctx: Any) -> dict[str, Any]:
+    """The ASGI scope state of the HTTP request this MCP message came in (shared with the
+    app's middleware, which writes the audit row from it)."""
+    request = getattr(ctx, "request", None)
+    return request.scope.setdefault("state", {}) if request is not None else {}
+
+
 def http_principal(ctx: Any) -> Principal:
     """The caller that the bearer middleware attached to this HTTP request."""
-    request = getattr(ctx, "request", None)
-    caller = request.scope.get("state", {}).get("caller") if request is not None else None
+    caller = _request_state(ctx).get("caller")
     if caller is None:  # the middleware always sets it; a missing one is a server fault
         raise RuntimeError("MCP request without an authenticated caller")
     return caller.principal
@@ -71,9 +77,11 @@ def http_principal(ctx: Any) -> Principal:
 class McpHttp:
     """The /mcp endpoint: bearer-key check, then the SDK's Streamable HTTP transport."""
 
+    path = "/mcp"  # the endpoint label of its requests in metrics and the audit log
+
     def __init__(self, state: Any, allowed_origins: tuple[str, ...], host: str) -> None:
         self.state = state
-        self.server = build_server(lambda: state.engine, http_principal)
+        self.server = build_server(lambda: state.engine, http_principal, self._observe)
         security = TransportSecuritySettings(
             enable_dns_rebinding_protection=True,
             allowed_hosts=["127.0.0.1:*", "localhost:*", "[::1]:*", f"{host}:*"],
@@ -82,6 +90,10 @@ class McpHttp:
         self.manager = StreamableHTTPSessionManager(app=self.server, stateless=True, json_response=True,
                                                     security_settings=security)
 
+    def _observe(self, ctx: Any, call: ToolCall) -> None:
+        _request_state(ctx)["audit"] = tool_fields(call)
+        self.state.metrics.count_tool(call)
+
     @asynccontextmanager
     async def lifespan(self) -> AsyncIterator[None]:
         async with self.manager.run():
@@ -89,15 +101,9 @@ class McpHttp:
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope.get("headers", [])}
-        try:
-            caller: Caller = caller_from_header(self.state.keys, headers.get("authorization"))
-        except RetrievalError as e:
-            body = json.dumps(error_body(e.code, e.message)).encode()
-            await send({"type": "http.response.start", "status": 401, "headers": [
-                (b"content-type", b"application/json"), (b"www-authenticate", b"Bearer"),
-                (b"content-length", str(len(body)).encode())]})
-            await send({"type": "http.response.body", "body": body})
-            return
+        # A failed check raises: the app's one error handler answers it with its own status
+        # (401 for a bad key, 500 when the keys file cannot be read, 429 over the limits).
+        caller: Caller = caller_from_header(self.state.keys, headers.get("authorization"))
         scope.setdefault("state", {})["caller"] = caller
         with self.state.gate.enter(caller.key_id):
             await self.manager.handle_request(scope, receive, send)

@@ -1,8 +1,17 @@
-"""Prometheus metrics in a registry of the app's own (two apps never share counters)."""
+"""Prometheus metrics in a registry of the app's own (two apps never share counters).
+
+Answers of the loop are counted from the answer shape, so `/v1/query`, the
+`retrieve_context` tool over `/v1/tools/call` and over `/mcp` count alike; tool errors are
+counted under their tool code beside the error responses.
+"""
 
 from __future__ import annotations
 
+from typing import Any, Mapping
+
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
+
+from routes.tools import ToolCall
 
 LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
 
@@ -18,7 +27,20 @@ class Metrics:
         self.outcomes = Counter("quarry_outcomes_total", "Answers by status and gap reason", ["status", "reason"],
                                 registry=self.registry)
         self.routes = Counter("quarry_routes_total", "Chosen first route", ["route"], registry=self.registry)
-        self.errors = Counter("quarry_errors_total", "Error responses by code", ["code"], registry=self.registry)
+        self.errors = Counter("quarry_errors_total", "Error responses and tool errors by code", ["code"],
+                              registry=self.registry)
+
+    def count_answer(self, answer: Mapping[str, Any]) -> None:
+        """Attempts, first route, and status with gap reason of one answer of the loop."""
+        self.attempts.observe(len(answer["attempts"]))
+        self.routes.labels(answer["route"]["chosen"]).inc()
+        self.outcomes.labels(answer["status"], (answer.get("gap") or {}).get("reason", "")).inc()
+
+    def count_tool(self, call: ToolCall) -> None:
+        if call.error is not None:
+            self.errors.labels(call.error.code).inc()
+        elif call.name == "retrieve_context" and call.result is not None:
+            self.count_answer(call.result)
 
     def render(self) -> bytes:
         return generate_latest(self.registry)

@@ -263,16 +263,35 @@ _ERROR_CODES: tuple[tuple[type[RetrievalError], str], ...] = (
 )
 
 
-def call_tool(engine: Any, principal: Principal, name: Any, raw_arguments: Any) -> dict[str, Any]:
-    """Dispatch one call through the explicit name map; failures raise ToolError."""
+@dataclass(frozen=True)
+class ToolCall:
+    """One dispatched call: its validated arguments (None when they did not validate) and
+    its result or its error. HTTP and MCP audit and count calls from this record alike."""
+
+    name: str
+    args: _Args | None
+    result: dict[str, Any] | None = None
+    error: ToolError | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        """`{"result": ...}` or `{"error": {...}}`, as the dispatcher returns it."""
+        return {"result": self.result} if self.error is None else {"error": self.error.to_dict()}
+
+
+def call_tool(engine: Any, principal: Principal, name: Any, raw_arguments: Any) -> ToolCall:
+    """Dispatch one call through the explicit name map; a failure is the call's `error`."""
     spec = TOOLS.get(name) if isinstance(name, str) else None
+    label = name[:80] if isinstance(name, str) else str(name)[:80]
     if spec is None:
-        raise ToolError("unknown_tool", f"unknown tool {str(name)[:80]!r}; available: {', '.join(TOOLS)}")
-    args = parse_arguments(spec, raw_arguments)
-    if spec.scope not in principal.scopes:
-        raise ToolError("access_denied", f"{spec.name} needs the '{spec.scope}' scope")
+        return ToolCall(label, None, error=ToolError("unknown_tool", f"unknown tool {label!r}; available: {', '.join(TOOLS)}"))
     try:
-        return spec.run(engine, principal, args)
+        args = parse_arguments(spec, raw_arguments)
+    except ToolError as e:
+        return ToolCall(spec.name, None, error=e)
+    if spec.scope not in principal.scopes:
+        return ToolCall(spec.name, args, error=ToolError("access_denied", f"{spec.name} needs the '{spec.scope}' scope"))
+    try:
+        return ToolCall(spec.name, args, result=spec.run(engine, principal, args))
     except RetrievalError as e:
         code = next((c for cls, c in _ERROR_CODES if isinstance(e, cls)), "internal")
-        raise ToolError(code, e.message, e.retryable) from None
+        return ToolCall(spec.name, args, error=ToolError(code, e.message, e.retryable))

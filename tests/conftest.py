@@ -162,6 +162,23 @@ class LiveServer:
         self.thread.join(timeout=10)
 
 
+def counter(live, family: str, label: str) -> dict[str, float]:
+    """One counter of /metrics, summed by the value of `label`."""
+    import httpx
+    from prometheus_client.parser import text_string_to_metric_families
+
+    out: dict[str, float] = {}
+    for fam in text_string_to_metric_families(httpx.get(live.url + "/metrics").text):
+        for s in fam.samples if fam.name == family else ():
+            if s.name == f"{family}_total":
+                out[s.labels[label]] = out.get(s.labels[label], 0.0) + s.value
+    return out
+
+
+def grew(before: dict[str, float], after: dict[str, float]) -> dict[str, float]:
+    return {k: v - before.get(k, 0.0) for k, v in after.items() if v != before.get(k, 0.0)}
+
+
 @pytest.fixture(scope="session")
 def http_keys(tmp_path_factory):
     from routes.keys import KeyStore

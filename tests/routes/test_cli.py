@@ -9,8 +9,15 @@ import sys
 from tests.conftest import ROOT
 
 
-def quarry(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "routes.cli", *args], cwd=ROOT, capture_output=True, text=True, timeout=300)
+def quarry(*args: str, timeout: float = 300) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "routes.cli", *args], cwd=ROOT, capture_output=True, text=True, timeout=timeout)
+
+
+def one_line_error(out: subprocess.CompletedProcess) -> dict:
+    assert "Traceback" not in out.stderr, out.stderr
+    lines = out.stdout.splitlines()
+    assert len(lines) == 1, out.stdout
+    return json.loads(lines[0])["error"]
 
 
 def test_search_prints_hits_as_json(mini_index):
@@ -55,3 +62,49 @@ def test_ingest_with_a_bad_file_names_file_and_line(tmp_path):
     assert out.returncode == 2
     assert json.loads(out.stdout)["error"]["message"].endswith("bad.jsonl:2: document 'b' has no text")
     assert not (tmp_path / "index" / "CURRENT").exists()
+
+
+def test_serve_without_an_active_key_refuses_to_start_and_says_how_to_create_one(mini_index, tmp_path):
+    from routes.keys import KeyStore
+
+    revoked = KeyStore(tmp_path / "revoked.json")
+    revoked.revoke(revoked.add("erin")[1].key_id)
+    for keys in ([], ["--keys", str(tmp_path / "missing.json")], ["--keys", str(revoked.path)]):
+        out = quarry("serve", "--index", str(mini_index), "--port", "0", *keys, timeout=120)  # a server would not exit
+        assert out.returncode == 2
+        error = one_line_error(out)
+        assert error["code"] == "invalid_request" and "quarry keys add --principal ID --keys FILE" in error["message"]
+
+
+def test_serve_and_query_on_a_directory_without_a_snapshot_print_one_line_and_exit_2(tmp_path):
+    from routes.keys import KeyStore
+
+    KeyStore(tmp_path / "keys.json").add("erin")
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    for command in (["query", "carrier webhook retries", "--principal", "erin"],
+                    ["serve", "--keys", str(tmp_path / "keys.json"), "--port", "0"]):
+        out = quarry(*command, "--index", str(empty), timeout=120)
+        assert out.returncode == 2, out.stderr
+        error = one_line_error(out)
+        assert error["code"] == "not_found" and f"run `quarry ingest SOURCES --index {empty}`" in error["message"]
+
+
+def test_ingest_refuses_a_default_acl_that_would_silently_hide_documents(tmp_path):
+    docs = tmp_path / "docs.jsonl"
+    docs.write_text('{"id": "a", "text": "the carrier webhook retries five times"}\n')
+    for acl in (["everyone"], ["all"], ["Public"], ["none"], ["private"], ["alice", "world"], ["*"], ["group:"],
+                ["groups:sre"], ["group:sre,group:ops"]):
+        out = quarry("ingest", str(docs), "--index", str(tmp_path / "index"), "--default-acl", *acl)
+        assert out.returncode == 2, (acl, out.stderr)
+        error = one_line_error(out)
+        assert error["code"] == "invalid_request" and "group:NAME" in error["message"]
+    assert not (tmp_path / "index").exists()
+
+
+def test_ingest_prints_the_effective_default_acl(tmp_path):
+    docs = tmp_path / "docs.jsonl"
+    docs.write_text('{"id": "a", "text": "the carrier webhook retries five times"}\n')
+    out = quarry("ingest", str(docs), "--index", str(tmp_path / "index"), "--default-acl", "group:sre", "alice")
+    assert out.returncode == 0, out.stderr
+    assert "default ACL of documents and tables without one: group:sre alice" in out.stderr

@@ -3,15 +3,19 @@
 from __future__ import annotations
 
 import json
+import re
 import threading
 from dataclasses import replace
 
 import httpx
 import pytest
 
+from retrieval.errors import RetrievalUnavailable
+
 from routes.app import create_app
+from routes.keys import KeyStore
 from routes.settings import Settings
-from tests.conftest import FINANCE_FACTS, LiveServer, TablesProbe
+from tests.conftest import FINANCE_FACTS, LiveServer, TablesProbe, counter, grew
 
 BUDGET = "What is the Q3 2025 budget for the payments platform?"
 
@@ -42,6 +46,27 @@ def test_health_ready_and_metrics(live):
     post(live, "/v1/query", {"question": "carrier webhook retries"})
     text = httpx.get(live.url + "/metrics").text
     assert 'quarry_requests_total{endpoint="/v1/query",status="200"}' in text and "quarry_attempts_bucket" in text
+
+
+def test_errors_are_counted_under_their_own_code(live, demo_engine):
+    before = counter(live, "quarry_errors", "code")
+    assert_error(post(live, "/v1/query", {"question": "x", "evil": 1}), 422, "invalid_request")
+    assert_error(httpx.get(live.url + "/v1/query", headers=auth(live.keys["alice"])), 405, "invalid_request")
+    assert_error(post(live, "/v1/query", {"question": "   "}), 400, "invalid_request")
+    assert_error(post(live, "/v1/sql", {"sql": "DROP TABLE incidents"}), 400, "sql_rejected")
+    assert_error(post(live, "/v1/query", {"question": "x"}, key=None), 401, "unauthenticated")
+    assert_error(post(live, "/v1/sql", {"sql": "SELECT 1"}, key="bob"), 403, "forbidden")
+    assert_error(httpx.get(live.url + "/v1/nope"), 404, "not_found")
+    broken = TablesProbe(demo_engine.sql._backend, error=RetrievalUnavailable("the database is gone"))
+    demo_engine.sql._backend = broken
+    try:
+        unavailable = assert_error(post(live, "/v1/sql", {"sql": "SELECT count(*) FROM incidents"}), 503, "retrieval_unavailable")
+    finally:
+        demo_engine.sql._backend = broken.inner
+    assert unavailable["retryable"] is True
+    assert grew(before, counter(live, "quarry_errors", "code")) == {
+        "invalid_request": 3, "sql_rejected": 1, "unauthenticated": 1, "forbidden": 1, "not_found": 1,
+        "retrieval_unavailable": 1}
 
 
 def test_two_principals_get_different_answers_to_the_same_question(live):
@@ -174,3 +199,44 @@ def test_audit_rows_record_requests_without_question_text(live):
     assert any(r[5] == 422 for r in rows)
     assert all(r[12] is None for r in rows)  # question text is off by default
     assert any(r[11] == len("How do parents take leave?") for r in rows)
+
+
+def test_an_unreadable_keys_file_is_a_server_fault_on_every_interface(demo_engine, tmp_path):
+    store = KeyStore(tmp_path / "keys.json")
+    key = store.add("erin", [], ["query"])[0]
+    mcp_headers = {**auth(key), "Accept": "application/json, text/event-stream"}
+    tools_list = {"jsonrpc": "2.0", "id": 1, "method": "tools/list"}
+    with LiveServer(create_app(replace(Settings(), index_dir=tmp_path), engine=demo_engine, keys=store)) as server:
+        search = lambda: httpx.post(server.url + "/v1/search", json={"query": "ledger", "retriever": "bm25"},  # noqa: E731
+                                    headers=auth(key), timeout=30)
+        assert search().status_code == 200
+        bad_key = httpx.post(server.url + "/mcp", json=tools_list, headers={**mcp_headers, "Authorization": "Bearer qk_0_x"})
+        (tmp_path / "keys.json").write_text('{"keys": [{"key_id": ')  # a broken file on the server's disk
+        http, mcp = search(), httpx.post(server.url + "/mcp", json=tools_list, headers=mcp_headers, timeout=30)
+        codes = counter(server, "quarry_errors", "code")
+    assert_error(bad_key, 401, "unauthenticated")
+    assert bad_key.headers["www-authenticate"] == "Bearer"
+    for r in (http, mcp):
+        error = assert_error(r, 500, "internal")
+        assert "keys.json" not in error["message"] and error["retryable"] is False
+    assert codes == {"unauthenticated": 1, "internal": 2}
+
+
+def test_the_openapi_document_declares_the_bearer_scheme_on_every_keyed_operation(live):
+    doc = httpx.get(live.url + "/openapi.json").json()
+    scheme = doc["components"]["securitySchemes"]["bearer"]
+    assert (scheme["type"], scheme["scheme"]) == ("http", "bearer")
+    for path, operations in doc["paths"].items():
+        for op in operations.values():
+            assert op.get("security") == ([{"bearer": []}] if path.startswith("/v1/") else None), path
+
+
+def test_the_docs_page_loads_nothing_from_another_host(live):
+    page = httpx.get(live.url + "/docs")
+    assert page.status_code == 200 and "SwaggerUIBundle" in page.text
+    assert "://" not in page.text  # no absolute URL: no CDN, no online validator
+    refs = re.findall(r'(?:src|href)="([^"]+)"', page.text) + re.findall(r"url: '([^']+)'", page.text)
+    assert len(refs) == 4 and all(r.startswith("/") and not r.startswith("//") for r in refs)
+    for ref in refs:
+        asset = httpx.get(live.url + ref)
+        assert asset.status_code == 200 and asset.content, ref

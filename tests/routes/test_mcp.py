@@ -11,9 +11,10 @@ import httpx
 import httpx2
 import pytest
 from mcp import Client, StdioServerParameters
+from prometheus_client.parser import text_string_to_metric_families
 from mcp.client.streamable_http import streamable_http_client
 
-from tests.conftest import FINANCE_FACTS, ROOT
+from tests.conftest import FINANCE_FACTS, ROOT, counter, grew
 
 BUDGET = "What is the Q3 2025 budget for the payments platform?"
 FINANCE_DOC = "note-finance-q3-2025-budget"
@@ -85,6 +86,45 @@ def test_http_without_a_valid_key_is_a_protocol_error(live):
     r = httpx.post(live.url + "/mcp", json={"jsonrpc": "2.0", "id": 1, "method": "tools/list"},
                    headers={"Authorization": "Bearer qk_0000000000_nope", "Accept": "application/json, text/event-stream"})
     assert r.status_code == 401 and r.json()["error"]["code"] == "unauthenticated"
+
+
+def attempts_seen(live) -> float:
+    families = text_string_to_metric_families(httpx.get(live.url + "/metrics").text)
+    return next(s.value for f in families if f.name == "quarry_attempts" for s in f.samples if s.name == "quarry_attempts_count")
+
+
+def test_tool_calls_over_mcp_and_the_dispatcher_are_audited_and_counted_like_queries(live):
+    question = "How do I refresh the token-signing secret?"
+    outcomes, routes = counter(live, "quarry_outcomes", "status"), counter(live, "quarry_routes", "route")
+    errors, requests, attempts = counter(live, "quarry_errors", "code"), counter(live, "quarry_requests", "endpoint"), attempts_seen(live)
+
+    async def run(client):
+        answer = await client.call_tool("retrieve_context", {"question": question})
+        rejected = await client.call_tool("sql_query", {"sql": "DROP TABLE incidents"})
+        return answer, rejected
+
+    answer, rejected = over_http(live, "alice", run)
+    assert rejected.is_error
+    dispatched = call(live, {"call_id": "a1", "name": "retrieve_context", "arguments": {"question": question}}).json()["result"]
+    queried = httpx.post(live.url + "/v1/query", json={"question": question}, timeout=60,
+                         headers={"Authorization": f"Bearer {live.keys['alice']}"}).json()
+
+    audit = live.app.state.quarry.audit
+    audit.flush()
+    rows = {r[1]: r for r in audit.rows(100_000)}
+    for endpoint, out in (("/mcp", answer.structured_content), ("/v1/tools/call", dispatched), ("/v1/query", queried)):
+        row = rows[out["trace_id"]]
+        outcome = out["status"] if not out["gap"] else f"gap:{out['gap']['reason']}"
+        assert (row[3], row[4], row[5]) == ("alice", endpoint, 200)
+        assert (row[6], row[7], row[8], row[9], row[11]) == (outcome, out["route"]["chosen"], len(out["attempts"]),
+                                                             out["stop_reason"], len(question))
+    assert any(r[4] == "/mcp" and r[6] == "tool_error:sql_rejected" and r[7] == "tool:sql_query" for r in rows.values())
+    assert sum(grew(outcomes, counter(live, "quarry_outcomes", "status")).values()) == 3
+    assert sum(grew(routes, counter(live, "quarry_routes", "route")).values()) == 3
+    assert attempts_seen(live) - attempts == 3
+    assert grew(errors, counter(live, "quarry_errors", "code")) == {"sql_rejected": 1}
+    endpoints = grew(requests, counter(live, "quarry_requests", "endpoint"))
+    assert endpoints.get("/mcp", 0) >= 2 and "unmatched" not in endpoints
 
 
 def test_http_foreign_origin_is_refused(live):
