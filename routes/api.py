@@ -53,7 +53,7 @@ def build_router() -> APIRouter:
         with state.gate.enter(caller.key_id):
             result = await run_in_threadpool(
                 state.engine.query, body.question, caller.principal, k=body.k, max_attempts=body.max_attempts,
-                deadline_ms=body.deadline_ms, filters=_filters(body.filters),
+                deadline_ms=body.deadline_ms, filters=_filters(body.filters), today=body.today,
             )
         out = result_json(result)
         request.state.audit = answer_fields(out, body.question)
@@ -82,7 +82,8 @@ def build_router() -> APIRouter:
                 result = await run_in_threadpool(state.engine.sql.run_statement, body.sql, caller.principal)
             else:
                 require_scope(caller, "query")
-                result = await run_in_threadpool(state.engine.sql.answer, body.question, caller.principal, state.engine.today)
+                result = await run_in_threadpool(state.engine.sql.answer, body.question, caller.principal,
+                                            body.today or state.engine.today)
         request.state.audit = {"route": "sql", "question": body.question, "trace_id": trace,
                                "outcome": "declined" if isinstance(result, Decline) else "rows"}
         if isinstance(result, Decline):

@@ -7,7 +7,7 @@ lists are bounded. Responses describe the answer shape shared with MCP and the C
 from __future__ import annotations
 
 from datetime import date
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StrictInt, StrictStr, model_validator
 
@@ -42,6 +42,8 @@ class QueryIn(Strict):
     max_attempts: StrictInt | None = Field(default=None, ge=1, le=L.max_attempts, description="retrieval attempts (default 3)")
     deadline_ms: StrictInt | None = Field(default=None, ge=1, le=L.max_deadline_ms, description="time budget (default 2000)")
     filters: FiltersIn | None = None
+    today: Annotated[date, Field(strict=False)] | None = Field(
+        default=None, description="the date 'last quarter' and other relative dates refer to (YYYY-MM-DD; default: the server's)")
 
 
 class SearchIn(Strict):
@@ -55,6 +57,8 @@ class SqlIn(Strict):
     sql: StrictStr | None = Field(default=None, min_length=1, max_length=10_000, description="one read-only SELECT (needs the sql scope)")
     question: StrictStr | None = Field(default=None, min_length=1, max_length=L.max_query_chars,
                                        description="a question to translate to SQL")
+    today: Annotated[date, Field(strict=False)] | None = Field(
+        default=None, description="the date relative dates in the question refer to (YYYY-MM-DD; default: the server's)")
 
     @model_validator(mode="after")
     def one_of(self) -> SqlIn:

@@ -70,6 +70,14 @@ class RetrieveContextArgs(_Args):
     max_attempts: StrictInt | None = Field(default=None, ge=1, le=L.max_attempts)
     deadline_ms: StrictInt | None = Field(default=None, ge=1, le=L.max_deadline_ms)
     filters: FilterArgs | None = None
+    today: StrictStr | None = Field(default=None, pattern=r"^\d{4}-\d{2}-\d{2}$")
+
+    @field_validator("today")
+    @classmethod
+    def real_today(cls, v: str | None) -> str | None:
+        if v is not None:
+            date.fromisoformat(v)
+        return v
 
 
 class SearchArgs(_Args):
@@ -139,7 +147,8 @@ def _nullable(prop: dict[str, Any]) -> None:
 
 def _retrieve(engine: Any, principal: Principal, a: RetrieveContextArgs) -> dict[str, Any]:
     result = engine.query(a.question, principal, k=a.k, max_attempts=a.max_attempts, deadline_ms=a.deadline_ms,
-                          filters=a.filters.to_filters() if a.filters else Filters())
+                          filters=a.filters.to_filters() if a.filters else Filters(),
+                          today=date.fromisoformat(a.today) if a.today else None)
     return result_json(result)
 
 
@@ -174,7 +183,9 @@ TOOLS: dict[str, ToolSpec] = {t.name: t for t in (
          "k": _K,
          "max_attempts": {"type": "integer", "minimum": 1, "maximum": L.max_attempts, "description": "retrieval attempts (default 3)"},
          "deadline_ms": {"type": "integer", "minimum": 1, "maximum": L.max_deadline_ms, "description": "time budget in ms (default 2000)"},
-         "filters": _FILTERS},
+         "filters": _FILTERS,
+         "today": {**_STR, "pattern": r"^\d{4}-\d{2}-\d{2}$",
+                   "description": "the user's date, which 'last quarter' and other relative dates refer to (YYYY-MM-DD)"}},
         ("question",), _retrieve),
     ToolSpec(
         "search",

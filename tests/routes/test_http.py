@@ -240,3 +240,19 @@ def test_the_docs_page_loads_nothing_from_another_host(live):
     for ref in refs:
         asset = httpx.get(live.url + ref)
         assert asset.status_code == 200 and asset.content, ref
+
+
+def test_a_request_today_moves_relative_dates_and_an_impossible_date_is_invalid(live):
+    # the live server's engine date is 2025-11-01; "last quarter" then is Q3 2025
+    q = "How many incidents were opened last quarter?"
+    default = post(live, "/v1/sql", {"question": q}, key="alice").json()
+    moved = post(live, "/v1/sql", {"question": q, "today": "2025-04-15"}, key="alice").json()
+    assert "2025-07-01" in default["rows"]["sql"] and "2025-01-01" in moved["rows"]["sql"]
+    answer = post(live, "/v1/query", {"question": "incidents opened last quarter", "today": "2025-04-15"}, key="alice").json()
+    assert answer["constraints"]["dates"] == [{"text": "last quarter", "from": "2025-01-01", "to": "2025-03-31"}]
+    tool = post(live, "/v1/tools/call", {"call_id": "c1", "name": "retrieve_context",
+                                         "arguments": {"question": "incidents opened last quarter", "today": "2025-04-15"}}).json()
+    assert tool["result"]["constraints"]["dates"][0]["from"] == "2025-01-01"
+    assert_error(post(live, "/v1/query", {"question": "x", "today": "2025-02-30"}), 422, "invalid_request")
+    bad = assert_error(post(live, "/v1/query", {"question": "What broke on 2025-02-30?"}), 400, "invalid_request")
+    assert "2025-02-30" in bad["message"]
