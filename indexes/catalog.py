@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import logging
 import threading
+import time
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -28,6 +29,9 @@ from retrieval.types import Chunk, Document
 from retrieval.text import normalize
 
 log = logging.getLogger("quarry.catalog")
+# DuckDB's memory for the serving connection, every statement together (exact scans, table
+# profiles, callers' SQL); a statement that needs more fails as retryable, the process lives.
+MEMORY_LIMIT = "1GB"
 
 # A document's metadata values as one text (keys left out): what exact matching and the
 # grader's constraint checks read besides the title and the passage.
@@ -100,9 +104,10 @@ def write_catalog(path: Path, docs: Sequence[Document], origins: Sequence[str], 
 class Catalog:
     """Read-only access to a snapshot's catalog."""
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, memory_limit: str = MEMORY_LIMIT) -> None:
         self.path = path
-        self._con = duckdb.connect(str(path), read_only=True, config={"enable_external_access": False})
+        self._con = duckdb.connect(str(path), read_only=True,
+                                   config={"enable_external_access": False, "memory_limit": memory_limit})
         try:
             self._con.execute("SET TimeZone = 'UTC'")
             self._con.execute("SET lock_configuration = true")
@@ -247,23 +252,59 @@ STATEMENT_ERRORS = (duckdb.ProgrammingError, duckdb.DataError, duckdb.NotSupport
 
 
 class SqlRunner:
-    """Runs guarded SELECTs on the read-only catalog with a row cap and a time limit."""
+    """Runs guarded SELECTs on the read-only catalog within bounds that hold for any statement:
+    a row cap, a time limit (the statement is interrupted), a cap on the result's size in
+    bytes, and at most `max_concurrent` statements at once across the whole server (one
+    caller's heavy statements cannot take every core and all memory)."""
 
-    def __init__(self, catalog: Catalog) -> None:
+    def __init__(self, catalog: Catalog, max_concurrent: int = 2, max_bytes: int = 4_000_000) -> None:
         self._catalog = catalog
+        self._slots = threading.BoundedSemaphore(max_concurrent)
+        self._lock, self._running = threading.Lock(), 0
+        self.max_concurrent, self.max_bytes = max_concurrent, max_bytes
 
     def tables(self) -> dict[str, TableInfo]:
         return self._catalog.tables()
 
+    @property
+    def running(self) -> int:
+        """Statements running now (for metrics and tests)."""
+        with self._lock:
+            return self._running
+
     def run(self, sql: str, timeout_s: float, max_rows: int) -> tuple[list[str], list[tuple[Any, ...]], bool]:
-        """(columns, rows, truncated). A statement still running at `timeout_s` is interrupted."""
+        """(columns, rows, truncated). A statement still running at `timeout_s` is interrupted;
+        waiting for a free slot counts against the same time limit."""
+        started = time.monotonic()
+        if not self._slots.acquire(timeout=timeout_s):
+            raise RetrievalUnavailable(f"the SQL route is busy ({self.max_concurrent} statements running); retry shortly")
+        with self._lock:
+            self._running += 1
+        try:
+            return self._run(sql, max(0.001, timeout_s - (time.monotonic() - started)), timeout_s, max_rows)
+        finally:
+            with self._lock:
+                self._running -= 1
+            self._slots.release()
+
+    def _run(self, sql: str, left_s: float, timeout_s: float, max_rows: int) -> tuple[list[str], list[tuple[Any, ...]], bool]:
         cur = self._catalog.new_cursor()
-        timer = threading.Timer(timeout_s, cur.interrupt)
+        timer = threading.Timer(left_s, cur.interrupt)
         timer.start()
         try:
             cur.execute(sql)
-            rows = cur.fetchmany(max_rows + 1)
             columns = [d[0] for d in cur.description or []]
+            rows: list[tuple[Any, ...]] = []
+            size = 0
+            while len(rows) <= max_rows:
+                batch = cur.fetchmany(min(256, max_rows + 1 - len(rows)))
+                if not batch:
+                    break
+                size += sum(_value_bytes(v) for r in batch for v in r)
+                if size > self.max_bytes:
+                    raise SqlRejected(f"the result is larger than {self.max_bytes:,} bytes; select fewer rows or "
+                                      "shorter values", reason="too_large", limit=self.max_bytes)
+                rows.extend(batch)
         except duckdb.InterruptException:
             raise RetrievalTimeout(f"SQL exceeded its time limit of {timeout_s:g} s and was interrupted") from None
         except STATEMENT_ERRORS as e:
@@ -278,6 +319,15 @@ class SqlRunner:
             timer.cancel()
             cur.close()
         return columns, rows[:max_rows], len(rows) > max_rows
+
+
+def _value_bytes(v: Any) -> int:
+    """About what a value costs in the JSON answer."""
+    if isinstance(v, (str, bytes)):
+        return len(v) + 2
+    if isinstance(v, (list, tuple)):
+        return sum(_value_bytes(x) for x in v) + 2
+    return 8
 
 
 def _none_list(arr: np.ndarray) -> list[Any]:

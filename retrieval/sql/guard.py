@@ -23,6 +23,11 @@ from retrieval.sql.schema import TableInfo
 from retrieval.types import Principal
 
 MAX_SQL_CHARS = 10_000
+MAX_NESTING = 32  # parentheses deep: sqlglot parses recursively, and no real query nests this far
+MAX_PAD_CHARS = 10_000  # lpad/rpad produce at most this many characters (one call could ask for 1e9)
+# Names DuckDB answers with session facts when no column has them: not data, so not allowed.
+_SESSION_NAMES = frozenset({"current_schema", "current_role", "current_user", "user", "session_user",
+                            "current_catalog", "current_database", "current_query", "current_schemas"})
 
 _FORBIDDEN_NODE_NAMES = (
     "Command", "Pragma", "Set", "Use", "Attach", "Detach", "Copy", "Install", "Create", "Insert", "Update",
@@ -48,7 +53,7 @@ yearweek isodow dayofweek hour minute second today now current_date string_agg l
 quantile_cont quantile_disc ifnull nvl split_part starts_with ends_with contains prefix suffix left right
 lpad rpad list_contains list_has len array_length trunc count_if bool_or bool_and any_value arg_max
 arg_min max_by min_by first last greatest least regexp_matches regexp_extract regexp_replace concat_ws
-format printf make_date last_day isoyear week weekofyear
+make_date last_day isoyear week weekofyear
 """.split())
 
 
@@ -93,6 +98,16 @@ def _cte_in_scope(table: exp.Table, name: str) -> bool:
     return False
 
 
+def _check_session_names(root: exp.Expression, readable: Mapping[str, TableInfo]) -> None:
+    """`SELECT current_role, user` parses as columns, which DuckDB answers with session facts
+    when no table has such a column: refuse those names unless a readable table has them."""
+    columns = {c.name.lower() for t in readable.values() for c in t.visible_columns()}
+    for col in root.find_all(exp.Column):
+        name = col.name.lower()
+        if not col.table and name in _SESSION_NAMES and name not in columns:
+            raise _reject(f"unknown column {col.name!r}", reason="column", column=col.name)
+
+
 def _view_of(table: exp.Table, info: TableInfo, principal: Principal) -> exp.Expression:
     alias = table.args.get("alias") or exp.TableAlias(this=exp.to_identifier(info.name))
     if not info.row_acl:
@@ -112,6 +127,32 @@ def guard_sql(statement: object, tables: Mapping[str, TableInfo], principal: Pri
         raise _reject(f"the statement is {len(statement)} characters; the limit is {MAX_SQL_CHARS}", reason="too_long")
     if "\x00" in statement:
         raise _reject("the statement contains a NUL character", reason="nul")
+    if _nesting(statement) > MAX_NESTING:
+        raise _reject(f"the statement nests parentheses more than {MAX_NESTING} deep", reason="too_deep")
+    try:
+        return _guard(statement, tables, principal)
+    except RecursionError:
+        raise _reject("the statement is nested too deeply to check", reason="too_deep") from None
+
+
+def _nesting(statement: str) -> int:
+    """Deepest parenthesis nesting outside string literals and quoted names."""
+    depth = deepest = 0
+    quote: str | None = None
+    for c in statement:
+        if quote:
+            quote = None if c == quote else quote
+        elif c in "'\"":
+            quote = c
+        elif c == "(":
+            depth += 1
+            deepest = max(deepest, depth)
+        elif c == ")":
+            depth = max(0, depth - 1)
+    return deepest
+
+
+def _guard(statement: str, tables: Mapping[str, TableInfo], principal: Principal) -> GuardedSql:
     try:
         parsed = [s for s in sqlglot.parse(statement, read="duckdb") if s is not None]
     except (ParseError, TokenError) as e:
@@ -133,6 +174,10 @@ def guard_sql(statement: object, tables: Mapping[str, TableInfo], principal: Pri
             name = _function_name(node)
             raise _reject(f"function {name!r} is not allowed", reason="function", function=name)
     readable = {n.lower(): t for n, t in tables.items() if t.readable_by(principal)}
+    _check_session_names(root, readable)
+    for pad in list(root.find_all(exp.Pad)):  # bound the size one call can build
+        capped = exp.func("least", pad.args["expression"].copy(), exp.Literal.number(MAX_PAD_CHARS))
+        pad.set("expression", exp.cast(capped, exp.DataType.build("INTEGER")))
     used: list[str] = []
     for table in list(root.find_all(exp.Table)):
         if not isinstance(table.this, exp.Identifier):

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from retrieval.errors import Forbidden, RetrievalTimeout, SqlRejected
+from retrieval.errors import Forbidden, RetrievalTimeout, RetrievalUnavailable, SqlRejected
 from retrieval.retrievers.sql import SqlLimits, SqlRetriever
 from retrieval.types import Principal
 
@@ -84,6 +84,13 @@ HOSTILE = [
     ("SELECT 1 " + "+ 1 " * 5000, "too_long"),
     ("SELECT 'a\x00b'", "nul"),
     ("\uff33\uff25\uff2c\uff25\uff23\uff34 1", "parse"),  # full-width letters
+    ("SELECT " + "(" * 42 + "1" + ")" * 42, "too_deep"),  # sqlglot's recursion limit, once a 500
+    ("SELECT " + "(" * 3000 + "1" + ")" * 3000, "too_deep"),
+    ("SELECT current_schema, current_role, user", "column"),  # session facts, not data
+    ("SELECT current_user FROM incidents", "function"),
+    ("SELECT printf('%1000000000d', 1)", "function"),  # one call, a gigabyte
+    ("SELECT format('{:>1000000000}', 1)", "function"),
+    ("SELECT repeat('x', 1000000000)", "function"),
 ]
 
 
@@ -169,4 +176,68 @@ def test_row_limit_truncates_and_says_so(tables_index):
         result = SqlRetriever(SqlRunner(catalog), SqlLimits(max_rows=5)).run_statement("SELECT * FROM incidents", ERIN)
         assert len(result.rows) == 5 and result.truncated
     finally:
+        catalog.close()
+
+
+def _runner(tables_index, **kw):
+    from indexes.catalog import Catalog, SqlRunner
+    from indexes.snapshot import current_snapshot_path
+
+    catalog = Catalog(current_snapshot_path(tables_index) / "catalog.duckdb")
+    return catalog, SqlRunner(catalog, **kw)
+
+
+def test_padding_is_capped_so_one_call_cannot_build_a_gigabyte(tables_index):
+    catalog, runner = _runner(tables_index)
+    try:
+        sql = SqlRetriever(runner, SqlLimits(timeout_s=5.0))
+        for statement in ("SELECT length(rpad('x', 1000000000, 'y'))", "SELECT length(lpad('x', 2000000000))",
+                          "SELECT length(rpad(title, CAST(1e9 AS BIGINT), title)) AS n FROM incidents LIMIT 1"):
+            (n,), = sql.run_statement(statement, ERIN).rows
+            assert n == 10_000, statement
+    finally:
+        catalog.close()
+
+
+def test_a_result_over_the_byte_cap_is_a_typed_rejection_naming_the_cap(tables_index):
+    catalog, runner = _runner(tables_index, max_bytes=1_000_000)
+    try:
+        sql = SqlRetriever(runner, SqlLimits(timeout_s=5.0))
+        with pytest.raises(SqlRejected, match="larger than 1,000,000 bytes") as err:
+            sql.run_statement("SELECT lpad('x', 10000, 'y') FROM incidents a, incidents b", ERIN)
+        assert err.value.context["reason"] == "too_large"
+        big_aggregate = "SELECT string_agg(lpad(a.title, 10000, 'y'), ',') FROM incidents a, incidents b"
+        with pytest.raises((SqlRejected, RetrievalTimeout, RetrievalUnavailable)):
+            sql.run_statement(big_aggregate, ERIN)
+        assert sql.run_statement("SELECT count(*) FROM incidents", ERIN).rows == ((120,),)  # still serving
+    finally:
+        catalog.close()
+
+
+def test_statements_beyond_the_server_wide_bound_wait_then_get_a_retryable_busy_error(tables_index):
+    import threading
+
+    catalog, runner = _runner(tables_index, max_concurrent=1)
+    slow = "SELECT count(*) FROM data.incidents a, data.incidents b, data.incidents c, data.incidents d, data.incidents e"
+    outcome: list[BaseException] = []
+
+    def hold() -> None:
+        try:
+            runner.run(slow, 3.0, 10)  # runs until its own time limit interrupts it
+        except BaseException as e:  # noqa: BLE001 - the test reads it
+            outcome.append(e)
+
+    try:
+        first = threading.Thread(target=hold)
+        first.start()
+        while runner.running == 0:  # the first statement holds the only slot
+            first.join(0.01)
+        with pytest.raises(RetrievalUnavailable, match="busy") as err:
+            runner.run("SELECT 1", 0.2, 10)
+        assert err.value.retryable
+        first.join(60)
+        assert [type(e) for e in outcome] == [RetrievalTimeout]
+        assert runner.running == 0 and runner.run("SELECT 1", 1.0, 10)[1] == [(1,)]  # the slot came back
+    finally:
+        first.join(60)
         catalog.close()
