@@ -96,6 +96,8 @@ def install_error_handlers(app: FastAPI) -> None:
 
     @app.exception_handler(Exception)
     async def unexpected(request: Request, exc: Exception) -> JSONResponse:
+        if isinstance(exc, RecursionError):  # a body nested past what the JSON parser can recurse into
+            return error_response("invalid_request", "the body is nested too deeply", status=422)
         trace = uuid.uuid4().hex
         log.error("internal error %s on %s %s", trace, request.method, request.url.path, exc_info=exc)
         return error_response("internal", f"internal error (trace {trace})", status=500)

@@ -19,8 +19,32 @@ Question = Field(min_length=1, max_length=L.max_query_chars)
 Name = Field(min_length=1, max_length=256)
 
 
+def check_text(value: Any, depth: int = 0) -> None:
+    """Raise ValueError for a string that is not Unicode text (a lone surrogate such as
+    "\\ud800", which JSON can carry and UTF-8 cannot), anywhere in a parsed body."""
+    if isinstance(value, str):
+        if not value.isascii():
+            try:
+                value.encode("utf-8")
+            except UnicodeEncodeError:
+                raise ValueError("a string is not valid Unicode text (it holds a lone surrogate)") from None
+    elif isinstance(value, dict):
+        for k, v in value.items():
+            check_text(k, depth + 1)
+            check_text(v, depth + 1)
+    elif isinstance(value, list):
+        for v in value:
+            check_text(v, depth + 1)
+
+
 class Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", strict=True)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _text_only(cls, data: Any) -> Any:
+        check_text(data)
+        return data
 
 
 class FiltersIn(Strict):

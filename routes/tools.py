@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from datetime import date
 from typing import Any, Callable, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, StrictInt, StrictStr, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, StrictInt, StrictStr, ValidationError, field_validator, model_validator
 
 from retrieval.answer import hits_json, result_json
 from retrieval.errors import (Forbidden, InvalidRequest, NotFound, RateLimited, RetrievalError, RetrievalTimeout,
@@ -24,6 +24,7 @@ from retrieval.errors import (Forbidden, InvalidRequest, NotFound, RateLimited, 
 from retrieval.limits import Limits
 from retrieval.search import search
 from retrieval.types import Filters, Principal
+from routes.schemas import check_text
 
 L = Limits()
 MAX_ARGUMENT_BYTES = 64 * 1024
@@ -42,6 +43,12 @@ class ToolError(Exception):
 
 class _Args(BaseModel):
     model_config = ConfigDict(extra="forbid", strict=True)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _text_only(cls, data: Any) -> Any:
+        check_text(data)
+        return data
 
 
 class FilterArgs(_Args):
@@ -247,12 +254,14 @@ def anthropic_tools(engine: Any, principal: Principal) -> list[dict[str, Any]]:
 def parse_arguments(spec: ToolSpec, raw: Any) -> _Args:
     """Arguments as a JSON string or an object -> the validated model (or invalid_arguments)."""
     if isinstance(raw, str):
-        if len(raw.encode("utf-8")) > MAX_ARGUMENT_BYTES:
+        if len(raw.encode("utf-8", "surrogatepass")) > MAX_ARGUMENT_BYTES:
             raise ToolError("invalid_arguments", f"arguments exceed {MAX_ARGUMENT_BYTES} bytes")
         try:
             raw = json.loads(raw) if raw.strip() else {}
         except json.JSONDecodeError as e:
             raise ToolError("invalid_arguments", f"arguments are not valid JSON: {e.msg} at column {e.colno}") from None
+        except RecursionError:
+            raise ToolError("invalid_arguments", "arguments are nested too deeply") from None
     if raw is None:
         raw = {}
     if not isinstance(raw, dict):

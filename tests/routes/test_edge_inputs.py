@@ -78,3 +78,45 @@ def test_document_filters_keep_a_table_question_on_the_text_routes(edge):
     assert plain["route"]["chosen"] == "sql" and plain["rows"] is not None
     narrowed = call(edge, "POST", "/v1/query", json={"question": "average score per team", "filters": {"sources": ["x"]}}).json()
     assert narrowed["rows"] is None and all(a["route"] != "sql" for a in narrowed["attempts"])
+
+
+def _post(edge, path: str, body: object, who: str = "sre") -> httpx.Response:
+    content = body if isinstance(body, (str, bytes)) else json.dumps(body)
+    return httpx.post(edge.url + path, content=content, timeout=30,
+                      headers={"Authorization": f"Bearer {edge.keys[who]}", "Content-Type": "application/json"})
+
+
+NESTED_SQL = "SELECT " + "(" * 42 + "1" + ")" * 42
+
+
+@pytest.mark.parametrize("path, body, code", [
+    ("/v1/sql", {"sql": NESTED_SQL}, "sql_rejected"),
+    ("/v1/tools/call", {"call_id": "c", "name": "sql_query", "arguments": {"sql": NESTED_SQL}}, "sql_rejected"),
+    # a lone surrogate is not text: JSON can carry it, Python strings can hold it, UTF-8 cannot
+    ("/v1/query", '{"question": "ledger", "filters": {"sources": ["\\ud800"]}}', "invalid_request"),
+    ("/v1/query", '{"question": "ledger", "filters": {"doc_ids": ["a\\udfffb"]}}', "invalid_request"),
+    ("/v1/search", '{"query": "ledger", "retriever": "bm25", "filters": {"sources": ["\\ud800"]}}', "invalid_request"),
+    ("/v1/query", '{"question": "ledger \\ud800"}', "invalid_request"),
+    ("/v1/tools/call", {"call_id": "c", "name": "search", "arguments": "[" * 20000 + "]" * 20000}, "invalid_arguments"),
+    ("/v1/tools/call", {"call_id": "c", "name": "search", "arguments": '{"query": "' + "[" * 20000 + '", "retriever": "bm25"}'}, None),
+])
+def test_hostile_inputs_get_a_typed_error_and_keep_the_connection(edge, path, body, code):
+    with httpx.Client(timeout=30, headers={"Authorization": f"Bearer {edge.keys['sre']}",
+                                           "Content-Type": "application/json"}) as client:
+        r = client.post(edge.url + path, content=body if isinstance(body, str) else json.dumps(body))
+        assert r.status_code < 500, r.text
+        out = r.json()
+        got = out["error"]["code"] if "error" in out and isinstance(out["error"], dict) else None
+        if code is not None:
+            assert got == code, out
+        assert client.get(edge.url + "/healthz").status_code == 200  # the same connection still serves
+
+
+def test_a_body_nested_past_the_parser_is_invalid_not_a_crash(edge):
+    deep = '{"question": ' + "[" * 100_000 + "]" * 100_000 + "}"
+    r = httpx.post(edge.url + "/v1/query", content=deep[:60_000] if len(deep) > 65_000 else deep, timeout=30,
+                   headers={"Authorization": f"Bearer {edge.keys['sre']}", "Content-Type": "application/json"})
+    assert r.status_code in (413, 422) and r.json()["error"]["code"] in ("payload_too_large", "invalid_request")
+    nested = '{"question": ' + "[" * 30_000 + "]" * 30_000 + "}"
+    r = _post(edge, "/v1/query", nested)
+    assert r.status_code == 422 and r.json()["error"]["code"] == "invalid_request", r.text
