@@ -211,38 +211,62 @@ class Catalog:
         return Document(id=d_id, text=text, title=title, source=source, date=d,
                         metadata=json.loads(metadata) if metadata else {}, acl=tuple(acl))
 
-    def match_rows(self, phrases: Sequence[str], patterns: Sequence[str], terms: Sequence[str]) -> list[tuple[int, float]]:
+    def match_rows(self, phrases: Sequence[str], patterns: Sequence[str], terms: Sequence[str],
+                   allowed: np.ndarray | None = None) -> list[tuple[int, float]]:
         """Rows containing every phrase (case-insensitive) and matching every RE2 pattern.
 
         A row is searched together with its document's title and metadata values, so an
         identifier that only the title ("HIT-1042: ...") or a metadata field carries finds
         the document's passages. The score counts occurrences of the required items, plus
-        0.1 per other query term present, so more specific passages come first. ACLs are
-        applied by the caller's mask.
+        0.1 per other query term present, so more specific passages come first.
+
+        `allowed` (the caller's access mask) is applied inside the scan: the rows join the
+        mask first and the patterns are evaluated on readable rows only (behind a CASE on the
+        join, which no optimizer can move before it), so a forbidden chunk is never matched,
+        scored, or timed.
         """
         if not phrases and not patterns:
             return []
-        needles = [normalize(p) for p in phrases]
-        where = ["contains(norm, ?)"] * len(needles) + ["regexp_matches(text, ?, 'i')"] * len(patterns)
-        score = (
-            ["(length(norm) - length(replace(norm, ?, ''))) / length(?)"] * len(needles)
-            + ["len(regexp_extract_all(text, ?, 0, 'i'))"] * len(patterns)
-            + ["0.1 * CAST(contains(norm, ?) AS INTEGER)"] * len(terms)
-        )
-        params: list[Any] = [x for n in needles for x in (n, n)] + list(patterns) + [normalize(t) for t in terms]
-        params += needles + list(patterns)
-        # Title and metadata are lower-cased with single spaces, as `norm` is (see normalize()).
-        searchable = f"""WITH s AS (
-            SELECT c."row", concat_ws(' \n ', d.title, {META_TEXT}, c.text) AS text,
-                   concat_ws(' \n ', regexp_replace(lower(coalesce(d.title, '') || ' ' || coalesce({META_TEXT}, '')), '\\s+', ' ', 'g'),
-                             c.norm) AS norm
-            FROM quarry.chunks c JOIN quarry.documents d USING (doc_id))"""
-        sql = f'{searchable} SELECT "row", {" + ".join(score)} AS s FROM s WHERE {" AND ".join(where)}'
+        cur = self.cursor()
+        masked = allowed is not None
+        if masked:
+            rows = np.flatnonzero(allowed).astype(np.int32)
+            if not len(rows):
+                return []
+            cur.register("quarry_allowed_rows", pa.table({"r": rows}))
+        sql, params = match_sql(phrases, patterns, terms, masked)
         try:
-            got = self.cursor().execute(sql, params).fetchall()
+            got = cur.execute(sql, params).fetchall()
         except duckdb.InvalidInputException as e:
             raise InvalidRequest(f"invalid regular expression: {e}") from None
+        finally:
+            if masked:
+                cur.unregister("quarry_allowed_rows")
         return [(int(r), float(s)) for r, s in got]
+
+
+def match_sql(phrases: Sequence[str], patterns: Sequence[str], terms: Sequence[str], masked: bool) -> tuple[str, list[Any]]:
+    """The exact scan's statement and parameters (see Catalog.match_rows); with `masked`, it
+    reads the caller's readable rows from a registered relation `quarry_allowed_rows(r)`."""
+    needles = [normalize(p) for p in phrases]
+    where = ["contains(norm, ?)"] * len(needles) + ["regexp_matches(text, ?, 'i')"] * len(patterns)
+    score = (
+        ["(length(norm) - length(replace(norm, ?, ''))) / length(?)"] * len(needles)
+        + ["len(regexp_extract_all(text, ?, 0, 'i'))"] * len(patterns)
+        + ["0.1 * CAST(contains(norm, ?) AS INTEGER)"] * len(terms)
+    )
+    params: list[Any] = [x for n in needles for x in (n, n)] + list(patterns) + [normalize(t) for t in terms]
+    params += needles + list(patterns)
+    # Title and metadata are lower-cased with single spaces, as `norm` is (see normalize()).
+    join = 'JOIN quarry_allowed_rows a ON a.r = c."row"' if masked else "CROSS JOIN (SELECT 0 AS r) a"
+    searchable = f"""WITH s AS (
+        SELECT c."row", a.r AS readable, concat_ws(' \n ', d.title, {META_TEXT}, c.text) AS text,
+               concat_ws(' \n ', regexp_replace(lower(coalesce(d.title, '') || ' ' || coalesce({META_TEXT}, '')), '\\s+', ' ', 'g'),
+                         c.norm) AS norm
+        FROM quarry.chunks c {join} JOIN quarry.documents d USING (doc_id))"""
+    sql = (f'{searchable} SELECT "row", {" + ".join(score)} AS s FROM s '
+           f'WHERE CASE WHEN readable IS NOT NULL THEN {" AND ".join(where)} ELSE false END')
+    return sql, params
 
 
 # DuckDB errors a statement causes (bad names, types, values, unsupported or forbidden

@@ -20,7 +20,8 @@ MAX_RANKING_TERMS = 16
 
 
 class TextScanner(Protocol):
-    def match_rows(self, phrases: Sequence[str], patterns: Sequence[str], terms: Sequence[str]) -> list[tuple[int, float]]: ...
+    def match_rows(self, phrases: Sequence[str], patterns: Sequence[str], terms: Sequence[str],
+                   allowed: np.ndarray | None = None) -> list[tuple[int, float]]: ...
 
 
 class ExactRetriever:
@@ -36,7 +37,7 @@ class ExactRetriever:
             return []
         spec = exact_query(query)
         terms = [] if spec.regex else _ranking_terms(query)
-        matches = self._scanner.match_rows(spec.phrases, spec.patterns, terms)
+        matches = self._scanner.match_rows(spec.phrases, spec.patterns, terms, allowed)  # the mask applies inside the scan
         if not matches:
             return []
         rows = np.fromiter((r for r, _ in matches), dtype=np.int64, count=len(matches))

@@ -1,4 +1,5 @@
-"""The catalog's SQL runner tells a statement's mistakes from the database's own faults."""
+"""The catalog: its SQL runner tells a statement's mistakes from the database's own faults, and its
+exact scan evaluates patterns on readable rows only."""
 
 from __future__ import annotations
 
@@ -52,3 +53,44 @@ def test_running_out_of_memory_is_a_retryable_unavailable_database():
     finally:
         con.close()
     assert raised.value.retryable and "OutOfMemoryException" in raised.value.message
+
+
+def _operators(node: dict):
+    yield node
+    for child in node.get("children", []):
+        yield from _operators(child)
+
+
+@pytest.mark.parametrize("phrases, patterns", [((), (r"(?:^|[^\w])INC-2041(?:$|[^\w])",)), (("ledger",), ())])
+def test_the_exact_scan_evaluates_patterns_only_on_readable_rows(mini_index, tmp_path, phrases, patterns):
+    """Read from DuckDB's own profile of the statement: the pattern filter's input is the
+    readable rows, and no table scan evaluates a pattern (a forbidden chunk is never matched,
+    so it cannot change the time an exact search takes)."""
+    import json
+
+    import numpy as np
+    import pyarrow as pa
+
+    from indexes.catalog import match_sql
+
+    con = duckdb.connect(str(current_snapshot_path(mini_index) / "catalog.duckdb"), read_only=True)
+    try:
+        n = con.execute("SELECT count(*) FROM quarry.chunks").fetchall()[0][0]
+        readable = np.arange(0, n, 3, dtype=np.int32)  # a third of the rows
+        con.register("quarry_allowed_rows", pa.table({"r": readable}))
+        profile = tmp_path / "profile.json"
+        con.execute("PRAGMA enable_profiling='json'")
+        con.execute(f"PRAGMA profiling_output='{profile}'")
+        sql, params = match_sql(phrases, patterns, ["release"], masked=True)
+        con.execute(sql, params).fetchall()
+        con.execute("PRAGMA disable_profiling")
+    finally:
+        con.close()
+    ops = [op for root in json.loads(profile.read_text())["operator"] for op in _operators(root)]
+    needle = "regexp_matches" if patterns else "contains"
+    assert any(needle in json.dumps(op["extra_info"]) for op in ops)  # the pattern is evaluated somewhere...
+    chunk_scans = [op for op in ops if op["type"] == "TABLE_SCAN" and "quarry.chunks" in json.dumps(op["extra_info"])]
+    assert chunk_scans
+    for scan in chunk_scans:  # ...but never by the scan of the chunks, which emits readable rows only
+        assert needle not in json.dumps(scan["extra_info"])
+        assert scan["intermediate_rows"] <= len(readable) < n
