@@ -73,7 +73,9 @@ def test_the_exact_scan_evaluates_patterns_only_on_readable_rows(mini_index, tmp
 
     from indexes.catalog import match_sql
 
-    con = duckdb.connect(str(current_snapshot_path(mini_index) / "catalog.duckdb"), read_only=True)
+    copy = tmp_path / "catalog.duckdb"  # a copy: the session's engine holds the original open
+    shutil.copy(current_snapshot_path(mini_index) / "catalog.duckdb", copy)
+    con = duckdb.connect(str(copy), read_only=True)
     try:
         n = con.execute("SELECT count(*) FROM quarry.chunks").fetchall()[0][0]
         readable = np.arange(0, n, 3, dtype=np.int32)  # a third of the rows
