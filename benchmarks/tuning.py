@@ -34,7 +34,7 @@ from routes.engine import Policies, open_engine
 from routes.evaluation import (READER, ablate, ablated_index, beir_labels, evaluate, fit_policies, gap_accuracy,
                                load_label_file, split_labels, unambiguous)
 
-KEYS = ("route_accuracy", "gap_precision", "gap_recall", "gap_f1", "leakage", "ndcg@10", "recall@k", "mrr",
+KEYS = ("route_accuracy", "route_accuracy_strict", "gap_precision", "gap_recall", "gap_f1", "leakage", "ndcg@10", "recall@k", "mrr",
         "full_support@k", "sql_exact", "mean_attempts", "latency_p50_ms")
 
 
@@ -58,7 +58,8 @@ def demo(embedder: Embedder, seed: int) -> dict:
         after = pick(evaluate(tuned, test, 8))
     finally:
         tuned.close()
-    print(f"demo test split ({len(test)} questions): route accuracy {before['route_accuracy']} -> {after['route_accuracy']}, "
+    print(f"demo test split ({len(test)} questions): route accuracy {before['route_accuracy']} -> {after['route_accuracy']} "
+          f"(strict {before['route_accuracy_strict']} -> {after['route_accuracy_strict']}), "
           f"gap F1 {before['gap_f1']} -> {after['gap_f1']}, nDCG@10 {before['ndcg@10']} -> {after['ndcg@10']}, "
           f"leakage {before['leakage']} / {after['leakage']}")
     return {"train": len(train), "test": len(test), "before": before, "after": after, "notes": notes}

@@ -19,7 +19,13 @@ from routes.engine import open_engine
 TODAY = date(2025, 11, 1)
 SYLLABLES = ["ka", "lo", "mi", "ren", "tas", "vo", "qui", "bel", "dor", "fen", "gal", "hus", "ix", "jor", "nup", "sel"]
 SECRETS = ["zorvane", "quillet", "brisko", "talvera", "munrick", "pellory"]
-PRINCIPALS = [Principal("erin"), Principal("ivo", ("ops",)), Principal("uma", ("ops", "legal")), Principal("sam")]
+PRINCIPALS = [Principal("erin", (), frozenset({"query", "sql"})), Principal("ivo", ("ops",), frozenset({"query", "sql"})),
+              Principal("uma", ("ops", "legal"), frozenset({"query", "sql"})), Principal("sam", (), frozenset({"query", "sql"}))]
+SQL_QUESTIONS = ["How many orders are there?", "How many open orders does north have?", "What is the total amount of shipped orders?",
+                 "How many orders were placed in Q2 2025?", "Which team has the most orders?", "What is the average amount per team?",
+                 "What is the status of ORD-123?"]
+STATEMENTS = ["SELECT team, count(*), sum(amount), min(placed_on), max(amount) FROM orders GROUP BY team ORDER BY team",
+              "SELECT order_id, status, amount FROM orders WHERE amount > 100 ORDER BY order_id"]
 
 
 def _corpus(rng: random.Random) -> list[dict]:
@@ -50,21 +56,34 @@ def _questions(docs: list[dict], rng: random.Random) -> list[str]:
     return qs
 
 
-def _write(docs: list[dict], folder) -> None:
+def _rows(rng: random.Random) -> list[dict]:
+    """A table with a row ACL: orders of three teams, some rows private."""
+    return [{"order_id": f"ORD-{100 + i}", "team": rng.choice(["north", "south", "east"]),
+             "status": rng.choice(["open", "shipped", "held"]), "amount": rng.randint(5, 500),
+             "placed_on": f"2025-{rng.randint(1, 12):02d}-{rng.randint(1, 28):02d}",
+             "acl": rng.choice(["public", "public", "group:ops", "group:legal", "sam", "group:admin"])} for i in range(80)]
+
+
+def _write(docs: list[dict], folder, rows: list[dict] = ()) -> None:
     folder.mkdir(parents=True, exist_ok=True)
     (folder / "docs.jsonl").write_text("".join(json.dumps(d) + "\n" for d in docs))
+    lines = ["order_id,team,status,amount,placed_on,acl"] + [",".join(str(r[c]) for c in ("order_id", "team", "status", "amount",
+                                                                                          "placed_on", "acl")) for r in rows]
+    (folder / "orders.csv").write_text("\n".join(lines) + "\n")
+    (folder / "orders.acl.json").write_text(json.dumps({"acl": ["public"]}))
 
 
 @pytest.fixture(scope="module")
 def scoped_engines(tmp_path_factory, embedder):
-    docs = _corpus(random.Random(11))
+    docs, rows = _corpus(random.Random(11)), _rows(random.Random(3))
     root = tmp_path_factory.mktemp("scope-numbers")
-    _write(docs, root / "all")
+    _write(docs, root / "all", rows)
     build_snapshot([root / "all"], root / "index-all", embedder)
     full = open_engine(root / "index-all", embedder, today=TODAY)
     alone = {}
     for p in PRINCIPALS:
-        _write([d for d in docs if p.can_read(d["acl"])], root / f"only-{p.id}")
+        _write([d for d in docs if p.can_read(d["acl"])], root / f"only-{p.id}",
+               [r for r in rows if p.can_read([r["acl"]])])
         build_snapshot([root / f"only-{p.id}"], root / f"index-{p.id}", embedder)
         alone[p.id] = open_engine(root / f"index-{p.id}", embedder, today=TODAY)
     yield full, alone, _questions(docs, random.Random(5))
@@ -82,6 +101,7 @@ def numbers(result) -> dict:
         "attempts": [(a.plan.route, a.plan.strategy, a.plan.query_text(), len(a.hits), a.error,
                       a.grade.to_json() if a.grade else None, [(h.chunk_id, r4(h.score)) for h in a.hits]) for a in result.attempts],
         "constraints": result.constraints.to_json(),
+        "rows": (result.rows.columns, result.rows.rows) if result.rows is not None else None,
     }
 
 
@@ -93,6 +113,24 @@ def test_every_number_in_an_answer_equals_the_number_without_forbidden_documents
             assert numbers(full.query(q, p)) == numbers(alone[p.id].query(q, p)), (p.id, q)
             compared += 1
     assert compared == len(PRINCIPALS) * len(questions)
+
+
+def test_every_retriever_and_the_sql_route_give_the_numbers_of_the_readable_scope(scoped_engines):
+    from retrieval.search import search
+    from retrieval.types import Filters
+
+    full, alone, questions = scoped_engines
+    hits = lambda e, r, q, p: [(h.chunk_id, round(h.score, 4)) for h in search(e.retrievers, r, q, p, 8, Filters(), e.limits)]  # noqa: E731
+    rows = lambda out: (out.columns, out.rows, out.doc_ids) if hasattr(out, "rows") else (out.reason, out.unlinked)  # noqa: E731
+    for p in PRINCIPALS:
+        for q in questions[::3]:
+            for r in ("exact", "bm25", "dense", "hybrid"):
+                assert hits(full, r, q, p) == hits(alone[p.id], r, q, p), (p.id, r, q)
+        for q in SQL_QUESTIONS:
+            assert rows(full.sql.answer(q, p, TODAY)) == rows(alone[p.id].sql.answer(q, p, TODAY)), (p.id, q)
+            assert numbers(full.query(q, p)) == numbers(alone[p.id].query(q, p)), (p.id, q)
+        for st in STATEMENTS:
+            assert rows(full.sql.run_statement(st, p)) == rows(alone[p.id].sql.run_statement(st, p)), (p.id, st)
 
 
 @pytest.mark.parametrize("word", SECRETS)
