@@ -222,7 +222,8 @@ def breakdown(records: Sequence[Record], k: int) -> dict[str, dict[str, Any]]:
 def wrong_questions(records: Iterable[Record], k: int) -> list[dict[str, Any]]:
     """Every question that failed some check, with what was expected and what came back.
 
-    Problems: `error` (the run raised), `route` (first route is not the labeled one),
+    Problems: `error` (the run raised), `route` (the first route does not answer the labeled one, see
+    route_agrees),
     `false_gap` / `missed_gap` (status is not what `answerable` says), `missing_documents`
     (a relevant document is not in the top k), `sql_rows` (rows differ), `leak`."""
     out = []
@@ -232,7 +233,7 @@ def wrong_questions(records: Iterable[Record], k: int) -> list[dict[str, Any]]:
         missing = [d for d in lb.relevant if d not in r.ranked[:k]] if lb.answerable else []
         problems = [name for name, bad in (
             ("error", r.error is not None),
-            ("route", lb.route is not None and r.route != lb.route),
+            ("route", lb.route is not None and not route_agrees(lb.route, r.route)),
             ("false_gap", r.error is None and lb.answerable and r.status == "evidence_gap"),
             ("missed_gap", r.error is None and not lb.answerable and r.status != "evidence_gap"),
             ("missing_documents", bool(missing)),

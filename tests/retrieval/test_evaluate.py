@@ -122,3 +122,12 @@ def test_label_today_is_parsed_and_a_bad_date_names_the_line():
     for bad in ('"2024-13-01"', '"15/04/2024"', '"2024-W15-1"', "20240415"):
         with pytest.raises(InvalidRequest, match=r"labels:2: today must be an ISO date \(YYYY-MM-DD\)"):
             parse_labels(line % ("a", '"2024-04-15"') + "\n" + line % ("b", bad))
+
+
+def test_a_hybrid_answer_to_a_question_labeled_dense_is_not_listed_as_a_wrong_route():
+    from retrieval.evaluate import wrong_questions
+
+    records = [rec("dense", "hybrid", "answer_context", relevant=["a"], ranked=["a"]),
+               rec("exact", "hybrid", "answer_context", relevant=["a"], ranked=["a"])]
+    wrong = wrong_questions(records, k=8)
+    assert [w["problems"] for w in wrong] == [["route"]] and wrong[0]["expected"]["route"] == "exact"
