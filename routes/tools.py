@@ -170,8 +170,8 @@ def _sql(engine: Any, principal: Principal, a: SqlQueryArgs) -> dict[str, Any]:
 
 
 def _document(engine: Any, principal: Principal, a: GetDocumentArgs) -> dict[str, Any]:
-    doc = engine.snapshot.catalog.document(a.doc_id)
-    if doc is None or not principal.can_read(doc.acl):
+    doc = engine.snapshot.catalog.readable_document(a.doc_id, principal.can_read)
+    if doc is None:
         raise NotFound(f"no document {a.doc_id!r}")
     return {"doc_id": doc.id, "title": doc.title, "text": doc.text, "source": doc.source,
             "date": doc.date.isoformat() if doc.date else None, "metadata": dict(doc.metadata), "trust": "untrusted_evidence"}

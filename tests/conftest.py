@@ -51,6 +51,38 @@ class TablesProbe:
         return self.inner.run(*args)
 
 
+class StatementLog:
+    """Records every statement a catalog runs through its cursors, with its parameters (the
+    catalog and DuckDB do the work; this only watches which reads happen)."""
+
+    def __init__(self, catalog) -> None:
+        self.catalog = catalog
+        self.statements: list[tuple[str, tuple]] = []
+
+    def __enter__(self) -> "StatementLog":
+        real, log = type(self.catalog).cursor.__get__(self.catalog), self.statements
+
+        class Recording:
+            def __init__(self, cur) -> None:
+                self.cur = cur
+
+            def execute(self, sql, params=()):
+                log.append((sql, tuple(params or ())))
+                return self.cur.execute(sql, params)
+
+            def __getattr__(self, name):
+                return getattr(self.cur, name)
+
+        self.catalog.cursor = lambda: Recording(real())
+        return self
+
+    def __exit__(self, *exc) -> None:
+        del self.catalog.cursor
+
+    def with_param(self, value) -> list[str]:
+        return [sql for sql, params in self.statements if value in params]
+
+
 @pytest.fixture(scope="session")
 def embedder():
     from indexes.embedder import Embedder

@@ -15,7 +15,7 @@ from retrieval.errors import RetrievalUnavailable
 from routes.app import create_app
 from routes.keys import KeyStore
 from routes.settings import Settings
-from tests.conftest import FINANCE_FACTS, LiveServer, TablesProbe, counter, grew
+from tests.conftest import FINANCE_FACTS, LiveServer, StatementLog, TablesProbe, counter, grew
 
 BUDGET = "What is the Q3 2025 budget for the payments platform?"
 
@@ -119,6 +119,24 @@ def test_unreadable_documents_are_404_exactly_like_missing_ones(live):
     missing = httpx.get(live.url + "/v1/documents/note-finance-q3-2025-budgex", headers=auth(live.keys["alice"]))
     assert hidden.status_code == missing.status_code == 404
     assert hidden.json()["error"]["message"].replace("budget", "X") == missing.json()["error"]["message"].replace("budgex", "X")
+
+
+def test_the_text_of_a_forbidden_document_is_never_read(live, demo_engine):
+    """Only its ACL is: a forbidden document costs the same cheap lookup as a missing one, so
+    its size cannot show in the timing of /v1/documents or the get_document tool."""
+    doc = "note-finance-q3-2025-budget"
+    reads_text = re.compile(r"\btext\b", re.IGNORECASE)
+    get_document = {"call_id": "d1", "name": "get_document", "arguments": {"doc_id": doc}}
+    with StatementLog(demo_engine.snapshot.catalog) as alice:
+        hidden = httpx.get(live.url + f"/v1/documents/{doc}", headers=auth(live.keys["alice"]))
+        tool = post(live, "/v1/tools/call", get_document, key="alice").json()
+    with StatementLog(demo_engine.snapshot.catalog) as bob:
+        shown = httpx.get(live.url + f"/v1/documents/{doc}", headers=auth(live.keys["bob"]))
+    assert_error(hidden, 404, "not_found")
+    assert tool["error"]["code"] == "not_found"
+    assert shown.status_code == 200
+    assert len(alice.with_param(doc)) == 2 and not any(reads_text.search(sql) for sql in alice.with_param(doc))
+    assert any(reads_text.search(sql) for sql in bob.with_param(doc))  # the check sees a text read when there is one
 
 
 @pytest.mark.parametrize("body, status", [
