@@ -43,7 +43,6 @@ from retrieval.types import Chunk, Document
 
 FORMAT_VERSION = 2  # 2: internal tables in schema quarry, user tables, per-chunk embed keys, BM25 lengths
 CURRENT = "CURRENT"
-KEEP_SNAPSHOTS = 2  # the current one and the one before, for a quick rollback
 log = logging.getLogger("quarry.ingest")
 
 Progress = Callable[[str, int, int], None]  # (stage, done, total)
@@ -145,6 +144,7 @@ def build_snapshot(
         manifest["timings_s"]["load_and_chunk"] = round(t_load, 3)
         (work / "manifest.json").write_text(json.dumps(manifest, indent=2))
         _fsync_dir(work)
+        serving = _current_name(index_dir)  # read before the switch: the snapshot that was serving
         final = snapshots / name
         work.rename(final)
         _fsync_dir(snapshots)
@@ -154,7 +154,7 @@ def build_snapshot(
             os.fsync(f.fileno())
         os.replace(pointer, index_dir / CURRENT)  # the atomic switch
         _fsync_dir(index_dir)
-        _prune(snapshots, keep=name)
+        _prune(snapshots, keep=name, previous=serving)
     return manifest
 
 
@@ -257,11 +257,24 @@ def _build_into(work: Path, name: str, digest: str, loaded, docs, chunks, texts,
     return manifest
 
 
-def _prune(snapshots: Path, keep: str) -> None:
+def _current_name(index_dir: Path) -> str | None:
+    try:
+        return current_snapshot_path(index_dir).name
+    except SnapshotError:
+        return None
+
+
+def _prune(snapshots: Path, keep: str, previous: str | None) -> None:
+    """Keep the new snapshot and the one CURRENT named before the switch (for a quick
+    rollback), whatever their names sort as: a build that died between renaming its folder
+    and switching CURRENT leaves a newer folder that never served, and that one goes. Without
+    a readable previous CURRENT, the newest other snapshot is kept instead."""
     done = sorted((p for p in snapshots.iterdir() if p.is_dir() and not p.name.startswith(".")), key=lambda p: p.name)
-    older = [p for p in done if p.name != keep]
-    for p in older[: max(0, len(older) - (KEEP_SNAPSHOTS - 1))]:
-        shutil.rmtree(p, ignore_errors=True)
+    names = {p.name for p in done}
+    kept = {keep, previous} if previous in names else {keep, *[p.name for p in done if p.name != keep][-1:]}
+    for p in done:
+        if p.name not in kept:
+            shutil.rmtree(p, ignore_errors=True)
 
 
 @dataclass
