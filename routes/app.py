@@ -13,7 +13,8 @@ from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from typing import Any, AsyncIterator
 
-from fastapi import FastAPI, Request, Response
+from fastapi import Depends, FastAPI, Request, Response, Security
+from fastapi.security import HTTPAuthorizationCredentials
 from fastapi.responses import PlainTextResponse
 from starlette.concurrency import run_in_threadpool
 from starlette.types import ASGIApp, Receive, Scope, Send
@@ -21,16 +22,16 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from retrieval.types import Filters, Principal
 from starlette.routing import Route
 
-from routes.api import build_router, build_tools_router
+from routes.api import BEARER, build_router, build_tools_router, current_caller
 from routes.mcp_server import McpHttp
 from routes.audit import AuditLog, AuditRecord
 from routes.docs import install_docs
-from routes.auth import Gate
+from routes.auth import Caller, Gate, caller_from_header, require_scope
 from routes.engine import Engine, open_engine
 from routes.errors import error_body, error_code, install_error_handlers
 from routes.keys import KeyStore
 from routes.metrics import Metrics
-from routes.schemas import ErrorOut
+from routes.schemas import ErrorOut, error_responses
 from routes.settings import Settings
 
 log = logging.getLogger("quarry.http")
@@ -212,27 +213,40 @@ async def _mounted_lifespans(app: FastAPI) -> AsyncIterator[None]:
 
 
 def _add_ops_routes(app: FastAPI, state: AppState) -> None:
+    """/healthz is open. /readyz answers ready or not to anyone (load balancers carry no key),
+    its snapshot name and counts only to a key with the `admin` scope. /metrics (every key's
+    activity) needs the `admin` scope."""
+
     @app.get("/healthz", tags=["ops"], summary="The process is up")
     async def healthz() -> dict:
         return {"status": "ok"}
 
-    @app.get("/readyz", tags=["ops"], summary="The index is loaded and answering",
+    @app.get("/readyz", tags=["ops"], summary="The index is loaded and answering (snapshot and counts for admin keys)",
              responses={200: {"content": {"application/json": {"schema": {"type": "object"}}}, "description": "Ready"},
-                        503: {"model": ErrorOut, "description": "Not ready"}})
-    async def readyz() -> Response:
+                        401: {"model": ErrorOut, "description": "A key was sent and is not valid"},
+                        503: {"model": ErrorOut, "description": "Not ready"}},
+             openapi_extra={"security": [{}]})  # the key is optional
+    async def readyz(request: Request, _: HTTPAuthorizationCredentials | None = Security(BEARER)) -> Response:
         import json
 
+        header = request.headers.get("authorization")
+        caller = caller_from_header(state.keys, header) if header is not None else None
         engine = state.engine
         try:
             await run_in_threadpool(engine.retrievers["bm25"].search, "readiness", READINESS_PROBE, 1, Filters())
-            body = {"status": "ready", "snapshot": engine.snapshot.manifest["snapshot"], "counts": engine.snapshot.manifest["counts"]}
-            return Response(json.dumps(body), media_type="application/json")
         except Exception as exc:  # noqa: BLE001 - readiness reports, it does not raise
             log.warning("readiness probe failed: %s", type(exc).__name__)
             return Response(json.dumps(error_body("retrieval_unavailable", "index not answering", True)),
                             status_code=503, media_type="application/json")
+        body: dict[str, Any] = {"status": "ready"}
+        if caller is not None and "admin" in caller.principal.scopes:
+            body |= {"snapshot": engine.snapshot.manifest["snapshot"], "counts": engine.snapshot.manifest["counts"]}
+        return Response(json.dumps(body), media_type="application/json")
 
-    @app.get("/metrics", tags=["ops"], summary="Prometheus metrics", response_class=PlainTextResponse,
-             responses={200: {"content": {"text/plain": {"schema": {"type": "string"}}}, "description": "Prometheus text format"}})
-    async def metrics() -> Response:
-        return PlainTextResponse(state.metrics.render())
+    @app.get("/metrics", tags=["ops"], summary="Prometheus metrics (admin scope)",
+             responses={200: {"content": {"text/plain": {"schema": {"type": "string"}}}, "description": "Prometheus text format"},
+                        **error_responses(401, 403, 429)})
+    async def metrics(caller: Caller = Depends(current_caller)) -> Response:
+        require_scope(caller, "admin")
+        with state.gate.enter(caller.key_id):
+            return PlainTextResponse(state.metrics.render())

@@ -15,7 +15,7 @@ from retrieval.errors import RetrievalUnavailable
 from routes.app import create_app
 from routes.keys import KeyStore
 from routes.settings import Settings
-from tests.conftest import FINANCE_FACTS, LiveServer, StatementLog, TablesProbe, counter, grew
+from tests.conftest import FINANCE_FACTS, LiveServer, StatementLog, TablesProbe, counter, grew, metrics_text
 
 BUDGET = "What is the Q3 2025 budget for the payments platform?"
 
@@ -39,12 +39,17 @@ def assert_error(r: httpx.Response, status: int, code: str) -> dict:
     return body["error"]
 
 
-def test_health_ready_and_metrics(live):
+def test_readiness_and_metrics_reveal_counts_and_activity_only_to_an_admin_key(live):
     assert httpx.get(live.url + "/healthz").json() == {"status": "ok"}
-    ready = httpx.get(live.url + "/readyz").json()
+    assert httpx.get(live.url + "/readyz").json() == {"status": "ready"}  # a load balancer's probe, no key
+    assert httpx.get(live.url + "/readyz", headers=auth(live.keys["alice"])).json() == {"status": "ready"}
+    assert_error(httpx.get(live.url + "/readyz", headers=auth("qk_0000000000_nope")), 401, "unauthenticated")
+    assert_error(httpx.get(live.url + "/metrics"), 401, "unauthenticated")
+    assert_error(httpx.get(live.url + "/metrics", headers=auth(live.keys["alice"])), 403, "forbidden")
+    ready = httpx.get(live.url + "/readyz", headers=auth(live.keys["ops"])).json()
     assert ready["status"] == "ready" and ready["counts"]["documents"] == 186
     post(live, "/v1/query", {"question": "carrier webhook retries"})
-    text = httpx.get(live.url + "/metrics").text
+    text = metrics_text(live)
     assert 'quarry_requests_total{endpoint="/v1/query",status="200"}' in text and "quarry_attempts_bucket" in text
 
 
@@ -222,6 +227,7 @@ def test_audit_rows_record_requests_without_question_text(live):
 def test_an_unreadable_keys_file_is_a_server_fault_on_every_interface(demo_engine, tmp_path):
     store = KeyStore(tmp_path / "keys.json")
     key = store.add("erin", [], ["query"])[0]
+    ops = store.add("prometheus", [], ["admin"])[0]
     mcp_headers = {**auth(key), "Accept": "application/json, text/event-stream"}
     tools_list = {"jsonrpc": "2.0", "id": 1, "method": "tools/list"}
     with LiveServer(create_app(replace(Settings(), index_dir=tmp_path), engine=demo_engine, keys=store)) as server:
@@ -229,8 +235,11 @@ def test_an_unreadable_keys_file_is_a_server_fault_on_every_interface(demo_engin
                                     headers=auth(key), timeout=30)
         assert search().status_code == 200
         bad_key = httpx.post(server.url + "/mcp", json=tools_list, headers={**mcp_headers, "Authorization": "Bearer qk_0_x"})
+        good = (tmp_path / "keys.json").read_text()
         (tmp_path / "keys.json").write_text('{"keys": [{"key_id": ')  # a broken file on the server's disk
         http, mcp = search(), httpx.post(server.url + "/mcp", json=tools_list, headers=mcp_headers, timeout=30)
+        (tmp_path / "keys.json").write_text(good + "\n")  # repaired, so the admin key reads the metrics
+        server.keys = {"ops": ops}
         codes = counter(server, "quarry_errors", "code")
     assert_error(bad_key, 401, "unauthenticated")
     assert bad_key.headers["www-authenticate"] == "Bearer"
@@ -246,7 +255,9 @@ def test_the_openapi_document_declares_the_bearer_scheme_on_every_keyed_operatio
     assert (scheme["type"], scheme["scheme"]) == ("http", "bearer")
     for path, operations in doc["paths"].items():
         for op in operations.values():
-            assert op.get("security") == ([{"bearer": []}] if path.startswith("/v1/") else None), path
+            keyed = path.startswith("/v1/") or path == "/metrics"
+            expected = [{"bearer": []}] if keyed else [{"bearer": []}, {}] if path == "/readyz" else None
+            assert op.get("security") == expected, path
 
 
 def test_the_docs_page_loads_nothing_from_another_host(live):

@@ -14,7 +14,7 @@ from mcp import Client, StdioServerParameters
 from prometheus_client.parser import text_string_to_metric_families
 from mcp.client.streamable_http import streamable_http_client
 
-from tests.conftest import FINANCE_FACTS, ROOT, counter, grew
+from tests.conftest import FINANCE_FACTS, ROOT, counter, grew, metrics_text
 
 BUDGET = "What is the Q3 2025 budget for the payments platform?"
 FINANCE_DOC = "note-finance-q3-2025-budget"
@@ -89,7 +89,7 @@ def test_http_without_a_valid_key_is_a_protocol_error(live):
 
 
 def attempts_seen(live) -> float:
-    families = text_string_to_metric_families(httpx.get(live.url + "/metrics").text)
+    families = text_string_to_metric_families(metrics_text(live))
     return next(s.value for f in families if f.name == "quarry_attempts" for s in f.samples if s.name == "quarry_attempts_count")
 
 
