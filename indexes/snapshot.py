@@ -14,6 +14,7 @@ dimension, counts, file sizes and hashes) and refuses a mismatch with a clear me
 
 from __future__ import annotations
 
+import errno
 import fcntl
 import hashlib
 import logging
@@ -38,7 +39,7 @@ from indexes.tables import TableSource, file_digest, plan_tables
 from indexes.dense import DenseIndex
 from indexes.embedder import Embedder
 from retrieval.access import ChunkTable
-from retrieval.errors import IngestError, NoSnapshot, SnapshotError
+from retrieval.errors import IngestError, NoSnapshot, RetrievalError, SnapshotError, StorageError
 from retrieval.types import Chunk, Document
 
 FORMAT_VERSION = 2  # 2: internal tables in schema quarry, user tables, per-chunk embed keys, BM25 lengths
@@ -94,6 +95,26 @@ def _fsync_dir(path: Path) -> None:
         os.close(fd)
 
 
+# The OS's words for a write the storage refuses; DuckDB and FAISS carry them in their messages.
+STORAGE_FAILURES = tuple(os.strerror(e) for e in (errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EROFS, errno.EIO))
+
+
+@contextmanager
+def _storage_errors() -> Iterator[None]:
+    """A write the storage refuses becomes one typed, path-free StorageError (the build's
+    folder is already removed and CURRENT untouched), not a traceback."""
+    try:
+        yield
+    except RetrievalError:
+        raise
+    except Exception as e:
+        reason = e.strerror if isinstance(e, OSError) and e.strerror else next((r for r in STORAGE_FAILURES if r in str(e)), None)
+        if reason is None:
+            raise
+        raise StorageError(f"ingest could not write the new snapshot: {reason}; CURRENT was not switched, "
+                           "so the previous snapshot (if any) keeps serving") from None
+
+
 @contextmanager
 def _build_lock(index_dir: Path) -> Iterator[None]:
     """One build at a time per index directory (a second one fails fast, it does not queue)."""
@@ -126,7 +147,7 @@ def build_snapshot(
     texts = [index_text(by_id[c.doc_id], c) for c in chunks]
     t_load = time.perf_counter() - t0
 
-    with _build_lock(index_dir):
+    with _storage_errors(), _build_lock(index_dir):
         snapshots = index_dir / "snapshots"
         snapshots.mkdir(exist_ok=True)
         for stale in snapshots.glob(".building-*"):
@@ -296,10 +317,16 @@ def current_snapshot_path(index_dir: Path) -> Path:
     pointer = index_dir / CURRENT
     if not pointer.is_file():
         raise NoSnapshot(f"{index_dir} holds no index snapshot; run `quarry ingest SOURCES --index {index_dir}`")
-    name = pointer.read_text().strip()
+    try:
+        name = pointer.read_bytes().decode("utf-8").strip()
+    except UnicodeDecodeError:
+        raise SnapshotError("the index's CURRENT file is not a snapshot name (it is not text); "
+                            "run `quarry ingest` again to write a new snapshot") from None
+    except OSError as e:
+        raise SnapshotError(f"the index's CURRENT file cannot be read: {e.strerror or type(e).__name__}") from None
     path = index_dir / "snapshots" / name
-    if not name or name.startswith(".") or "/" in name or not path.is_dir():
-        raise SnapshotError(f"{index_dir}/CURRENT names a missing snapshot {name!r}")
+    if not name or name.startswith(".") or "/" in name or "\0" in name or len(name) > 255 or not path.is_dir():
+        raise SnapshotError(f"the index's CURRENT file names a missing snapshot {name[:80]!r}")
     return path
 
 

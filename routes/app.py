@@ -37,6 +37,7 @@ from routes.settings import Settings
 log = logging.getLogger("quarry.http")
 MAX_ERROR_BODY = 64 * 1024  # error bodies are read back for their code; none is near this
 READINESS_PROBE = Principal("quarry-readiness")
+CLIENT_CLOSED = 499  # nginx's status for a client that closed the connection before the answer
 
 
 @dataclass
@@ -65,15 +66,22 @@ class Observe:
             await self.app(scope, receive, send)
             return
         started = time.perf_counter()
-        status = 500
+        status = 500  # what an exception that escapes every handler is answered with
+        responded = disconnected = False
         error = bytearray()  # the body of an error response, read back for its code
         scope.setdefault("state", {})
         trace = uuid.uuid4().hex
 
+        async def receive_wrapper() -> dict:
+            nonlocal disconnected
+            message = await receive()
+            disconnected = disconnected or message["type"] == "http.disconnect"
+            return message
+
         async def send_wrapper(message: dict) -> None:
-            nonlocal status
+            nonlocal status, responded
             if message["type"] == "http.response.start":
-                status = message["status"]
+                status, responded = message["status"], True
                 if scope["path"].startswith("/v1/"):
                     info = scope["state"].get("audit") or {}
                     message = {**message, "headers": [*message.get("headers", []),
@@ -83,8 +91,10 @@ class Observe:
             await send(message)
 
         try:
-            await self.app(scope, receive, send_wrapper)
+            await self.app(scope, receive_wrapper, send_wrapper)
         finally:
+            if disconnected and not responded:  # the client left before an answer: not a server fault
+                status = CLIENT_CLOSED
             self._record(scope, status, bytes(error), time.perf_counter() - started, trace)
 
     def _record(self, scope: Scope, status: int, error: bytes, seconds: float, trace: str) -> None:
@@ -94,7 +104,7 @@ class Observe:
         endpoint = getattr(scope.get("route") or scope.get("endpoint"), "path", "unmatched")
         state.metrics.requests.labels(endpoint, str(status)).inc()
         state.metrics.latency.labels(endpoint, str(status)).observe(seconds)
-        if status >= 400:
+        if status >= 400 and status != CLIENT_CLOSED:
             state.metrics.errors.labels(error_code(error, status)).inc()
         if endpoint.startswith(("/v1/", "/mcp")) and state.audit is not None:
             info = scope["state"].get("audit") or {}
@@ -102,7 +112,7 @@ class Observe:
             state.audit.record(AuditRecord(
                 trace_id=info.get("trace_id") or trace, endpoint=endpoint, http_status=status,
                 key_id=caller.key_id if caller else None, principal=caller.principal.id if caller else None,
-                outcome=info.get("outcome"), route=info.get("route"), attempts=info.get("attempts"),
+                outcome="client_disconnected" if status == CLIENT_CLOSED else info.get("outcome"), route=info.get("route"), attempts=info.get("attempts"),
                 stop_reason=info.get("stop_reason"), latency_ms=round(seconds * 1000, 3), question=info.get("question"),
             ))
 

@@ -260,6 +260,23 @@ def test_the_openapi_document_declares_the_bearer_scheme_on_every_keyed_operatio
             assert op.get("security") == expected, path
 
 
+def test_a_client_that_leaves_mid_body_is_counted_as_closed_not_as_a_server_error(live):
+    import socket
+    import time
+
+    requests, errors = counter(live, "quarry_requests", "status"), counter(live, "quarry_errors", "code")
+    with socket.create_connection(("127.0.0.1", live.port)) as s:
+        s.sendall(b"POST /v1/query HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+                  b"Authorization: Bearer " + live.keys["alice"].encode() + b"\r\nContent-Length: 1000\r\n\r\n"
+                  b'{"question": ')
+    deadline = time.monotonic() + 30
+    while "499" not in grew(requests, counter(live, "quarry_requests", "status")):  # the server sees the close
+        assert time.monotonic() < deadline, grew(requests, counter(live, "quarry_requests", "status"))
+        time.sleep(0.05)
+    assert "500" not in grew(requests, counter(live, "quarry_requests", "status"))
+    assert grew(errors, counter(live, "quarry_errors", "code")) == {}
+
+
 def test_the_docs_page_loads_nothing_from_another_host(live):
     page = httpx.get(live.url + "/docs")
     assert page.status_code == 200 and "SwaggerUIBundle" in page.text
