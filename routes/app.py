@@ -198,7 +198,7 @@ def create_app(settings: Settings, engine: Engine | None = None, keys: KeyStore 
     app.include_router(build_tools_router())
     _add_ops_routes(app, state)
     install_docs(app)
-    mcp = McpHttp(state, settings.mcp_allowed_origins, settings.host)
+    mcp = McpHttp(state, settings.mcp_allowed_origins, settings.host, settings.mcp_stream_idle_seconds)
     for path in ("/mcp", "/mcp/"):
         app.router.routes.append(Route(path, endpoint=mcp, methods=["GET", "POST", "DELETE"], include_in_schema=False))
     app.state.lifespan_hooks = [mcp.lifespan]

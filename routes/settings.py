@@ -33,6 +33,8 @@ HELP = {
     "onnx_threads": "onnxruntime intra-op threads for query embedding (default: the PyTorch thread count).",
     "cache_dir": "Where derived model files, such as the ONNX export, are cached (default: ~/.cache/quarry).",
     "mcp_allowed_origins": "Origins allowed to call /mcp from a browser (comma-separated; empty: none).",
+    "mcp_stream_idle_seconds": "A GET /mcp event stream that carries no message for this long is closed "
+                               "(it never holds one of the key's request slots).",
 }
 
 
@@ -56,6 +58,7 @@ class Settings:
     onnx_threads: int | None = None
     cache_dir: Path | None = None
     mcp_allowed_origins: tuple[str, ...] = ()
+    mcp_stream_idle_seconds: float = 30.0
     limits: Limits = field(default_factory=Limits)
 
     def embedder(self) -> Any:
