@@ -26,6 +26,8 @@ HELP = {
     "max_concurrent_per_key": "Requests one key may have in flight; more get 429.",
     "audit_questions": "Store question text in the audit log (off: only its length).",
     "audit_path": "Audit database (default: <index_dir>/audit.duckdb).",
+    "audit_fail_closed": "Answer a /v1 or /mcp request only once its audit row is written (else a retryable 503); "
+                         "off: answer anyway and count the dropped row.",
     "today": "Date that 'last quarter' and other relative dates refer to (default: the real date).",
     "workers": "Threads that run retriever calls.",
     "threads": "Torch and OpenMP threads for query embedding.",
@@ -51,6 +53,7 @@ class Settings:
     max_concurrent_per_key: int = 16
     audit_questions: bool = False
     audit_path: Path | None = None
+    audit_fail_closed: bool = False
     today: date | None = None
     workers: int = 4
     threads: int | None = None

@@ -224,6 +224,42 @@ def test_audit_rows_record_requests_without_question_text(live):
     assert any(r[11] == len("How do parents take leave?") for r in rows)
 
 
+@pytest.mark.parametrize("fail_closed", [False, True])
+def test_an_audit_log_that_cannot_write_counts_its_dropped_rows_and_fails_open_or_closed_as_set(
+        demo_engine, http_keys, tmp_path, fail_closed):
+    from routes.audit import AuditLog
+
+    store, keys = http_keys
+    path = tmp_path / "audit.duckdb"
+    AuditLog(path).close()  # the audit database of an earlier run
+    settings = replace(Settings(), index_dir=tmp_path, audit_path=path, audit_fail_closed=fail_closed)
+    app = create_app(settings, engine=demo_engine, keys=store)
+    search = lambda: httpx.post(server.url + "/v1/search", json={"query": "ledger", "retriever": "bm25"},  # noqa: E731
+                                headers=auth(keys["erin"]), timeout=30)
+    with LiveServer(app) as server:
+        server.keys = keys
+        audit = app.state.quarry.audit
+        wal = path.with_name(path.name + ".wal")
+        wal.mkdir()  # DuckDB cannot open its write-ahead log: every audit write fails for real
+        refused = [search() for _ in range(5)]
+        audit.flush()
+        dropped = counter(server, "quarry_audit_dropped", "reason")
+        wal.rmdir()  # the disk is back
+        healed = search()
+        audit.flush()
+        rows = [r for r in audit.rows() if r[4] == "/v1/search"]
+        errors = counter(server, "quarry_errors", "code")
+    if fail_closed:
+        for r in refused:
+            error = assert_error(r, 503, "retrieval_unavailable")
+            assert error["retryable"] is True and "audit" in error["message"] and str(tmp_path) not in error["message"]
+        assert errors == {"retrieval_unavailable": 5}
+    else:
+        assert [r.status_code for r in refused] == [200] * 5 and errors == {}
+    assert dropped == {"write_failed": 5}
+    assert healed.status_code == 200 and [(r[3], r[5]) for r in rows] == [("erin", 200)]  # only the row written
+
+
 def test_an_unreadable_keys_file_is_a_server_fault_on_every_interface(demo_engine, tmp_path):
     store = KeyStore(tmp_path / "keys.json")
     key = store.add("erin", [], ["query"])[0]
