@@ -15,7 +15,7 @@ import logging
 import threading
 import time
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 import duckdb
 import numpy as np
@@ -200,6 +200,18 @@ class Catalog:
                 if isinstance(v, str) and 0 < len(v.split()) <= 5:
                     values.append((row, v))
         return titles, title_ids, values
+
+    def document_acl(self, doc_id: str) -> tuple[str, ...] | None:
+        """The ACL of one document (None when there is none): read before its text, so a
+        forbidden document's text is never read and its size cannot show in the timing."""
+        got = self.cursor().execute("SELECT acl FROM quarry.documents WHERE doc_id = ?", [doc_id]).fetchall()
+        return tuple(got[0][0]) if got else None
+
+    def readable_document(self, doc_id: str, can_read: Callable[[tuple[str, ...]], bool]) -> Document | None:
+        """The document when `can_read` accepts its ACL, else None, exactly as for a missing id;
+        the text is read only after the ACL passed."""
+        acl = self.document_acl(doc_id)
+        return self.document(doc_id) if acl is not None and can_read(acl) else None
 
     def document(self, doc_id: str) -> Document | None:
         got = self.cursor().execute(

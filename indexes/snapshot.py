@@ -14,6 +14,7 @@ dimension, counts, file sizes and hashes) and refuses a mismatch with a clear me
 
 from __future__ import annotations
 
+import errno
 import fcntl
 import hashlib
 import logging
@@ -38,12 +39,11 @@ from indexes.tables import TableSource, file_digest, plan_tables
 from indexes.dense import DenseIndex
 from indexes.embedder import Embedder
 from retrieval.access import ChunkTable
-from retrieval.errors import IngestError, NoSnapshot, SnapshotError
+from retrieval.errors import IngestError, NoSnapshot, RetrievalError, SnapshotError, StorageError
 from retrieval.types import Chunk, Document
 
 FORMAT_VERSION = 2  # 2: internal tables in schema quarry, user tables, per-chunk embed keys, BM25 lengths
 CURRENT = "CURRENT"
-KEEP_SNAPSHOTS = 2  # the current one and the one before, for a quick rollback
 log = logging.getLogger("quarry.ingest")
 
 Progress = Callable[[str, int, int], None]  # (stage, done, total)
@@ -95,6 +95,26 @@ def _fsync_dir(path: Path) -> None:
         os.close(fd)
 
 
+# The OS's words for a write the storage refuses; DuckDB and FAISS carry them in their messages.
+STORAGE_FAILURES = tuple(os.strerror(e) for e in (errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EROFS, errno.EIO))
+
+
+@contextmanager
+def _storage_errors() -> Iterator[None]:
+    """A write the storage refuses becomes one typed, path-free StorageError (the build's
+    folder is already removed and CURRENT untouched), not a traceback."""
+    try:
+        yield
+    except RetrievalError:
+        raise
+    except Exception as e:
+        reason = e.strerror if isinstance(e, OSError) and e.strerror else next((r for r in STORAGE_FAILURES if r in str(e)), None)
+        if reason is None:
+            raise
+        raise StorageError(f"ingest could not write the new snapshot: {reason}; CURRENT was not switched, "
+                           "so the previous snapshot (if any) keeps serving") from None
+
+
 @contextmanager
 def _build_lock(index_dir: Path) -> Iterator[None]:
     """One build at a time per index directory (a second one fails fast, it does not queue)."""
@@ -127,7 +147,7 @@ def build_snapshot(
     texts = [index_text(by_id[c.doc_id], c) for c in chunks]
     t_load = time.perf_counter() - t0
 
-    with _build_lock(index_dir):
+    with _storage_errors(), _build_lock(index_dir):
         snapshots = index_dir / "snapshots"
         snapshots.mkdir(exist_ok=True)
         for stale in snapshots.glob(".building-*"):
@@ -145,6 +165,7 @@ def build_snapshot(
         manifest["timings_s"]["load_and_chunk"] = round(t_load, 3)
         (work / "manifest.json").write_text(json.dumps(manifest, indent=2))
         _fsync_dir(work)
+        serving = _current_name(index_dir)  # read before the switch: the snapshot that was serving
         final = snapshots / name
         work.rename(final)
         _fsync_dir(snapshots)
@@ -154,7 +175,7 @@ def build_snapshot(
             os.fsync(f.fileno())
         os.replace(pointer, index_dir / CURRENT)  # the atomic switch
         _fsync_dir(index_dir)
-        _prune(snapshots, keep=name)
+        _prune(snapshots, keep=name, previous=serving)
     return manifest
 
 
@@ -257,11 +278,24 @@ def _build_into(work: Path, name: str, digest: str, loaded, docs, chunks, texts,
     return manifest
 
 
-def _prune(snapshots: Path, keep: str) -> None:
+def _current_name(index_dir: Path) -> str | None:
+    try:
+        return current_snapshot_path(index_dir).name
+    except SnapshotError:
+        return None
+
+
+def _prune(snapshots: Path, keep: str, previous: str | None) -> None:
+    """Keep the new snapshot and the one CURRENT named before the switch (for a quick
+    rollback), whatever their names sort as: a build that died between renaming its folder
+    and switching CURRENT leaves a newer folder that never served, and that one goes. Without
+    a readable previous CURRENT, the newest other snapshot is kept instead."""
     done = sorted((p for p in snapshots.iterdir() if p.is_dir() and not p.name.startswith(".")), key=lambda p: p.name)
-    older = [p for p in done if p.name != keep]
-    for p in older[: max(0, len(older) - (KEEP_SNAPSHOTS - 1))]:
-        shutil.rmtree(p, ignore_errors=True)
+    names = {p.name for p in done}
+    kept = {keep, previous} if previous in names else {keep, *[p.name for p in done if p.name != keep][-1:]}
+    for p in done:
+        if p.name not in kept:
+            shutil.rmtree(p, ignore_errors=True)
 
 
 @dataclass
@@ -283,10 +317,16 @@ def current_snapshot_path(index_dir: Path) -> Path:
     pointer = index_dir / CURRENT
     if not pointer.is_file():
         raise NoSnapshot(f"{index_dir} holds no index snapshot; run `quarry ingest SOURCES --index {index_dir}`")
-    name = pointer.read_text().strip()
+    try:
+        name = pointer.read_bytes().decode("utf-8").strip()
+    except UnicodeDecodeError:
+        raise SnapshotError("the index's CURRENT file is not a snapshot name (it is not text); "
+                            "run `quarry ingest` again to write a new snapshot") from None
+    except OSError as e:
+        raise SnapshotError(f"the index's CURRENT file cannot be read: {e.strerror or type(e).__name__}") from None
     path = index_dir / "snapshots" / name
-    if not name or name.startswith(".") or "/" in name or not path.is_dir():
-        raise SnapshotError(f"{index_dir}/CURRENT names a missing snapshot {name!r}")
+    if not name or name.startswith(".") or "/" in name or "\0" in name or len(name) > 255 or not path.is_dir():
+        raise SnapshotError(f"the index's CURRENT file names a missing snapshot {name[:80]!r}")
     return path
 
 

@@ -28,6 +28,11 @@ class ServerFault(RetrievalError):
     code = "internal"
 
 
+class StorageError(ServerFault):
+    """The service's own files could not be written (a full disk, a quota, a file size limit,
+    a read-only mount). Its message names the cause, never a path."""
+
+
 class InvalidRequest(RetrievalError):
     code = "invalid_request"
 

@@ -97,8 +97,9 @@ def build_router() -> APIRouter:
         require_scope(caller, "query")
         state = request.app.state.quarry
         with state.gate.enter(caller.key_id):
-            doc = await run_in_threadpool(state.engine.snapshot.catalog.document, doc_id) if len(doc_id) <= 256 else None
-        if doc is None or not caller.principal.can_read(doc.acl):
+            doc = (await run_in_threadpool(state.engine.snapshot.catalog.readable_document, doc_id, caller.principal.can_read)
+                   if len(doc_id) <= 256 else None)
+        if doc is None:
             raise NotFound(f"no document {doc_id[:80]!r}")
         request.state.audit = {"outcome": "document"}
         return {"doc_id": doc.id, "title": doc.title, "text": doc.text, "source": doc.source,

@@ -6,6 +6,8 @@ run two apps side by side) and wires auth, limits, metrics, the audit trail and 
 
 from __future__ import annotations
 
+import asyncio
+import json
 import logging
 import time
 import uuid
@@ -13,7 +15,8 @@ from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from typing import Any, AsyncIterator
 
-from fastapi import FastAPI, Request, Response
+from fastapi import Depends, FastAPI, Request, Response, Security
+from fastapi.security import HTTPAuthorizationCredentials
 from fastapi.responses import PlainTextResponse
 from starlette.concurrency import run_in_threadpool
 from starlette.types import ASGIApp, Receive, Scope, Send
@@ -21,21 +24,24 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from retrieval.types import Filters, Principal
 from starlette.routing import Route
 
-from routes.api import build_router, build_tools_router
+from routes.api import BEARER, build_router, build_tools_router, current_caller
 from routes.mcp_server import McpHttp
 from routes.audit import AuditLog, AuditRecord
 from routes.docs import install_docs
-from routes.auth import Gate
+from routes.auth import Caller, Gate, caller_from_header, require_scope
 from routes.engine import Engine, open_engine
 from routes.errors import error_body, error_code, install_error_handlers
 from routes.keys import KeyStore
 from routes.metrics import Metrics
-from routes.schemas import ErrorOut
+from routes.schemas import ErrorOut, error_responses
 from routes.settings import Settings
 
 log = logging.getLogger("quarry.http")
 MAX_ERROR_BODY = 64 * 1024  # error bodies are read back for their code; none is near this
 READINESS_PROBE = Principal("quarry-readiness")
+CLIENT_CLOSED = 499  # nginx's status for a client that closed the connection before the answer
+AUDIT_WAIT_SECONDS = 10.0  # fail closed: longest an answer waits for its audit row
+AUDIT_REFUSAL = "the audit log cannot be written, and this server answers nothing unaudited (audit_fail_closed)"
 
 
 @dataclass
@@ -53,26 +59,54 @@ class AppState:
 
 class Observe:
     """Metrics for every request and an audit row for every /v1 and /mcp request (pure ASGI:
-    only error bodies are copied, to read their code)."""
+    only error bodies are copied, to read their code).
+
+    Fail open (the default): the row is queued after the answer; a row the audit log cannot
+    write is dropped and counted, the answer stands. Fail closed (`audit_fail_closed`): the
+    row is written when the answer starts and the answer waits for it; if it cannot be
+    written the caller gets a retryable 503 instead, so nothing is answered unaudited."""
 
     def __init__(self, app: ASGIApp, state: AppState) -> None:
         self.app = app
         self.state = state
+        self.fail_closed = state.settings.audit_fail_closed
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
         started = time.perf_counter()
-        status = 500
+        status = 500  # what an exception that escapes every handler is answered with
+        responded = disconnected = False
         error = bytearray()  # the body of an error response, read back for its code
         scope.setdefault("state", {})
         trace = uuid.uuid4().hex
 
+        async def receive_wrapper() -> dict:
+            nonlocal disconnected
+            message = await receive()
+            disconnected = disconnected or message["type"] == "http.disconnect"
+            return message
+
+        audited_early = refused = False
+
         async def send_wrapper(message: dict) -> None:
-            nonlocal status
+            nonlocal status, responded, audited_early, refused
+            if refused:  # the answer was replaced by the audit refusal: drop the rest of it
+                return
             if message["type"] == "http.response.start":
-                status = message["status"]
+                status, responded = message["status"], True
+                if self.fail_closed and self._audited(scope):
+                    audited_early = True
+                    if not await self._write_now(scope, status, time.perf_counter() - started, trace):
+                        refused, status = True, 503
+                        body = json.dumps(error_body("retrieval_unavailable", AUDIT_REFUSAL, True)).encode()
+                        error.extend(body)
+                        await send({"type": "http.response.start", "status": 503,
+                                    "headers": [(b"content-type", b"application/json"),
+                                                (b"content-length", str(len(body)).encode())]})
+                        await send({"type": "http.response.body", "body": body})
+                        return
                 if scope["path"].startswith("/v1/"):
                     info = scope["state"].get("audit") or {}
                     message = {**message, "headers": [*message.get("headers", []),
@@ -82,28 +116,55 @@ class Observe:
             await send(message)
 
         try:
-            await self.app(scope, receive, send_wrapper)
+            await self.app(scope, receive_wrapper, send_wrapper)
         finally:
-            self._record(scope, status, bytes(error), time.perf_counter() - started, trace)
+            if disconnected and not responded:  # the client left before an answer: not a server fault
+                status = CLIENT_CLOSED
+            seconds = time.perf_counter() - started
+            self._count(scope, status, bytes(error), seconds)
+            if self._audited(scope) and not audited_early:
+                self.state.audit.record(self._audit_record(scope, status, seconds, trace))
 
-    def _record(self, scope: Scope, status: int, error: bytes, seconds: float, trace: str) -> None:
-        state = self.state
+    @staticmethod
+    def _endpoint(scope: Scope) -> str:
         # FastAPI records its own routes in scope["route"]; /mcp is a plain route whose
         # endpoint names its path.
-        endpoint = getattr(scope.get("route") or scope.get("endpoint"), "path", "unmatched")
-        state.metrics.requests.labels(endpoint, str(status)).inc()
-        state.metrics.latency.labels(endpoint, str(status)).observe(seconds)
-        if status >= 400:
-            state.metrics.errors.labels(error_code(error, status)).inc()
-        if endpoint.startswith(("/v1/", "/mcp")) and state.audit is not None:
-            info = scope["state"].get("audit") or {}
-            caller = scope["state"].get("caller")
-            state.audit.record(AuditRecord(
-                trace_id=info.get("trace_id") or trace, endpoint=endpoint, http_status=status,
-                key_id=caller.key_id if caller else None, principal=caller.principal.id if caller else None,
-                outcome=info.get("outcome"), route=info.get("route"), attempts=info.get("attempts"),
-                stop_reason=info.get("stop_reason"), latency_ms=round(seconds * 1000, 3), question=info.get("question"),
-            ))
+        return getattr(scope.get("route") or scope.get("endpoint"), "path", "unmatched")
+
+    def _audited(self, scope: Scope) -> bool:
+        return self._endpoint(scope).startswith(("/v1/", "/mcp")) and self.state.audit is not None
+
+    def _count(self, scope: Scope, status: int, error: bytes, seconds: float) -> None:
+        metrics, endpoint = self.state.metrics, self._endpoint(scope)
+        metrics.requests.labels(endpoint, str(status)).inc()
+        metrics.latency.labels(endpoint, str(status)).observe(seconds)
+        if status >= 400 and status != CLIENT_CLOSED:
+            metrics.errors.labels(error_code(error, status)).inc()
+
+    def _audit_record(self, scope: Scope, status: int, seconds: float, trace: str) -> AuditRecord:
+        info = scope["state"].get("audit") or {}
+        caller = scope["state"].get("caller")
+        return AuditRecord(
+            trace_id=info.get("trace_id") or trace, endpoint=self._endpoint(scope), http_status=status,
+            key_id=caller.key_id if caller else None, principal=caller.principal.id if caller else None,
+            outcome="client_disconnected" if status == CLIENT_CLOSED else info.get("outcome"), route=info.get("route"),
+            attempts=info.get("attempts"), stop_reason=info.get("stop_reason"), latency_ms=round(seconds * 1000, 3),
+            question=info.get("question"),
+        )
+
+    async def _write_now(self, scope: Scope, status: int, seconds: float, trace: str) -> bool:
+        """Write this request's row and wait for the writer thread to say whether it could."""
+        loop = asyncio.get_running_loop()
+        written: asyncio.Future[bool] = loop.create_future()
+
+        def done(ok: bool) -> None:
+            loop.call_soon_threadsafe(lambda: written.done() or written.set_result(ok))
+
+        self.state.audit.record(self._audit_record(scope, status, seconds, trace), done)
+        try:
+            return await asyncio.wait_for(written, AUDIT_WAIT_SECONDS)
+        except asyncio.TimeoutError:
+            return False
 
 
 class BodyLimit:
@@ -145,7 +206,6 @@ class BodyLimit:
         await self.app(scope, replay, send)
 
     async def _reject(self, send: Send) -> None:
-        import json
 
         body = json.dumps(error_body("payload_too_large", f"request body exceeds {self.max_bytes} bytes")).encode()
         await send({"type": "http.response.start", "status": 413,
@@ -168,7 +228,8 @@ def create_app(settings: Settings, engine: Engine | None = None, keys: KeyStore 
         owned = state.engine is None
         if owned:
             state.engine = await run_in_threadpool(engine_for, settings)
-        state.audit = AuditLog(settings.audit_path or settings.index_dir / "audit.duckdb", settings.audit_questions)
+        state.audit = AuditLog(settings.audit_path or settings.index_dir / "audit.duckdb", settings.audit_questions,
+                               lambda reason, n: state.metrics.audit_dropped.labels(reason).inc(n))
         try:
             async with _mounted_lifespans(app):
                 yield
@@ -187,7 +248,7 @@ def create_app(settings: Settings, engine: Engine | None = None, keys: KeyStore 
     app.include_router(build_tools_router())
     _add_ops_routes(app, state)
     install_docs(app)
-    mcp = McpHttp(state, settings.mcp_allowed_origins, settings.host)
+    mcp = McpHttp(state, settings.mcp_allowed_origins, settings.host, settings.mcp_stream_idle_seconds)
     for path in ("/mcp", "/mcp/"):
         app.router.routes.append(Route(path, endpoint=mcp, methods=["GET", "POST", "DELETE"], include_in_schema=False))
     app.state.lifespan_hooks = [mcp.lifespan]
@@ -212,27 +273,39 @@ async def _mounted_lifespans(app: FastAPI) -> AsyncIterator[None]:
 
 
 def _add_ops_routes(app: FastAPI, state: AppState) -> None:
+    """/healthz is open. /readyz answers ready or not to anyone (load balancers carry no key),
+    its snapshot name and counts only to a key with the `admin` scope. /metrics (every key's
+    activity) needs the `admin` scope."""
+
     @app.get("/healthz", tags=["ops"], summary="The process is up")
     async def healthz() -> dict:
         return {"status": "ok"}
 
-    @app.get("/readyz", tags=["ops"], summary="The index is loaded and answering",
+    @app.get("/readyz", tags=["ops"], summary="The index is loaded and answering (snapshot and counts for admin keys)",
              responses={200: {"content": {"application/json": {"schema": {"type": "object"}}}, "description": "Ready"},
-                        503: {"model": ErrorOut, "description": "Not ready"}})
-    async def readyz() -> Response:
-        import json
+                        401: {"model": ErrorOut, "description": "A key was sent and is not valid"},
+                        503: {"model": ErrorOut, "description": "Not ready"}},
+             openapi_extra={"security": [{}]})  # the key is optional
+    async def readyz(request: Request, _: HTTPAuthorizationCredentials | None = Security(BEARER)) -> Response:
 
+        header = request.headers.get("authorization")
+        caller = caller_from_header(state.keys, header) if header is not None else None
         engine = state.engine
         try:
             await run_in_threadpool(engine.retrievers["bm25"].search, "readiness", READINESS_PROBE, 1, Filters())
-            body = {"status": "ready", "snapshot": engine.snapshot.manifest["snapshot"], "counts": engine.snapshot.manifest["counts"]}
-            return Response(json.dumps(body), media_type="application/json")
         except Exception as exc:  # noqa: BLE001 - readiness reports, it does not raise
             log.warning("readiness probe failed: %s", type(exc).__name__)
             return Response(json.dumps(error_body("retrieval_unavailable", "index not answering", True)),
                             status_code=503, media_type="application/json")
+        body: dict[str, Any] = {"status": "ready"}
+        if caller is not None and "admin" in caller.principal.scopes:
+            body |= {"snapshot": engine.snapshot.manifest["snapshot"], "counts": engine.snapshot.manifest["counts"]}
+        return Response(json.dumps(body), media_type="application/json")
 
-    @app.get("/metrics", tags=["ops"], summary="Prometheus metrics", response_class=PlainTextResponse,
-             responses={200: {"content": {"text/plain": {"schema": {"type": "string"}}}, "description": "Prometheus text format"}})
-    async def metrics() -> Response:
-        return PlainTextResponse(state.metrics.render())
+    @app.get("/metrics", tags=["ops"], summary="Prometheus metrics (admin scope)",
+             responses={200: {"content": {"text/plain": {"schema": {"type": "string"}}}, "description": "Prometheus text format"},
+                        **error_responses(401, 403, 429)})
+    async def metrics(caller: Caller = Depends(current_caller)) -> Response:
+        require_scope(caller, "admin")
+        with state.gate.enter(caller.key_id):
+            return PlainTextResponse(state.metrics.render())

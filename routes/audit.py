@@ -2,8 +2,12 @@
 
 Snapshot catalogs are immutable and replaced on every ingest, so the audit log lives beside
 them (`<index>/audit.duckdb`) and survives switches. Rows are written by one background
-thread; question text is stored only when configured (otherwise its length). Keys and
-secrets are never written.
+thread in batches; question text is stored only when configured (otherwise its length). Keys
+and secrets are never written.
+
+A row that cannot be written (a full disk, a failing file, a full queue) is dropped, logged
+and counted through `on_drop`. Whether its request is still answered is the app's choice
+(`audit_fail_closed`): a caller that passes `done` learns whether its row was written.
 """
 
 from __future__ import annotations
@@ -15,7 +19,7 @@ import threading
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping
 
 import duckdb
 
@@ -70,9 +74,14 @@ def tool_fields(call: ToolCall) -> dict[str, Any]:
     return {"outcome": "document"}
 
 
+Done = Callable[[bool], None]  # told, from the writer thread, whether a record was written
+Dropped = Callable[[str, int], None]  # (reason, rows) of rows that were not written
+
+
 class AuditLog:
-    def __init__(self, path: Path, keep_questions: bool = False) -> None:
+    def __init__(self, path: Path, keep_questions: bool = False, on_drop: Dropped | None = None) -> None:
         self.keep_questions = keep_questions
+        self._on_drop = on_drop or (lambda reason, n: None)
         try:
             self._con = duckdb.connect(str(path))
         except duckdb.IOException:  # another server holds the file: keep a log of our own
@@ -81,27 +90,30 @@ class AuditLog:
             self._con = duckdb.connect(str(path))
         self.path = path
         self._con.execute(SCHEMA)
-        self._queue: queue.Queue[AuditRecord | threading.Event | None] = queue.Queue(maxsize=10_000)
+        self._queue: queue.Queue[tuple[AuditRecord, Done | None] | threading.Event | None] = queue.Queue(maxsize=10_000)
         self._thread = threading.Thread(target=self._run, name="quarry-audit", daemon=True)
         self._thread.start()
 
-    def record(self, rec: AuditRecord) -> None:
+    def record(self, rec: AuditRecord, done: Done | None = None) -> None:
+        """Queue one row; `done(written)` is called once it is written or dropped."""
         try:
-            self._queue.put_nowait(rec)
+            self._queue.put_nowait((rec, done))
         except queue.Full:
             log.error("audit queue full; dropping a record for trace %s", rec.trace_id)
+            self._on_drop("queue_full", 1)
+            if done is not None:
+                done(False)
 
     def _run(self) -> None:
         while True:
             item = self._queue.get()
-            batch: list[AuditRecord] = []
+            batch: list[tuple[AuditRecord, Done | None]] = []
             flushes: list[threading.Event] = []
+            stop = False
             while True:
                 if item is None:
-                    self._write(batch)
-                    for f in flushes:
-                        f.set()
-                    return
+                    stop = True
+                    break
                 if isinstance(item, threading.Event):
                     flushes.append(item)
                 else:
@@ -112,21 +124,29 @@ class AuditLog:
                     item = self._queue.get_nowait()
                 except queue.Empty:
                     break
-            self._write(batch)
+            written = self._write([rec for rec, _ in batch])
+            for _, done in batch:
+                if done is not None:
+                    done(written)
             for f in flushes:
                 f.set()
+            if stop:
+                return
 
-    def _write(self, batch: list[AuditRecord]) -> None:
+    def _write(self, batch: list[AuditRecord]) -> bool:
         if not batch:
-            return
+            return True
         now = datetime.now(timezone.utc)
         rows = [(now, r.trace_id, r.key_id, r.principal, r.endpoint, r.http_status, r.outcome, r.route, r.attempts,
                  r.stop_reason, r.latency_ms, len(r.question) if r.question is not None else None,
                  r.question if self.keep_questions else None) for r in batch]
         try:
             self._con.executemany("INSERT INTO audit VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", rows)
-        except duckdb.Error:
-            log.exception("could not write %d audit rows", len(rows))
+            return True
+        except duckdb.Error as e:  # the detail names the file: the log only
+            log.error("could not write %d audit rows: %s", len(rows), e)
+            self._on_drop("write_failed", len(rows))
+            return False
 
     def flush(self, timeout: float = 5.0) -> None:
         """Wait until every record queued so far is written (tests and shutdown)."""

@@ -29,6 +29,8 @@ class Metrics:
         self.routes = Counter("quarry_routes_total", "Chosen first route", ["route"], registry=self.registry)
         self.errors = Counter("quarry_errors_total", "Error responses and tool errors by code", ["code"],
                               registry=self.registry)
+        self.audit_dropped = Counter("quarry_audit_dropped_total", "Audit rows that could not be written, by reason "
+                                     "(write_failed, queue_full)", ["reason"], registry=self.registry)
 
     def count_answer(self, answer: Mapping[str, Any]) -> None:
         """Attempts, first route, and status with gap reason of one answer of the loop."""

@@ -117,6 +117,7 @@ class Rows(BaseModel):
     tables: list[str]
     truncated: bool
     doc_ids: list[str]
+    trust: Literal["untrusted_evidence"]
 
 
 class Gap(BaseModel):

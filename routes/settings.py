@@ -26,6 +26,8 @@ HELP = {
     "max_concurrent_per_key": "Requests one key may have in flight; more get 429.",
     "audit_questions": "Store question text in the audit log (off: only its length).",
     "audit_path": "Audit database (default: <index_dir>/audit.duckdb).",
+    "audit_fail_closed": "Answer a /v1 or /mcp request only once its audit row is written (else a retryable 503); "
+                         "off: answer anyway and count the dropped row.",
     "today": "Date that 'last quarter' and other relative dates refer to (default: the real date).",
     "workers": "Threads that run retriever calls.",
     "threads": "Torch and OpenMP threads for query embedding.",
@@ -33,6 +35,8 @@ HELP = {
     "onnx_threads": "onnxruntime intra-op threads for query embedding (default: the PyTorch thread count).",
     "cache_dir": "Where derived model files, such as the ONNX export, are cached (default: ~/.cache/quarry).",
     "mcp_allowed_origins": "Origins allowed to call /mcp from a browser (comma-separated; empty: none).",
+    "mcp_stream_idle_seconds": "A GET /mcp event stream that carries no message for this long is closed "
+                               "(it never holds one of the key's request slots).",
 }
 
 
@@ -49,6 +53,7 @@ class Settings:
     max_concurrent_per_key: int = 16
     audit_questions: bool = False
     audit_path: Path | None = None
+    audit_fail_closed: bool = False
     today: date | None = None
     workers: int = 4
     threads: int | None = None
@@ -56,6 +61,7 @@ class Settings:
     onnx_threads: int | None = None
     cache_dir: Path | None = None
     mcp_allowed_origins: tuple[str, ...] = ()
+    mcp_stream_idle_seconds: float = 30.0
     limits: Limits = field(default_factory=Limits)
 
     def embedder(self) -> Any:

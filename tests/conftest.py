@@ -51,6 +51,38 @@ class TablesProbe:
         return self.inner.run(*args)
 
 
+class StatementLog:
+    """Records every statement a catalog runs through its cursors, with its parameters (the
+    catalog and DuckDB do the work; this only watches which reads happen)."""
+
+    def __init__(self, catalog) -> None:
+        self.catalog = catalog
+        self.statements: list[tuple[str, tuple]] = []
+
+    def __enter__(self) -> "StatementLog":
+        real, log = type(self.catalog).cursor.__get__(self.catalog), self.statements
+
+        class Recording:
+            def __init__(self, cur) -> None:
+                self.cur = cur
+
+            def execute(self, sql, params=()):
+                log.append((sql, tuple(params or ())))
+                return self.cur.execute(sql, params)
+
+            def __getattr__(self, name):
+                return getattr(self.cur, name)
+
+        self.catalog.cursor = lambda: Recording(real())
+        return self
+
+    def __exit__(self, *exc) -> None:
+        del self.catalog.cursor
+
+    def with_param(self, value) -> list[str]:
+        return [sql for sql, params in self.statements if value in params]
+
+
 @pytest.fixture(scope="session")
 def embedder():
     from indexes.embedder import Embedder
@@ -162,13 +194,21 @@ class LiveServer:
         self.thread.join(timeout=10)
 
 
+def metrics_text(live) -> str:
+    """/metrics as the `ops` key (admin scope) of `live` reads it."""
+    import httpx
+
+    r = httpx.get(live.url + "/metrics", headers={"Authorization": f"Bearer {live.keys['ops']}"}, timeout=30)
+    assert r.status_code == 200, r.text
+    return r.text
+
+
 def counter(live, family: str, label: str) -> dict[str, float]:
     """One counter of /metrics, summed by the value of `label`."""
-    import httpx
     from prometheus_client.parser import text_string_to_metric_families
 
     out: dict[str, float] = {}
-    for fam in text_string_to_metric_families(httpx.get(live.url + "/metrics").text):
+    for fam in text_string_to_metric_families(metrics_text(live)):
         for s in fam.samples if fam.name == family else ():
             if s.name == f"{family}_total":
                 out[s.labels[label]] = out.get(s.labels[label], 0.0) + s.value
@@ -188,6 +228,7 @@ def http_keys(tmp_path_factory):
         "alice": store.add("alice", ["sre"], ["query", "sql"])[0],
         "bob": store.add("bob", ["finance"], ["query"])[0],
         "erin": store.add("erin", [], ["query"])[0],
+        "ops": store.add("prometheus", [], ["admin"])[0],
     }
     return store, keys
 

@@ -52,7 +52,8 @@ class SqlResult:
 
     def to_json(self) -> dict[str, Any]:
         return {"sql": self.sql, "columns": list(self.columns), "data": [list(r) for r in self.rows],
-                "tables": list(self.tables), "truncated": self.truncated, "doc_ids": list(self.doc_ids)}
+                "tables": list(self.tables), "truncated": self.truncated, "doc_ids": list(self.doc_ids),
+                "trust": "untrusted_evidence"}  # cell values and column names come from data files
 
 
 def json_value(v: Any) -> Any:

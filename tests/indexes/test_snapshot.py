@@ -89,6 +89,19 @@ def test_rebuild_switches_to_the_new_snapshot_and_keeps_one_previous(index_copy,
     assert sorted(p.name for p in (index_copy / "snapshots").iterdir()) == sorted([second.name, third.name])
 
 
+def test_an_ingest_that_died_before_switching_current_does_not_cost_the_serving_snapshot(index_copy, embedder):
+    serving = current_snapshot_path(index_copy)
+    # The crash state: a finished build renamed into place (its name sorts after the serving
+    # one), CURRENT never switched to it.
+    orphan = serving.with_name("99991231T235959-deadbeef-000000")
+    shutil.copytree(serving, orphan)
+    assert current_snapshot_path(index_copy) == serving
+    build_snapshot([MINI], index_copy, embedder)
+    new = current_snapshot_path(index_copy)
+    assert sorted(p.name for p in (index_copy / "snapshots").iterdir()) == sorted([serving.name, new.name])
+    load_snapshot(index_copy, embedder).close()
+
+
 def test_a_second_concurrent_build_fails_fast(index_copy, embedder):
     with open(index_copy / ".build.lock", "w") as held:
         fcntl.flock(held, fcntl.LOCK_EX | fcntl.LOCK_NB)

@@ -3,14 +3,18 @@
 from __future__ import annotations
 
 import json
+import resource
+import shutil
+import signal
 import subprocess
 import sys
 
 from tests.conftest import ROOT
 
 
-def quarry(*args: str, timeout: float = 300) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "routes.cli", *args], cwd=ROOT, capture_output=True, text=True, timeout=timeout)
+def quarry(*args: str, timeout: float = 300, **kw) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "routes.cli", *args], cwd=ROOT, capture_output=True, text=True,
+                          timeout=timeout, **kw)
 
 
 def one_line_error(out: subprocess.CompletedProcess) -> dict:
@@ -108,3 +112,36 @@ def test_ingest_prints_the_effective_default_acl(tmp_path):
     out = quarry("ingest", str(docs), "--index", str(tmp_path / "index"), "--default-acl", "group:sre", "alice")
     assert out.returncode == 0, out.stderr
     assert "default ACL of documents and tables without one: group:sre alice" in out.stderr
+
+
+def _files_of_at_most_64_kib() -> None:
+    """In the child: the kernel refuses to grow any file past 64 KiB (EFBIG), as a full disk
+    refuses with ENOSPC; Python ignores SIGXFSZ, so the write itself fails."""
+    signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+    resource.setrlimit(resource.RLIMIT_FSIZE, (64 * 1024, 64 * 1024))
+
+
+def test_an_ingest_the_disk_refuses_is_one_typed_path_free_line_and_keeps_the_snapshot_serving(mini_index, tmp_path):
+    from indexes.snapshot import current_snapshot_path
+
+    index = tmp_path / "index"
+    shutil.copytree(mini_index, index)
+    before = current_snapshot_path(index)
+    out = quarry("ingest", str(ROOT / "tests" / "fixtures" / "mini"), "--index", str(index), preexec_fn=_files_of_at_most_64_kib)
+    assert out.returncode == 1, out.stderr
+    error = one_line_error(out)
+    assert error["code"] == "internal" and "File too large" in error["message"] and str(tmp_path) not in error["message"]
+    assert current_snapshot_path(index) == before
+    assert sorted(p.name for p in (index / "snapshots").iterdir()) == [before.name]  # nothing half-written left
+
+
+def test_a_binary_current_file_is_a_typed_error_and_the_next_ingest_replaces_it(mini_index, tmp_path):
+    index = tmp_path / "index"
+    shutil.copytree(mini_index, index)
+    (index / "CURRENT").write_bytes(b"\xff\xfe\x00garbage\n")
+    out = quarry("query", "carrier webhook retries", "--index", str(index), "--principal", "erin")
+    assert out.returncode == 1
+    error = one_line_error(out)
+    assert error["code"] == "internal" and "CURRENT" in error["message"] and str(tmp_path) not in error["message"]
+    assert quarry("ingest", str(ROOT / "tests" / "fixtures" / "mini"), "--index", str(index)).returncode == 0
+    assert quarry("query", "carrier webhook retries", "--index", str(index), "--principal", "erin").returncode == 0

@@ -15,7 +15,7 @@ from retrieval.errors import RetrievalUnavailable
 from routes.app import create_app
 from routes.keys import KeyStore
 from routes.settings import Settings
-from tests.conftest import FINANCE_FACTS, LiveServer, TablesProbe, counter, grew
+from tests.conftest import FINANCE_FACTS, LiveServer, StatementLog, TablesProbe, counter, grew, metrics_text
 
 BUDGET = "What is the Q3 2025 budget for the payments platform?"
 
@@ -39,12 +39,17 @@ def assert_error(r: httpx.Response, status: int, code: str) -> dict:
     return body["error"]
 
 
-def test_health_ready_and_metrics(live):
+def test_readiness_and_metrics_reveal_counts_and_activity_only_to_an_admin_key(live):
     assert httpx.get(live.url + "/healthz").json() == {"status": "ok"}
-    ready = httpx.get(live.url + "/readyz").json()
+    assert httpx.get(live.url + "/readyz").json() == {"status": "ready"}  # a load balancer's probe, no key
+    assert httpx.get(live.url + "/readyz", headers=auth(live.keys["alice"])).json() == {"status": "ready"}
+    assert_error(httpx.get(live.url + "/readyz", headers=auth("qk_0000000000_nope")), 401, "unauthenticated")
+    assert_error(httpx.get(live.url + "/metrics"), 401, "unauthenticated")
+    assert_error(httpx.get(live.url + "/metrics", headers=auth(live.keys["alice"])), 403, "forbidden")
+    ready = httpx.get(live.url + "/readyz", headers=auth(live.keys["ops"])).json()
     assert ready["status"] == "ready" and ready["counts"]["documents"] == 186
     post(live, "/v1/query", {"question": "carrier webhook retries"})
-    text = httpx.get(live.url + "/metrics").text
+    text = metrics_text(live)
     assert 'quarry_requests_total{endpoint="/v1/query",status="200"}' in text and "quarry_attempts_bucket" in text
 
 
@@ -119,6 +124,24 @@ def test_unreadable_documents_are_404_exactly_like_missing_ones(live):
     missing = httpx.get(live.url + "/v1/documents/note-finance-q3-2025-budgex", headers=auth(live.keys["alice"]))
     assert hidden.status_code == missing.status_code == 404
     assert hidden.json()["error"]["message"].replace("budget", "X") == missing.json()["error"]["message"].replace("budgex", "X")
+
+
+def test_the_text_of_a_forbidden_document_is_never_read(live, demo_engine):
+    """Only its ACL is: a forbidden document costs the same cheap lookup as a missing one, so
+    its size cannot show in the timing of /v1/documents or the get_document tool."""
+    doc = "note-finance-q3-2025-budget"
+    reads_text = re.compile(r"\btext\b", re.IGNORECASE)
+    get_document = {"call_id": "d1", "name": "get_document", "arguments": {"doc_id": doc}}
+    with StatementLog(demo_engine.snapshot.catalog) as alice:
+        hidden = httpx.get(live.url + f"/v1/documents/{doc}", headers=auth(live.keys["alice"]))
+        tool = post(live, "/v1/tools/call", get_document, key="alice").json()
+    with StatementLog(demo_engine.snapshot.catalog) as bob:
+        shown = httpx.get(live.url + f"/v1/documents/{doc}", headers=auth(live.keys["bob"]))
+    assert_error(hidden, 404, "not_found")
+    assert tool["error"]["code"] == "not_found"
+    assert shown.status_code == 200
+    assert len(alice.with_param(doc)) == 2 and not any(reads_text.search(sql) for sql in alice.with_param(doc))
+    assert any(reads_text.search(sql) for sql in bob.with_param(doc))  # the check sees a text read when there is one
 
 
 @pytest.mark.parametrize("body, status", [
@@ -201,9 +224,46 @@ def test_audit_rows_record_requests_without_question_text(live):
     assert any(r[11] == len("How do parents take leave?") for r in rows)
 
 
+@pytest.mark.parametrize("fail_closed", [False, True])
+def test_an_audit_log_that_cannot_write_counts_its_dropped_rows_and_fails_open_or_closed_as_set(
+        demo_engine, http_keys, tmp_path, fail_closed):
+    from routes.audit import AuditLog
+
+    store, keys = http_keys
+    path = tmp_path / "audit.duckdb"
+    AuditLog(path).close()  # the audit database of an earlier run
+    settings = replace(Settings(), index_dir=tmp_path, audit_path=path, audit_fail_closed=fail_closed)
+    app = create_app(settings, engine=demo_engine, keys=store)
+    search = lambda: httpx.post(server.url + "/v1/search", json={"query": "ledger", "retriever": "bm25"},  # noqa: E731
+                                headers=auth(keys["erin"]), timeout=30)
+    with LiveServer(app) as server:
+        server.keys = keys
+        audit = app.state.quarry.audit
+        wal = path.with_name(path.name + ".wal")
+        wal.mkdir()  # DuckDB cannot open its write-ahead log: every audit write fails for real
+        refused = [search() for _ in range(5)]
+        audit.flush()
+        dropped = counter(server, "quarry_audit_dropped", "reason")
+        wal.rmdir()  # the disk is back
+        healed = search()
+        audit.flush()
+        rows = [r for r in audit.rows() if r[4] == "/v1/search"]
+        errors = counter(server, "quarry_errors", "code")
+    if fail_closed:
+        for r in refused:
+            error = assert_error(r, 503, "retrieval_unavailable")
+            assert error["retryable"] is True and "audit" in error["message"] and str(tmp_path) not in error["message"]
+        assert errors == {"retrieval_unavailable": 5}
+    else:
+        assert [r.status_code for r in refused] == [200] * 5 and errors == {}
+    assert dropped == {"write_failed": 5}
+    assert healed.status_code == 200 and [(r[3], r[5]) for r in rows] == [("erin", 200)]  # only the row written
+
+
 def test_an_unreadable_keys_file_is_a_server_fault_on_every_interface(demo_engine, tmp_path):
     store = KeyStore(tmp_path / "keys.json")
     key = store.add("erin", [], ["query"])[0]
+    ops = store.add("prometheus", [], ["admin"])[0]
     mcp_headers = {**auth(key), "Accept": "application/json, text/event-stream"}
     tools_list = {"jsonrpc": "2.0", "id": 1, "method": "tools/list"}
     with LiveServer(create_app(replace(Settings(), index_dir=tmp_path), engine=demo_engine, keys=store)) as server:
@@ -211,8 +271,11 @@ def test_an_unreadable_keys_file_is_a_server_fault_on_every_interface(demo_engin
                                     headers=auth(key), timeout=30)
         assert search().status_code == 200
         bad_key = httpx.post(server.url + "/mcp", json=tools_list, headers={**mcp_headers, "Authorization": "Bearer qk_0_x"})
+        good = (tmp_path / "keys.json").read_text()
         (tmp_path / "keys.json").write_text('{"keys": [{"key_id": ')  # a broken file on the server's disk
         http, mcp = search(), httpx.post(server.url + "/mcp", json=tools_list, headers=mcp_headers, timeout=30)
+        (tmp_path / "keys.json").write_text(good + "\n")  # repaired, so the admin key reads the metrics
+        server.keys = {"ops": ops}
         codes = counter(server, "quarry_errors", "code")
     assert_error(bad_key, 401, "unauthenticated")
     assert bad_key.headers["www-authenticate"] == "Bearer"
@@ -228,7 +291,26 @@ def test_the_openapi_document_declares_the_bearer_scheme_on_every_keyed_operatio
     assert (scheme["type"], scheme["scheme"]) == ("http", "bearer")
     for path, operations in doc["paths"].items():
         for op in operations.values():
-            assert op.get("security") == ([{"bearer": []}] if path.startswith("/v1/") else None), path
+            keyed = path.startswith("/v1/") or path == "/metrics"
+            expected = [{"bearer": []}] if keyed else [{"bearer": []}, {}] if path == "/readyz" else None
+            assert op.get("security") == expected, path
+
+
+def test_a_client_that_leaves_mid_body_is_counted_as_closed_not_as_a_server_error(live):
+    import socket
+    import time
+
+    requests, errors = counter(live, "quarry_requests", "status"), counter(live, "quarry_errors", "code")
+    with socket.create_connection(("127.0.0.1", live.port)) as s:
+        s.sendall(b"POST /v1/query HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+                  b"Authorization: Bearer " + live.keys["alice"].encode() + b"\r\nContent-Length: 1000\r\n\r\n"
+                  b'{"question": ')
+    deadline = time.monotonic() + 30
+    while "499" not in grew(requests, counter(live, "quarry_requests", "status")):  # the server sees the close
+        assert time.monotonic() < deadline, grew(requests, counter(live, "quarry_requests", "status"))
+        time.sleep(0.05)
+    assert "500" not in grew(requests, counter(live, "quarry_requests", "status"))
+    assert grew(errors, counter(live, "quarry_errors", "code")) == {}
 
 
 def test_the_docs_page_loads_nothing_from_another_host(live):

@@ -14,7 +14,7 @@ from mcp import Client, StdioServerParameters
 from prometheus_client.parser import text_string_to_metric_families
 from mcp.client.streamable_http import streamable_http_client
 
-from tests.conftest import FINANCE_FACTS, ROOT, counter, grew
+from tests.conftest import FINANCE_FACTS, ROOT, counter, grew, metrics_text
 
 BUDGET = "What is the Q3 2025 budget for the payments platform?"
 FINANCE_DOC = "note-finance-q3-2025-budget"
@@ -89,7 +89,7 @@ def test_http_without_a_valid_key_is_a_protocol_error(live):
 
 
 def attempts_seen(live) -> float:
-    families = text_string_to_metric_families(httpx.get(live.url + "/metrics").text)
+    families = text_string_to_metric_families(metrics_text(live))
     return next(s.value for f in families if f.name == "quarry_attempts" for s in f.samples if s.name == "quarry_attempts_count")
 
 
@@ -260,3 +260,28 @@ def test_dispatcher_rejections_echo_the_call_id(live, body, who, code):
 def test_envelope_without_call_id_is_an_invalid_request(live):
     r = call(live, {"name": "search", "arguments": {}})
     assert r.status_code == 422 and r.json()["error"]["code"] == "invalid_request"
+
+
+def test_idle_event_streams_time_out_and_never_lock_the_key_out(demo_engine, http_keys, tmp_path):
+    from concurrent.futures import ThreadPoolExecutor
+    from dataclasses import replace
+
+    from routes.app import create_app
+    from routes.settings import Settings
+    from tests.conftest import LiveServer
+
+    store, keys = http_keys
+    settings = replace(Settings(), index_dir=tmp_path, max_concurrent_per_key=2, mcp_stream_idle_seconds=1.0)
+    headers = {"Authorization": f"Bearer {keys['erin']}", "Accept": "application/json, text/event-stream"}
+    with LiveServer(create_app(settings, engine=demo_engine, keys=store)) as server, httpx.Client(timeout=30) as http:
+        streams = [http.send(http.build_request("GET", server.url + "/mcp", headers={**headers, "Accept": "text/event-stream"}),
+                             stream=True) for _ in range(6)]  # more idle streams than the key may have requests
+        try:
+            assert [s.status_code for s in streams] == [200] * 6
+            listed = http.post(server.url + "/mcp", json={"jsonrpc": "2.0", "id": 1, "method": "tools/list"}, headers=headers)
+            assert listed.status_code == 200, listed.text
+            with ThreadPoolExecutor(6) as pool:  # each stream ends on its own (a hung one raises ReadTimeout)
+                assert list(pool.map(lambda s: s.read(), streams)) == [b""] * 6
+        finally:
+            for s in streams:
+                s.close()
