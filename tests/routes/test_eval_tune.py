@@ -178,7 +178,11 @@ def test_eval_cli_counts_overlong_questions_as_errors_and_follows_the_query_limi
 
 
 def test_eval_report_lists_every_wrong_question(engine, labels_file, tmp_path):
-    result = evaluate(engine, load_label_file(labels_file), k=8)
+    labels = tmp_path / "with-wrong.jsonl"  # a label no answer can meet: the list is never empty
+    labels.write_text(labels_file.read_text() + json.dumps({
+        "id": "tz-unmeetable", "question": "carrier webhook retries", "principal": "erin", "route": "exact",
+        "relevant": ["no-such-doc"], "answerable": True, "tags": ["t"]}) + "\n")
+    result = evaluate(engine, load_label_file(labels), k=8)
     records_wrong = [w["id"] for w in result["wrong"]]
     assert result["wrong_questions"] == len(records_wrong) > 0
     report = (tmp_path / "r" / "report.md")
