@@ -12,8 +12,9 @@ route produced the hits (every hit is scored by BM25 and dense before grading):
   passage contains;
 - agreement: overlap of the top 3 passages by BM25 and by dense (two views agreeing);
 - top_bm25: best BM25 score per query term, squashed to [0, 1);
-A set is also insufficient while the question or its top passages name (by title) a
-readable document it does not hold: multi-hop evidence points at its own second hop.
+A set is also insufficient while the question names (by title) a readable document it does
+not hold. Documents only its top passages name are a second hop to follow (multi-hop
+evidence points at it), never a reason to call the set insufficient.
 
 - top_qcov: the largest idf-weighted share of the question's terms one passage contains
   (rare, specific terms count most); qcov_dense: that share times the passage's cosine,
@@ -76,6 +77,7 @@ class Grade:
     missing: tuple[str, ...] = ()
     score: float = 0.0
     features: Mapping[str, float] = field(default_factory=dict)
+    links: tuple[str, ...] = ()  # readable documents the top passages name that the set lacks: to follow, not missing
 
     def to_json(self) -> dict:
         return {"sufficient": self.sufficient, "reason": self.reason, "missing": list(self.missing), "score": round(self.score, 4)}
@@ -155,13 +157,15 @@ def relevance(features: Mapping[str, float], config: GraderConfig) -> float:
     return 1.0 / (1.0 + math.exp(-max(-50.0, min(50.0, z))))
 
 
-def pending_links(hits: Sequence[Hit], linked: Sequence[tuple[str, float]]) -> list[str]:
-    """Readable documents the question or the top passages name (by title) that the set does
-    not hold: evidence the set itself points to, most similar to the question first. A
-    second hop is often unlike the question (that is why the first hop missed it), so no
-    similarity bar applies."""
+def pending_links(hits: Sequence[Hit], linked: Sequence[tuple[str, float, bool]]) -> tuple[list[str], list[str]]:
+    """Readable documents the question names / only the top passages name (by title) that
+    the set does not hold, most similar to the question first. What the question names is
+    missing evidence; what only a passage names is a second hop to follow, never a reason to
+    call the set insufficient (retrieved text must not steer a verdict). A second hop is often
+    unlike the question (that is why the first hop missed it), so no similarity bar applies."""
     present = {h.doc_id for h in hits}
-    return [d for d, _ in linked if d not in present]
+    pending = [(d, by_question) for d, _, by_question in linked if d not in present]
+    return [d for d, q in pending if q], [d for d, q in pending if not q]
 
 
 def grade(question: str, constraints: Constraints, hits: Sequence[Hit], config: GraderConfig, today: date,
@@ -183,7 +187,7 @@ def grade(question: str, constraints: Constraints, hits: Sequence[Hit], config: 
         return Grade(False, "constraint_unmet", tuple(missing), score, feats)
     if score < config.threshold:
         return Grade(False, "insufficient_evidence", ("relevance",), score, feats)
-    pending = pending_links(hits, linked())
-    if pending:
-        return Grade(False, "insufficient_evidence", tuple(f"linked:{d}" for d in pending), score, feats)
-    return Grade(True, None, (), score, feats)
+    named, links = pending_links(hits, linked())
+    if named:
+        return Grade(False, "insufficient_evidence", tuple(f"linked:{d}" for d in named), score, feats)
+    return Grade(True, None, (), score, feats, tuple(links))

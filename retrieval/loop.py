@@ -25,7 +25,7 @@ from retrieval.errors import RetrievalError, RetrievalTimeout, RetrievalUnavaila
 from retrieval.fusion import rrf
 from retrieval.grader import Grade, GraderConfig, grade
 from retrieval.retrievers import Retriever
-from retrieval.rewrite import Plan, RewriteContext, Tried, fill_plan, first_plan, next_plan, plan_is_allowed
+from retrieval.rewrite import EXTENSIONS, Plan, RewriteContext, Tried, extend_plan, first_plan, next_plan, plan_is_allowed
 from retrieval.router import RouteDecision, RouterConfig, features, route
 from retrieval.types import Filters, Hit, Principal
 
@@ -51,7 +51,7 @@ class LoopDeps:
     annotate: Callable[[str, Sequence[Hit], Principal], list[Hit]]
     find_entities: Callable[[str, Principal], list[str]]
     bridge_docs: Callable[[Sequence[Hit], str, Principal], tuple[str, ...]]
-    linked_docs: Callable[[Sequence[Hit], str, Principal], list[tuple[str, float]]]
+    linked_docs: Callable[[Sequence[Hit], str, Principal], list[tuple[str, float, bool]]]  # (doc, cosine, named by the question)
     sql_linked: Callable[[str, Principal, float | None], bool]  # (question, principal, seconds it may take)
     sql_rows: Callable[[str, Principal], Any] | None = None  # question -> SqlResult | Decline
     sql_readable: Callable[[Principal], bool] = lambda principal: True  # may the caller read any table?
@@ -160,7 +160,7 @@ def run_loop(question: str, principal: Principal, budget: Budget, deps: LoopDeps
         hits, rows, error = _dispatch(plan, principal, budget, deps, min(budget.call_timeout_ms / 1000.0, remaining))
         in_calls += clock() - t0
         # a bridge extends the first hop; a fill extends the attempt it follows
-        previous = history[-1] if plan.strategy == "fill" else next((t for t in history if t.grade is not None and t.hits), None)
+        previous = history[-1] if plan.strategy in EXTENSIONS else next((t for t in history if t.grade is not None and t.hits), None)
         verdict: Grade | None = None
         if error is None:
             evidence = _evidence(plan, hits, previous, budget.k)
@@ -176,12 +176,12 @@ def run_loop(question: str, principal: Principal, budget: Budget, deps: LoopDeps
             hits = evidence
         attempts.append(Attempt(len(attempts) + 1, plan, tuple(hits), verdict, (clock() - t0) * 1000, error, rows))
         history.append(Tried(plan, tuple(hits), verdict))
-        if plan.strategy == "fill":  # the attempt it filled was sufficient already
+        if plan.strategy in EXTENSIONS:  # the attempt it extended was sufficient already
             stop = "sufficient"
             break
         if verdict is not None and verdict.sufficient:
             stop = "sufficient"
-            plan = fill_plan(ctx, history[-1], budget.k, tried)
+            plan = extend_plan(ctx, history[-1], budget.k, tried)
             if plan is None or len(attempts) >= budget.max_attempts or deadline - clock() <= 0.001:
                 break
             continue

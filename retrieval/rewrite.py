@@ -16,7 +16,8 @@ filters. Strategies, each applicable only in some states:
 - relax: drop words that matched nothing so far (constraint words are never dropped);
 - fill: exact found the literal items of a question that is not a lookup (a long question
   quoting a phrase, say) in fewer than k passages; the router's best text route fills the
-  rest of the context behind them (see `fill_plan`).
+  rest of the context behind them (see `extend_plan`, which also follows the documents a
+  sufficient set's top passage names: follow_links).
 
 The order depends on why the last grade failed (see ORDER). Every plan is checked before dispatch: it
 must keep every constraint (`missing_from_queries`) and its (route, normalised queries,
@@ -112,10 +113,26 @@ def first_plan(ctx: RewriteContext) -> Plan:
     return Plan("initial", ctx.decision.chosen, (ctx.question,), ctx.base_filters, reason=ctx.decision.reason)
 
 
-def fill_plan(ctx: RewriteContext, last: Tried, k: int, tried_keys: set[tuple]) -> Plan | None:
-    """After sufficient exact evidence of fewer than k passages for a question that is not a
-    lookup of its literal items: the router's best text route, merged behind those passages.
-    Exact passages hold the literal items; they rarely hold all the question asks about."""
+EXTENSIONS = frozenset({"fill", "follow_links"})  # attempts that extend sufficient evidence
+
+
+def extend_plan(ctx: RewriteContext, last: Tried, k: int, tried_keys: set[tuple]) -> Plan | None:
+    """After sufficient evidence, one attempt that extends it (never one that replaces it):
+
+    - follow_links: its top passage names readable documents the set lacks (a multi-hop
+      question's second hop); they are searched and merged into the last quarter of the
+      context. Retrieved text only adds evidence this way: it never makes a set insufficient;
+    - fill: exact evidence of fewer than k passages for a question that is not a lookup of its
+      literal items; the router's best text route is merged behind those passages (exact
+      passages hold the literal items, they rarely hold all the question asks about)."""
+    links = last.grade.links if last.grade is not None else ()
+    if links and not last.plan.merge_previous:
+        filters = replace(ctx.base_filters, doc_ids=tuple(sorted(links[:MAX_BRIDGE_DOCS])) if ctx.base_filters.doc_ids is None
+                          else tuple(sorted(set(links) & set(ctx.base_filters.doc_ids))))
+        plan = Plan("follow_links", "dense", (ctx.question,), filters, merge_previous=True,
+                    reason=f"second hop over {len(filters.doc_ids or ())} documents the top passage names")
+        if filters.doc_ids and not plan_is_allowed(plan, ctx.constraints, tried_keys):
+            return plan
     if last.plan.route != "exact" or len(last.hits) >= k or is_lookup(ctx.question, ctx.constraints):
         return None
     route = next((r for r in ctx.decision.ranked if r in ("hybrid", "bm25", "dense")), None)

@@ -147,11 +147,13 @@ class Engine:
         allowed = self.snapshot.chunks.mask(principal, Filters())
         return bridge_candidates(self.titles, self.snapshot.chunks.doc_ids, hits, question, allowed)
 
-    def linked_docs(self, hits: Sequence[Hit], question: str, principal: Principal) -> list[tuple[str, float]]:
-        """Bridge candidates with their best chunk's cosine to the question, most similar first."""
+    def linked_docs(self, hits: Sequence[Hit], question: str, principal: Principal) -> list[tuple[str, float, bool]]:
+        """Bridge candidates with their best chunk's cosine to the question, most similar first,
+        and whether the question itself names them (else only a passage does)."""
         docs = self.bridge_docs(hits, question, principal)
         if not docs:
             return []
+        named = set(self.bridge_docs((), question, principal))
         chunks = self.snapshot.chunks
         allowed = chunks.mask(principal, Filters())
         query = self.embedder.encode_query(question)[0]
@@ -159,7 +161,7 @@ class Engine:
         for d in docs:
             rows = np.asarray([r for r in chunks.rows_of_doc(d) if allowed[r]], dtype=np.int64)
             if len(rows):
-                out.append((d, float((self.snapshot.dense.vectors(rows) @ query).max())))
+                out.append((d, float((self.snapshot.dense.vectors(rows) @ query).max()), d in named))
         return sorted(out, key=lambda x: -x[1])
 
     def query(self, question: str, principal: Principal, *, k: int | None = None, max_attempts: int | None = None,

@@ -258,3 +258,30 @@ def test_a_record_lookup_answers_with_the_row_and_the_document_it_links(trial_en
     assert draft.rows is not None and [h.doc_id for h in draft.context] == []
     planner = trial_engine.query("What was decided on permit BP-2203?", Principal("pia", ("planning",)))
     assert [h.doc_id for h in planner.context] == ["notice-bp-2203"]
+
+
+def test_a_passage_naming_other_documents_never_makes_its_evidence_insufficient(trial_engine):
+    # the badge policy answers the question and names three other documents by title
+    result = trial_engine.query("Must staff wear their photo badge at all times on hospital premises?", Principal("erin"))
+    first = result.attempts[0]
+    assert first.hits[0].doc_id == "policy-staff-badges"
+    assert first.grade.sufficient and not any(m.startswith("linked:") for m in first.grade.missing)
+    assert result.status == "answer_context" and result.stop_reason == "sufficient"
+    assert result.context[0].doc_id == "policy-staff-badges"
+    # the documents it names are followed as an extension of sufficient evidence, at most once
+    assert [a.plan.strategy for a in result.attempts][1:] in ([], ["follow_links"])
+
+
+def test_a_document_the_question_names_but_the_set_lacks_is_still_missing_evidence():
+    from datetime import date
+
+    from retrieval.constraints import Constraints
+    from retrieval.grader import GraderConfig, grade
+    from retrieval.types import Hit
+
+    hits = [Hit("a#0", "a", "the answer text", 1.0, ("dense",), 0, 15, signals=(("dense", 0.9), ("bm25", 9.0)))]
+    easy = GraderConfig(bias=5.0)
+    by_passage = grade("q", Constraints(), hits, easy, date(2025, 1, 1), linked=lambda: [("b", 0.5, False)])
+    assert by_passage.sufficient and by_passage.links == ("b",)
+    by_question = grade("q", Constraints(), hits, easy, date(2025, 1, 1), linked=lambda: [("b", 0.5, True)])
+    assert not by_question.sufficient and by_question.missing == ("linked:b",)
