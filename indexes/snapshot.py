@@ -67,7 +67,8 @@ def content_hash(docs: Sequence[Document], tables: Sequence[TableSource] = ()) -
     """Identifies the corpus: documents (all fields) and table files with their ACLs."""
     h = hashlib.sha256()
     for t in tables:
-        h.update(json.dumps({"table": t.name, "sha256": file_digest(t.path), "acl": list(t.acl)}).encode())
+        h.update(json.dumps({"table": t.name, "sha256": file_digest(t.path), "acl": list(t.acl),
+                             **({"types": [list(p) for p in t.types], "key": t.key} if t.types or t.key else {})}).encode())
     for d in docs:
         record = {"id": d.id, "text": d.text, "title": d.title, "source": d.source,
                   "date": d.date.isoformat() if d.date else None, "metadata": dict(d.metadata), "acl": list(d.acl)}

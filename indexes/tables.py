@@ -24,7 +24,10 @@ from retrieval.types import check_acl, valid_acl_entry
 
 _NAME_OK = re.compile(r"[a-z][a-z0-9_]{0,62}")
 _COLUMN_OK = re.compile(r'[^"\x00-\x1f\x7f]+')  # the SQL the service writes quotes column names
-SIDECAR_FIELDS = {"acl"}
+SIDECAR_FIELDS = {"acl", "types", "key"}
+# Column types a sidecar may declare (so no row, readable or not, decides them by inference).
+_DECLARED_TYPE = re.compile(r"VARCHAR|TEXT|BOOLEAN|TINYINT|SMALLINT|INTEGER|BIGINT|HUGEINT|FLOAT|REAL|DOUBLE|DATE|TIMESTAMP"
+                            r"|TIMESTAMPTZ|DECIMAL\(\d{1,2}, ?\d{1,2}\)", re.I)
 
 
 @dataclass(frozen=True)
@@ -32,6 +35,8 @@ class TableSource:
     name: str
     path: Path
     acl: tuple[str, ...]
+    types: tuple[tuple[str, str], ...] = ()  # declared (column, type) pairs from the sidecar
+    key: str | None = None  # declared key column
 
 
 def table_name(path: Path) -> str:
@@ -56,13 +61,28 @@ def plan_tables(paths: Sequence[Path], default_acl: tuple[str, ...]) -> list[Tab
             except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
                 raise IngestError(f"unreadable ACL sidecar: {e}", str(sidecar)) from None
             if not isinstance(meta, dict) or set(meta) - SIDECAR_FIELDS or "acl" not in meta:
-                raise IngestError('an ACL sidecar holds exactly {"acl": [...]}', str(sidecar))
+                raise IngestError('a sidecar holds {"acl": [...]} and optionally "types": {column: type} and "key": column',
+                                  str(sidecar))
             try:
                 acl = check_acl(meta["acl"])
             except InvalidRequest as e:
                 raise IngestError(e.message, str(sidecar)) from None
+            types, key = _declared(meta, str(sidecar))
+            out[name] = TableSource(name, path, acl, types, key)
+            continue
         out[name] = TableSource(name, path, acl)
     return list(out.values())
+
+
+def _declared(meta: dict, where: str) -> tuple[tuple[tuple[str, str], ...], str | None]:
+    types = meta.get("types", {})
+    if not isinstance(types, dict) or not all(isinstance(c, str) and isinstance(t, str) and _DECLARED_TYPE.fullmatch(t.strip())
+                                              for c, t in types.items()):
+        raise IngestError('"types" maps column names to DuckDB types such as "DOUBLE", "BIGINT", "DATE" or "VARCHAR"', where)
+    key = meta.get("key")
+    if key is not None and not isinstance(key, str):
+        raise IngestError('"key" names one column', where)
+    return tuple(sorted((c, t.strip().upper()) for c, t in types.items())), key
 
 
 def file_digest(path: Path) -> str:
@@ -87,6 +107,15 @@ def load_tables(con: duckdb.DuckDBPyConnection, sources: Sequence[TableSource]) 
         for n in names:
             if not _COLUMN_OK.fullmatch(n):
                 raise IngestError(f"column name {n[:80]!r} must be printable characters without a double quote", str(src.path))
+        for col, typ in src.types:  # declared types are the table's, whatever its rows hold
+            if col not in names:
+                raise IngestError(f"declared type for unknown column {col!r}", str(src.path))
+            try:
+                con.execute(f'ALTER TABLE data."{src.name}" ALTER COLUMN "{col}" TYPE {typ}')
+            except duckdb.Error as e:
+                raise IngestError(f"column {col!r} does not hold {typ} values: {str(e).splitlines()[0]}", str(src.path)) from None
+        if src.types:
+            columns = [ColumnInfo(n, t) for n, t, *_ in con.execute(f'DESCRIBE data."{src.name}"').fetchall()]
         row_acl = "acl" in names
         if row_acl:
             _convert_row_acl(con, src, next(c for c in columns if c.name == "acl"))
@@ -94,7 +123,8 @@ def load_tables(con: duckdb.DuckDBPyConnection, sources: Sequence[TableSource]) 
         rows = con.execute(f'SELECT count(*) FROM data."{src.name}"').fetchall()[0][0]
         infos.append(TableInfo(
             name=src.name, columns=tuple(columns), acl=src.acl, row_acl=row_acl,
-            id_column=_id_column(con, src.name, columns, rows), doc_column="doc_id" if "doc_id" in names else None,
+            id_column=_declared_key(con, src, names, rows) if src.key else _id_column(con, src.name, columns, rows),
+            doc_column="doc_id" if "doc_id" in names else None,
             rows=int(rows), source=str(src.path),
         ))
     return infos
@@ -134,6 +164,16 @@ def _row_acl_entries(raw: object) -> object:
             return [text]
         raise TypeError(raw)
     return raw
+
+
+def _declared_key(con: duckdb.DuckDBPyConnection, src: TableSource, names: Sequence[str], rows: int) -> str:
+    """A declared key must exist and be unique and non-null over every row."""
+    if src.key not in names:
+        raise IngestError(f"declared key {src.key!r} is not a column", str(src.path))
+    distinct, nulls = con.execute(f'SELECT count(DISTINCT "{src.key}"), count(*) - count("{src.key}") FROM data."{src.name}"').fetchall()[0]
+    if distinct != rows or nulls:
+        raise IngestError(f"declared key {src.key!r} is not unique and non-null in every row", str(src.path))
+    return src.key
 
 
 def _id_column(con: duckdb.DuckDBPyConnection, name: str, columns: list[ColumnInfo], rows: int) -> str | None:

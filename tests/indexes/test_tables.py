@@ -33,7 +33,7 @@ def test_sidecar_sets_the_table_acl_and_defaults_fail_closed(tmp_path):
 
 @pytest.mark.parametrize("sidecar, message", [
     ('{"acl": []}', "non-empty list"),
-    ('{"acl": ["public"], "owner": "x"}', "exactly"),
+    ('{"acl": ["public"], "owner": "x"}', 'a sidecar holds'),
     ("not json", "unreadable ACL sidecar"),
 ])
 def test_bad_sidecar_is_an_error_naming_it(tmp_path, sidecar, message):
@@ -125,3 +125,37 @@ def test_a_malformed_row_acl_cell_stops_ingest_naming_the_line(tmp_path, embedde
     bad = write(tmp_path / "src" / "t.csv", f'id,acl\nr1,public\nr2,{cell}\n')
     with pytest.raises(IngestError, match=rf"t.csv:3: .*{re.escape(reason)}"):
         build_snapshot([bad.parent], tmp_path / "index", embedder)
+
+
+def test_declared_types_and_key_hold_whatever_rows_the_caller_cannot_read_contain(tmp_path, embedder):
+    """Inferred over all rows, one admin-only row with text in a number column makes the
+    column text for everyone; declared in the sidecar, the type and the key are the table's,
+    and a row that breaks them stops the ingest instead of changing what others see."""
+    from indexes.catalog import Catalog
+
+    rows = "permit_id,fee,acl\nBP-1,120,public\nBP-2,80,public\n"
+    src = write(tmp_path / "src" / "permits.csv", rows + 'BP-3,waived,"[""group:admin""]"\n')
+    sidecar = src.with_name("permits.acl.json")
+    write(sidecar, json.dumps({"acl": ["public"]}))
+    index = tmp_path / "index"
+    build_snapshot([src.parent], index, embedder)
+    inferred = Catalog(current_snapshot_path(index) / "catalog.duckdb")
+    assert dict((c.name, c.type) for c in inferred.tables()["permits"].columns)["fee"] == "VARCHAR"
+    inferred.close()
+    write(sidecar, json.dumps({"acl": ["public"], "types": {"fee": "DOUBLE"}, "key": "permit_id"}))
+    with pytest.raises(IngestError, match=r"column 'fee' does not hold DOUBLE values"):
+        build_snapshot([src.parent], index, embedder)
+    write(src, rows + 'BP-3,0,"[""group:admin""]"\n')
+    build_snapshot([src.parent], index, embedder)
+    declared = Catalog(current_snapshot_path(index) / "catalog.duckdb")
+    try:
+        info = declared.tables()["permits"]
+        assert dict((c.name, c.type) for c in info.columns)["fee"] == "DOUBLE" and info.id_column == "permit_id"
+    finally:
+        declared.close()
+    write(src, rows + 'BP-2,0,"[""group:admin""]"\n')  # a duplicate key in a forbidden row
+    with pytest.raises(IngestError, match=r"declared key 'permit_id' is not unique"):
+        build_snapshot([src.parent], index, embedder)
+    write(sidecar, json.dumps({"acl": ["public"], "types": {"fee": "DOUBLE; DROP TABLE x"}}))
+    with pytest.raises(IngestError, match='"types" maps column names'):
+        build_snapshot([src.parent], index, embedder)
