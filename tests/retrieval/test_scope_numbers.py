@@ -149,3 +149,47 @@ def test_an_accent_variant_of_a_forbidden_word_changes_no_number(scoped_engines,
                 assert word in a_query or accented in a_query
         strip = lambda n: json.loads(json.dumps(n, ensure_ascii=False).replace(accented, "X").replace(word, "X"))  # noqa: E731
         assert strip(plain) == strip(variant), (p.id, word)
+
+
+def _strip_times(value):
+    """An answer as JSON without what differs between two runs of the same work, numbers to
+    4 decimals (as the answer rounds grade scores)."""
+    if isinstance(value, dict):
+        return {k: _strip_times(v) for k, v in value.items() if k not in ("trace_id", "elapsed_ms", "ms")}
+    if isinstance(value, list):
+        return [_strip_times(v) for v in value]
+    if isinstance(value, float):  # BM25 scores over a scope and over an index of it agree to ~1e-7
+        return round(value, 4)
+    return value
+
+
+def test_http_and_tool_answers_carry_the_numbers_of_the_readable_scope(scoped_engines, tmp_path):
+    """The same comparison over the interfaces: two live servers, one on the full index and one
+    on the index of what the caller may read, give the same JSON to the same key."""
+    from dataclasses import replace
+
+    import httpx
+
+    from routes.app import create_app
+    from routes.keys import KeyStore
+    from routes.settings import Settings
+    from tests.conftest import LiveServer
+
+    full, alone, questions = scoped_engines
+    p = PRINCIPALS[2]
+    store = KeyStore(tmp_path / "keys.json")
+    key = store.add(p.id, list(p.groups), ["query", "sql"])[0]
+    settings = replace(Settings(), index_dir=tmp_path / "srv", rate_per_second=1000.0, burst=1000, max_concurrent_per_key=64)
+    calls = [("/v1/query", {"question": q}) for q in questions[::4] + SQL_QUESTIONS[:3]]
+    calls += [("/v1/search", {"query": q, "retriever": r}) for q in questions[1::8] for r in ("exact", "bm25", "dense", "hybrid")]
+    calls += [("/v1/sql", {"question": q}) for q in SQL_QUESTIONS] + [("/v1/sql", {"sql": st}) for st in STATEMENTS]
+    calls += [("/v1/tools/call", {"call_id": "c", "name": "retrieve_context", "arguments": {"question": q}}) for q in questions[2::8]]
+    answers = []
+    for engine in (full, alone[p.id]):
+        (tmp_path / "srv").mkdir(exist_ok=True)
+        with LiveServer(create_app(settings, engine=engine, keys=store)) as server:
+            with httpx.Client(timeout=30, headers={"Authorization": f"Bearer {key}"}) as client:
+                answers.append([_strip_times(client.post(server.url + path, json=body).json()) for path, body in calls])
+    assert len(answers[0]) == len(calls) > 30
+    for call, a, b in zip(calls, *answers):
+        assert a == b, (call, [(x.get("score"), y.get("score")) for x, y in zip(a.get("hits", a.get("context", [])), b.get("hits", b.get("context", [])))])
