@@ -159,7 +159,7 @@ def run_loop(question: str, principal: Principal, budget: Budget, deps: LoopDeps
         t0 = clock()
         hits, rows, error = _dispatch(plan, principal, budget, deps, min(budget.call_timeout_ms / 1000.0, remaining))
         in_calls += clock() - t0
-        # a bridge extends the first hop; a fill extends the attempt it follows
+        # a bridge extends the first hop; an extension (fill, follow_links) the attempt it follows
         previous = history[-1] if plan.strategy in EXTENSIONS else next((t for t in history if t.grade is not None and t.hits), None)
         verdict: Grade | None = None
         if error is None:
