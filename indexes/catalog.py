@@ -224,7 +224,7 @@ class Catalog:
                         metadata=json.loads(metadata) if metadata else {}, acl=tuple(acl))
 
     def match_rows(self, phrases: Sequence[str], patterns: Sequence[str], terms: Sequence[str],
-                   allowed: np.ndarray | None = None) -> list[tuple[int, float]]:
+                   allowed: np.ndarray) -> list[tuple[int, float]]:
         """Rows containing every phrase (case-insensitive) and matching every RE2 pattern.
 
         A row is searched together with its document's title and metadata values, so an
@@ -239,27 +239,24 @@ class Catalog:
         """
         if not phrases and not patterns:
             return []
+        rows = np.flatnonzero(allowed).astype(np.int32)
+        if not len(rows):
+            return []
         cur = self.cursor()
-        masked = allowed is not None
-        if masked:
-            rows = np.flatnonzero(allowed).astype(np.int32)
-            if not len(rows):
-                return []
-            cur.register("quarry_allowed_rows", pa.table({"r": rows}))
-        sql, params = match_sql(phrases, patterns, terms, masked)
+        cur.register("quarry_allowed_rows", pa.table({"r": rows}))
+        sql, params = match_sql(phrases, patterns, terms)
         try:
             got = cur.execute(sql, params).fetchall()
         except duckdb.InvalidInputException as e:
             raise InvalidRequest(f"invalid regular expression: {e}") from None
         finally:
-            if masked:
-                cur.unregister("quarry_allowed_rows")
+            cur.unregister("quarry_allowed_rows")
         return [(int(r), float(s)) for r, s in got]
 
 
-def match_sql(phrases: Sequence[str], patterns: Sequence[str], terms: Sequence[str], masked: bool) -> tuple[str, list[Any]]:
-    """The exact scan's statement and parameters (see Catalog.match_rows); with `masked`, it
-    reads the caller's readable rows from a registered relation `quarry_allowed_rows(r)`."""
+def match_sql(phrases: Sequence[str], patterns: Sequence[str], terms: Sequence[str]) -> tuple[str, list[Any]]:
+    """The exact scan's statement and parameters (see Catalog.match_rows); it reads the
+    caller's readable rows from a registered relation `quarry_allowed_rows(r)`."""
     needles = [normalize(p) for p in phrases]
     where = ["contains(norm, ?)"] * len(needles) + ["regexp_matches(text, ?, 'i')"] * len(patterns)
     score = (
@@ -270,12 +267,11 @@ def match_sql(phrases: Sequence[str], patterns: Sequence[str], terms: Sequence[s
     params: list[Any] = [x for n in needles for x in (n, n)] + list(patterns) + [normalize(t) for t in terms]
     params += needles + list(patterns)
     # Title and metadata are lower-cased with single spaces, as `norm` is (see normalize()).
-    join = 'JOIN quarry_allowed_rows a ON a.r = c."row"' if masked else "CROSS JOIN (SELECT 0 AS r) a"
     searchable = f"""WITH s AS (
         SELECT c."row", a.r AS readable, concat_ws(' \n ', d.title, {META_TEXT}, c.text) AS text,
                concat_ws(' \n ', regexp_replace(lower(coalesce(d.title, '') || ' ' || coalesce({META_TEXT}, '')), '\\s+', ' ', 'g'),
                          c.norm) AS norm
-        FROM quarry.chunks c {join} JOIN quarry.documents d USING (doc_id))"""
+        FROM quarry.chunks c JOIN quarry_allowed_rows a ON a.r = c."row" JOIN quarry.documents d USING (doc_id))"""
     sql = (f'{searchable} SELECT "row", {" + ".join(score)} AS s FROM s '
            f'WHERE CASE WHEN readable IS NOT NULL THEN {" AND ".join(where)} ELSE false END')
     return sql, params

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from datetime import date
 from typing import Any, Callable, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, StrictInt, StrictStr, ValidationError, field_validator, model_validator
+from pydantic import Field, StrictInt, StrictStr, ValidationError, field_validator
 
 from retrieval.answer import hits_json, result_json
 from retrieval.errors import (Forbidden, InvalidRequest, NotFound, RateLimited, RetrievalError, RetrievalTimeout,
@@ -25,7 +25,7 @@ from retrieval.errors import (Forbidden, InvalidRequest, NotFound, RateLimited, 
 from retrieval.limits import Limits
 from retrieval.search import search
 from retrieval.types import Filters, Principal
-from routes.schemas import check_text
+from routes.schemas import Strict
 
 L = Limits()
 MAX_ARGUMENT_BYTES = 64 * 1024
@@ -42,14 +42,8 @@ class ToolError(Exception):
         return {"code": self.code, "message": self.message, "retryable": self.retryable}
 
 
-class _Args(BaseModel):
-    model_config = ConfigDict(extra="forbid", strict=True)
-
-    @model_validator(mode="before")
-    @classmethod
-    def _text_only(cls, data: Any) -> Any:
-        check_text(data)
-        return data
+class _Args(Strict):
+    """Tool arguments: strict, no unknown fields, text only (as the HTTP bodies)."""
 
 
 class FilterArgs(_Args):

@@ -21,7 +21,7 @@ MAX_RANKING_TERMS = 16
 
 class TextScanner(Protocol):
     def match_rows(self, phrases: Sequence[str], patterns: Sequence[str], terms: Sequence[str],
-                   allowed: np.ndarray | None = None) -> list[tuple[int, float]]: ...
+                   allowed: np.ndarray) -> list[tuple[int, float]]: ...
 
 
 class ExactRetriever:
