@@ -36,7 +36,7 @@ from typing import Any, Callable, Iterable, Sequence
 from retrieval.constraints import missing_from_queries
 from retrieval.errors import InvalidRequest
 from retrieval.metrics import all_found, doc_ranking, mean, ndcg_at_k, percentile, reciprocal_rank, recall_at_k
-from retrieval.router import route_agrees
+from retrieval.registry import route_agrees
 from retrieval.types import Principal
 
 LABEL_FIELDS = {"id", "question", "principal", "groups", "route", "relevant", "answerable", "answer_rows", "tags",

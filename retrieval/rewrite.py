@@ -33,11 +33,11 @@ from typing import Callable, Iterator, Sequence
 
 from retrieval.constraints import Constraints, is_lookup, missing_from_queries
 from retrieval.grader import Grade
+from retrieval.registry import FUSES, ROW_ROUTES, TEXT_ROUTES, TOPIC_ROUTES
 from retrieval.router import RouteDecision
 from retrieval.text import STOPWORDS, content_terms, normalize, stem, term_set
 from retrieval.types import Filters, Hit
 
-TEXT_ROUTES = ("exact", "bm25", "dense", "hybrid")
 # Expansion and relaxation fix recall (nothing, or not the required thing, was found). When
 # on-topic passages were found but do not answer, rewording the query only finds them again,
 # so for insufficient evidence the loop looks for more parts (decompose), the documents the
@@ -135,7 +135,7 @@ def extend_plan(ctx: RewriteContext, last: Tried, k: int, tried_keys: set[tuple]
             return plan
     if last.plan.route != "exact" or len(last.hits) >= k or is_lookup(ctx.question, ctx.constraints):
         return None
-    route = next((r for r in ctx.decision.ranked if r in ("hybrid", "bm25", "dense")), None)
+    route = next((r for r in ctx.decision.ranked if r in TOPIC_ROUTES), None)
     if route is None:
         return None
     plan = Plan("fill", route, (ctx.question,), ctx.base_filters, merge_previous=True,
@@ -145,19 +145,17 @@ def extend_plan(ctx: RewriteContext, last: Tried, k: int, tried_keys: set[tuple]
 
 # -- strategies ---------------------------------------------------------------------------
 
-# Hybrid fuses bm25 and dense: once it ran a query, neither alone can add evidence for it.
-_SUBSUMES = {"hybrid": ("bm25", "dense")}
 
 
 def _switch_route(ctx: RewriteContext, history: Sequence[Tried], last: Tried | None) -> Iterator[Plan]:
     same = [t for t in history if t.plan.queries == (ctx.question,)]
-    covered = {t.plan.route for t in same} | {r for t in same if t.grade is not None for r in _SUBSUMES.get(t.plan.route, ())}
+    covered = {t.plan.route for t in same} | {r for t in same if t.grade is not None for r in FUSES.get(t.plan.route, ())}
     # exact search helps only to find literal items the evidence still lacks
     lacking = last is None or last.grade is None or any(m.startswith(("identifier:", "phrase:")) for m in last.grade.missing) \
         or not last.hits
     literal = lacking and bool(ctx.constraints.identifiers or ctx.constraints.phrases or ctx.question.strip().startswith("/"))
     ranked = [r for r in ctx.decision.ranked if r not in covered
-              and (r in ("bm25", "dense", "hybrid") or (r == "exact" and literal) or (r == "sql" and ctx.sql_linked))]
+              and (r in TOPIC_ROUTES or (r == "exact" and literal) or (r in ROW_ROUTES and ctx.sql_linked))]
     if last and last.grade and any(m.startswith(("identifier:", "phrase:")) for m in last.grade.missing) and "exact" in ranked:
         ranked.remove("exact")
         ranked.insert(0, "exact")

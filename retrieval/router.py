@@ -14,19 +14,13 @@ from dataclasses import dataclass, field
 from typing import Mapping, Sequence
 
 from retrieval.constraints import Constraints, is_strong_identifier
+from retrieval.registry import ROUTES
 from retrieval.text import STOPWORDS, words
 
-ROUTES = ("exact", "bm25", "dense", "hybrid", "sql")
 # Hybrid is the default route for text questions: it fuses bm25 and dense, so it answers a
 # question labeled with either (route accuracy counts it so). The single-retriever routes
 # stay reachable: the defaults send short keyword lists to bm25, a router fitted by `quarry
 # tune` chooses bm25 or dense wherever the labels prefer them, and `search` takes any by name.
-FUSES = {"hybrid": frozenset({"bm25", "dense"})}
-
-
-def route_agrees(labeled: str, chosen: str | None) -> bool:
-    """Does the chosen route answer a question labeled `labeled` (itself, or a fusion of it)?"""
-    return chosen is not None and (chosen == labeled or labeled in FUSES.get(chosen, ()))
 FEATURES = (
     "identifier", "weak_identifier", "phrase", "regex", "sql_link", "aggregate_cue", "question_word", "short_keywords",
     "long_question", "multi_part", "entity", "date", "n_terms", "proper_noun", "rare_share", "known_share",

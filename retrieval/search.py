@@ -6,6 +6,7 @@ from typing import Mapping
 
 from retrieval.errors import InvalidRequest
 from retrieval.limits import Limits, check_filters, check_k, check_query
+from retrieval.registry import SEARCH_ROUTES
 from retrieval.retrievers import Retriever
 from retrieval.types import Filters, Hit, Principal
 
@@ -20,7 +21,8 @@ def search(
     limits: Limits,
 ) -> list[Hit]:
     """Validate, then run the named retriever; unknown names and bad input are typed errors."""
-    retriever = retrievers.get(name)
+    retriever = retrievers.get(name) if name in SEARCH_ROUTES else None
     if retriever is None:
-        raise InvalidRequest(f"unknown retriever {name!r}; expected one of {sorted(retrievers)}")
+        raise InvalidRequest(f"unknown retriever {name!r}; expected one of {', '.join(SEARCH_ROUTES)}"
+                             + (" (tables answer through sql)" if name == "sql" else ""))
     return retriever.search(check_query(query, limits), principal, check_k(k, limits), check_filters(filters, limits))

@@ -16,7 +16,8 @@ from typing import Mapping, Sequence
 import numpy as np
 
 from retrieval.grader import GRADE_FEATURES, GraderConfig
-from retrieval.router import FEATURES, ROUTES, RouterConfig
+from retrieval.registry import ROUTES
+from retrieval.router import FEATURES, RouterConfig
 
 UNSEEN_ROUTE_BIAS = -50.0
 

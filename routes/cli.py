@@ -15,9 +15,10 @@ from pathlib import Path
 from typing import Any, Callable, Sequence
 
 from retrieval.errors import InvalidRequest, RetrievalError
+from retrieval.registry import SEARCH_ROUTES
 from retrieval.types import Filters, Principal
 
-RETRIEVERS = ("exact", "bm25", "dense", "hybrid", "sql")
+RETRIEVERS = SEARCH_ROUTES
 
 
 def _principal(args: argparse.Namespace, scopes: Sequence[str] = ("query",)) -> Principal:
@@ -114,8 +115,6 @@ def cmd_search(args: argparse.Namespace) -> int:
     from routes.engine import open_engine
 
     principal = _principal(args)
-    if args.retriever not in RETRIEVERS:
-        raise InvalidRequest(f"unknown retriever {args.retriever!r}; expected one of {sorted(RETRIEVERS)}")
     engine = open_engine(Path(args.index), _embedder(args), warm=args.retriever in ("dense", "hybrid"))
     try:
         hits = search(engine.retrievers, args.retriever, args.query, principal, args.k, _filters(args), engine.limits)

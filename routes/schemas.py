@@ -12,6 +12,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, StrictInt, StrictStr, model_validator
 
 from retrieval.limits import Limits
+from retrieval.registry import SEARCH_ROUTES
 from retrieval.types import Filters
 
 L = Limits()
@@ -72,7 +73,7 @@ class QueryIn(Strict):
 
 class SearchIn(Strict):
     query: StrictStr = Question
-    retriever: Literal["exact", "bm25", "dense", "hybrid"]
+    retriever: Literal[SEARCH_ROUTES]  # type: ignore[valid-type]
     k: StrictInt | None = Field(default=None, ge=1, le=L.max_k)
     filters: FiltersIn | None = None
 

@@ -23,6 +23,7 @@ from retrieval.answer import hits_json, result_json
 from retrieval.errors import (Forbidden, InvalidRequest, NotFound, RateLimited, RetrievalError, RetrievalTimeout,
                               RetrievalUnavailable, SqlRejected)
 from retrieval.limits import Limits
+from retrieval.registry import SEARCH_ROUTES
 from retrieval.search import search
 from retrieval.types import Filters, Principal
 from routes.schemas import Strict
@@ -84,7 +85,7 @@ class RetrieveContextArgs(_Args):
 
 class SearchArgs(_Args):
     query: StrictStr = Field(min_length=1, max_length=L.max_query_chars)
-    retriever: Literal["exact", "bm25", "dense", "hybrid"]
+    retriever: Literal[SEARCH_ROUTES]  # type: ignore[valid-type]
     k: StrictInt | None = Field(default=None, ge=1, le=L.max_k)
     filters: FilterArgs | None = None
 
@@ -196,7 +197,7 @@ TOOLS: dict[str, ToolSpec] = {t.name: t for t in (
         "Prefer retrieve_context for questions.",
         SearchArgs, "query",
         {"query": {**_STR, "minLength": 1, "maxLength": L.max_query_chars},
-         "retriever": {**_STR, "enum": ["exact", "bm25", "dense", "hybrid"]},
+         "retriever": {**_STR, "enum": list(SEARCH_ROUTES)},
          "k": _K, "filters": _FILTERS},
         ("query", "retriever"), _search),
     ToolSpec(

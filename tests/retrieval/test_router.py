@@ -5,7 +5,8 @@ from __future__ import annotations
 from datetime import date
 
 from retrieval.constraints import extract
-from retrieval.router import ROUTES, RouterConfig, features, route, route_agrees
+from retrieval.registry import ROUTES, route_agrees
+from retrieval.router import RouterConfig, features, route
 from retrieval.tune import fit_router
 
 TODAY = date(2025, 11, 1)
