@@ -43,8 +43,8 @@ SENTENCE = re.compile(r"(?<=[.!?])\s+|\n+")
 
 
 def auc(scores: list[float], labels: list[bool]) -> float:
-    pos = [s for s, y in zip(scores, labels) if y]
-    neg = [s for s, y in zip(scores, labels) if not y]
+    pos = [s for s, y in zip(scores, labels, strict=True) if y]
+    neg = [s for s, y in zip(scores, labels, strict=True) if not y]
     return sum((p > n) + 0.5 * (p == n) for p in pos for n in neg) / (len(pos) * len(neg))
 
 
@@ -90,7 +90,7 @@ def main() -> None:
     def vectors(words: list[str]) -> np.ndarray:
         todo = [w for w in words if w not in word_vectors]
         if todo:
-            word_vectors.update(zip(todo, embedder.encode(todo)))
+            word_vectors.update(zip(todo, embedder.encode(todo), strict=True))
         return np.vstack([word_vectors[w] for w in words])
 
     rows, labels, answerable = [], [], []

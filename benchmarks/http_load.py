@@ -121,7 +121,7 @@ def paired(url: str, path: str, key: str, payloads: list[dict], local, n: int) -
         conn.close()
     # Also the median of the per-call differences: the same question both ways, so the spread
     # between questions (one attempt or three) cancels out.
-    return percentile(remote, 50), percentile(inproc, 50), percentile([r - i for r, i in zip(remote, inproc)], 50)
+    return percentile(remote, 50), percentile(inproc, 50), percentile([r - i for r, i in zip(remote, inproc, strict=True)], 50)
 
 
 def main() -> None:
@@ -153,7 +153,7 @@ def main() -> None:
     try:
         for route, path in (("bm25", "/v1/search"), ("auto", "/v1/query")):
             payloads = bodies(route)
-            seq, local, diff = paired(url, path, key, payloads, lambda body: in_process(route, body), 250)
+            seq, local, diff = paired(url, path, key, payloads, lambda body: in_process(route, body), 250)  # noqa: B023 - used at once
             out = asyncio.run(load(url, path, key, payloads, args.clients, args.seconds))
             out["sequential_http_p50_ms"] = round(seq, 3)
             out["in_process_p50_ms"] = round(local, 3)

@@ -100,7 +100,8 @@ def scifact(embedder: Embedder) -> dict:
            "loop_overhead_ms_per_attempt_mean": round(mean(overhead), 3)}
     print(f"SciFact nDCG@10: plain hybrid {out['plain_hybrid_ndcg@10']:.4f}, loop {out['loop_ndcg@10']:.4f}; "
           f"mean attempts {out['mean_attempts']}; one-attempt p50 {out['one_attempt_p50_ms']} ms "
-          f"(plain hybrid call p50 {out['plain_hybrid_p50_ms']} ms); overhead/attempt p50 {out['loop_overhead_ms_per_attempt_p50']} ms")
+          f"(plain hybrid call p50 {out['plain_hybrid_p50_ms']} ms); "
+          f"overhead/attempt p50 {out['loop_overhead_ms_per_attempt_p50']} ms")
     return out
 
 
@@ -124,7 +125,8 @@ def gap_detection(embedder: Embedder, name: str, docs: list[dict], questions: li
     corpus = work / "corpus.jsonl"
     _write_corpus(corpus, [{**d, "acl": ["group:ablated"]} if d["id"] in hidden else d for d in docs])
     index = work / "index"
-    build_snapshot([corpus, *sources_extra], index, embedder, BuildOptions(reuse_from=CACHE / name if (CACHE / name).exists() else None))
+    reuse = CACHE / name if (CACHE / name).exists() else None
+    build_snapshot([corpus, *sources_extra], index, embedder, BuildOptions(reuse_from=reuse))
     engine = open_engine(index, embedder, today=today)
     tp = fn = tn = fp = 0
     reasons: dict[str, int] = {}
@@ -148,7 +150,8 @@ def gap_detection(embedder: Embedder, name: str, docs: list[dict], questions: li
            "answer_on_rest": round(answer_rate, 4), "balanced_accuracy": round((gap_recall + answer_rate) / 2, 4),
            "gap_reasons": reasons}
     print(f"{name} gap detection: evidence_gap on {out['gap_on_ablated']:.1%} of {out['ablated']} ablated, "
-          f"answer_context on {out['answer_on_rest']:.1%} of {out['not_ablated']} others; balanced accuracy {out['balanced_accuracy']:.3f}")
+          f"answer_context on {out['answer_on_rest']:.1%} of {out['not_ablated']} others; "
+          f"balanced accuracy {out['balanced_accuracy']:.3f}")
     return out
 
 
@@ -185,7 +188,8 @@ def main() -> None:
     for name, fn in (("hotpotqa", hotpotqa), ("scifact", scifact), ("demo-gaps", demo_gaps), ("scifact-gaps", scifact_gaps)):  # noqa: E501
         if name in wanted:
             results[name] = fn(embedder)
-    write_json("loop" if wanted == {"hotpotqa", "scifact", "demo-gaps", "scifact-gaps"} else f"loop-{'-'.join(sorted(wanted))}", results)
+    everything = {"hotpotqa", "scifact", "demo-gaps", "scifact-gaps"}
+    write_json("loop" if wanted == everything else f"loop-{'-'.join(sorted(wanted))}", results)
 
 
 if __name__ == "__main__":

@@ -3,8 +3,9 @@
     .venv/bin/python benchmarks/retrievers.py [--rebuild] [--skip-scale]
 
 Prints nDCG@10 and Recall@100 (depth 100) and p50/p95 latency of a k=10 call per retriever
-(one query at a time, in-process, query embedding included, cold embedding cache), the ingest time split into embedding and the rest,
-and a second run at 100k chunks for latency. Writes benchmarks/results/retrievers.json.
+(one query at a time, in-process, query embedding included, cold embedding cache), the ingest
+time split into embedding and the rest, and a second run at 100k chunks for latency. Writes
+benchmarks/results/retrievers.json.
 """
 
 from __future__ import annotations
@@ -56,7 +57,7 @@ def rank_bm25_baseline(corpus_path, queries, qrels, k_latency: int = 10):
         ranked = top(queries[qid], DEPTH)
         ndcg.append(ndcg_at_k(ranked, rel, 10))
         rec.append(recall_at_k(ranked, rel, 100))
-        lat.append(timed(lambda: top(queries[qid], k_latency))[1])
+        lat.append(timed(lambda: top(queries[qid], k_latency))[1])  # noqa: B023 - timed() calls it at once
     return summary(ndcg, rec, lat)
 
 
@@ -75,7 +76,7 @@ def run_retriever(retriever, embedder, queries, qrels, k_latency: int = 10):
         rec.append(recall_at_k(ranked, rel, 100))
     embedder.clear_cache()
     for qid in qrels:
-        lat.append(timed(lambda: retriever.search(queries[qid], READER, k_latency, Filters()))[1])
+        lat.append(timed(lambda: retriever.search(queries[qid], READER, k_latency, Filters()))[1])  # noqa: B023 - called at once
     embedder.clear_cache()
     return summary(ndcg, rec, lat)
 
@@ -92,7 +93,8 @@ def scale_run(embedder, n_chunks: int = 100_000) -> dict:
     from retrieval.retrievers.hybrid import HybridRetriever
 
     rng = np.random.default_rng(7)
-    vocab = sorted({w for line in (DATASETS / "scifact" / "corpus.jsonl").open() for w in re.findall(r"[a-z]{3,}", json.loads(line)["text"].lower())})
+    with (DATASETS / "scifact" / "corpus.jsonl").open() as corpus:
+        vocab = sorted({w for line in corpus for w in re.findall(r"[a-z]{3,}", json.loads(line)["text"].lower())})
     zipf = 1.0 / np.arange(1, len(vocab) + 1)
     zipf /= zipf.sum()
     perm = rng.permutation(len(vocab))
@@ -118,7 +120,7 @@ def scale_run(embedder, n_chunks: int = 100_000) -> dict:
         lat = []
         embedder.clear_cache()
         for q in queries:
-            lat.append(timed(lambda: r.search(q, READER, 10, Filters()))[1])
+            lat.append(timed(lambda: r.search(q, READER, 10, Filters()))[1])  # noqa: B023 - timed() calls it at once
         out[name] = {"p50_ms": round(percentile(lat, 50), 3), "p95_ms": round(percentile(lat, 95), 3)}
     return out
 
@@ -133,7 +135,8 @@ def main() -> None:
     queries, qrels = load_queries(root), load_qrels(root, "test")
     embedder = make_embedder().load()
     index, manifest = build_or_reuse("scifact", [root / "corpus.jsonl"], embedder, rebuild=args.rebuild, default_acl=("public",))
-    timings = json.loads((index / "last_build.json").read_text()) if (index / "last_build.json").exists() else manifest["timings_s"]
+    last_build = index / "last_build.json"
+    timings = json.loads(last_build.read_text()) if last_build.exists() else manifest["timings_s"]
     embed_s = timings["embed"]
     total_s = timings.get("wall_total", sum(v for k, v in timings.items() if k != "wall_total"))
     ingest = {**timings, "overhead_beyond_embedding": round((total_s - embed_s) / embed_s, 4),

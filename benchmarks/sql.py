@@ -48,7 +48,8 @@ def score(retriever: SqlRetriever, path: Path) -> dict:
             continue
         if isinstance(out, Decline):
             declined += 1
-            failures.append({"id": q["id"], "question": q["question"], "outcome": "declined", "reason": out.reason, "unlinked": list(out.unlinked)})
+            failures.append({"id": q["id"], "question": q["question"], "outcome": "declined", "reason": out.reason,
+                             "unlinked": list(out.unlinked)})
         elif compare_rows(q["answer_rows"], out.rows, q["ordered"]):
             exact += 1
         else:

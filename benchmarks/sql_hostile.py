@@ -34,7 +34,8 @@ STATEMENTS = {
     "repeat 1e9": "SELECT repeat('x', 1000000000)",
     "printf width 1e9": "SELECT printf('%1000000000d', 1)",
     "five-way cross join": "SELECT count(*) FROM incidents a, incidents b, incidents c, incidents d, incidents e",
-    "string_agg over a cross join": "SELECT length(string_agg(lpad(a.title, 10000, 'y'), ',')) FROM incidents a, incidents b, incidents c",
+    "string_agg over a cross join":
+        "SELECT length(string_agg(lpad(a.title, 10000, 'y'), ',')) FROM incidents a, incidents b, incidents c",
     "10 kB values x 1000 rows": "SELECT lpad(a.title, 10000, 'y') FROM incidents a, incidents b",
     "parentheses 42 deep": "SELECT " + "(" * 42 + "1" + ")" * 42,
 }

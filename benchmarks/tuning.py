@@ -34,8 +34,8 @@ from routes.engine import Policies, open_engine
 from routes.evaluation import (READER, ablate, ablated_index, beir_labels, evaluate, fit_policies, gap_accuracy,
                                load_label_file, split_labels, unambiguous)
 
-KEYS = ("route_accuracy", "route_accuracy_strict", "gap_precision", "gap_recall", "gap_f1", "leakage", "ndcg@10", "recall@k", "mrr",
-        "full_support@k", "sql_exact", "mean_attempts", "latency_p50_ms")
+KEYS = ("route_accuracy", "route_accuracy_strict", "gap_precision", "gap_recall", "gap_f1", "leakage", "ndcg@10", "recall@k",
+        "mrr", "full_support@k", "sql_exact", "mean_attempts", "latency_p50_ms")
 
 
 def pick(r: dict) -> dict:

@@ -143,9 +143,10 @@ class Bm25Index:
 
     def evidence(self, query: str, rows: np.ndarray, allowed: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """For some rows only: (BM25 score, idf-weighted and plain share of the query's terms,
-        among those some readable chunk holds, present in the row), with the same access-scoped statistics as `scores`, read straight from
-        the postings (no full scoring pass, no passage tokenized again). One binary search per
-        term; the arithmetic runs once over the (term x row) matrix."""
+        among those some readable chunk holds, present in the row), with the same access-scoped
+        statistics as `scores`, read straight from the postings (no full scoring pass, no passage
+        tokenized again). One binary search per term; the arithmetic runs once over the
+        (term x row) matrix."""
         n = len(rows)
         all_ids = self._model.get_tokens_ids(self.tokenize(query)) if self._model is not None and n else []
         if not all_ids:

@@ -283,7 +283,8 @@ def match_sql(phrases: Sequence[str], patterns: Sequence[str], terms: Sequence[s
     # Title and metadata are lower-cased with single spaces, as `norm` is (see normalize()).
     searchable = f"""WITH s AS (
         SELECT c."row", a.r AS readable, concat_ws(' \n ', d.title, {META_TEXT}, c.text) AS text,
-               concat_ws(' \n ', regexp_replace(lower(coalesce(d.title, '') || ' ' || coalesce({META_TEXT}, '')), '\\s+', ' ', 'g'),
+               concat_ws(' \n ',
+                         regexp_replace(lower(coalesce(d.title, '') || ' ' || coalesce({META_TEXT}, '')), '\\s+', ' ', 'g'),
                          c.norm) AS norm
         FROM quarry.chunks c JOIN quarry_allowed_rows a ON a.r = c."row" JOIN quarry.documents d USING (doc_id))"""
     sql = (f'{searchable} SELECT "row", {" + ".join(score)} AS s FROM s '

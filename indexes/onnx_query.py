@@ -127,7 +127,7 @@ def _exported(model: Any, model_path: Path, cache: Path, fresh: bool = False) ->
             self.inner = inner
 
         def forward(self, *tensors: Any) -> Any:
-            return self.inner(**dict(zip(names, tensors))).last_hidden_state
+            return self.inner(**dict(zip(names, tensors, strict=True))).last_hidden_state
 
     transformer = Hidden(model[0].auto_model).eval()
     axes = {n: {0: "batch", 1: "tokens"} for n in names} | {"last_hidden_state": {0: "batch", 1: "tokens"}}

@@ -343,7 +343,8 @@ def check_manifest(manifest: dict[str, Any], model_id: str, dim: int) -> None:
     version = manifest.get("format_version")
     if version != FORMAT_VERSION:
         raise SnapshotError(
-            f"snapshot format version {version!r} is not supported (this Quarry reads {FORMAT_VERSION}); rebuild it with `quarry ingest`"
+            f"snapshot format version {version!r} is not supported (this Quarry reads {FORMAT_VERSION}); "
+            "rebuild it with `quarry ingest`"
         )
     model = manifest.get("model") or {}
     if model.get("id") != model_id or model.get("dim") != dim:

@@ -170,7 +170,8 @@ def _declared_key(con: duckdb.DuckDBPyConnection, src: TableSource, names: Seque
     """A declared key must exist and be unique and non-null over every row."""
     if src.key not in names:
         raise IngestError(f"declared key {src.key!r} is not a column", str(src.path))
-    distinct, nulls = con.execute(f'SELECT count(DISTINCT "{src.key}"), count(*) - count("{src.key}") FROM data."{src.name}"').fetchall()[0]
+    key_sql = f'SELECT count(DISTINCT "{src.key}"), count(*) - count("{src.key}") FROM data."{src.name}"'
+    distinct, nulls = con.execute(key_sql).fetchall()[0]
     if distinct != rows or nulls:
         raise IngestError(f"declared key {src.key!r} is not unique and non-null in every row", str(src.path))
     return src.key

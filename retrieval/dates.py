@@ -20,7 +20,8 @@ from retrieval.errors import InvalidRequest
 MONTHS = {m.lower(): i for i, m in enumerate(calendar.month_name) if m}
 MONTHS.update({m.lower(): i for i, m in enumerate(calendar.month_abbr) if m})
 MONTHS["sept"] = 9
-_MONTH = r"(jan(?:uary)?|feb(?:ruary)?|mar(?:ch)?|apr(?:il)?|may|june?|july?|aug(?:ust)?|sep(?:t(?:ember)?)?|oct(?:ober)?|nov(?:ember)?|dec(?:ember)?)"
+_MONTH = (r"(jan(?:uary)?|feb(?:ruary)?|mar(?:ch)?|apr(?:il)?|may|june?|july?|aug(?:ust)?"
+          r"|sep(?:t(?:ember)?)?|oct(?:ober)?|nov(?:ember)?|dec(?:ember)?)")
 _ORD = {"first": 1, "second": 2, "third": 3, "fourth": 4, "1st": 1, "2nd": 2, "3rd": 3, "4th": 4}
 
 
@@ -153,7 +154,8 @@ def find_dates(text: str, today: date, exclude: list[tuple[int, int]] | None = N
         s, e, first, last = points[i]
         before = text[max(0, s - 40) : s]
         between = re.search(r"\b(between|from)\s+$", before, re.I)
-        if between and i + 1 < len(points) and re.fullmatch(r"\s+(?:and|to|until|through|-)\s+", text[e : points[i + 1][0]], re.I):
+        if (between and i + 1 < len(points)
+                and re.fullmatch(r"\s+(?:and|to|until|through|-)\s+", text[e : points[i + 1][0]], re.I)):
             s2, e2, _, last2 = points[i + 1]
             out.append(DateRange(first, last2, text[s - len(between.group(0)) + between.start() : e2].strip()))
             i += 2

@@ -74,7 +74,8 @@ def parse_labels(text: str, origin: str = "labels") -> list[Label]:
         except json.JSONDecodeError as e:
             raise InvalidRequest(f"{origin}:{n}: malformed JSON ({e.msg})") from None
         if not isinstance(d, dict) or set(d) - LABEL_FIELDS or not {"id", "question", "principal"} <= set(d):
-            raise InvalidRequest(f"{origin}:{n}: a label needs id, question, principal and only the fields {sorted(LABEL_FIELDS)}")
+            raise InvalidRequest(
+                f"{origin}:{n}: a label needs id, question, principal and only the fields {sorted(LABEL_FIELDS)}")
         if d["id"] in seen:
             raise InvalidRequest(f"{origin}:{n}: duplicate label id {d['id']!r}")
         seen.add(d["id"])
@@ -137,7 +138,8 @@ def record_for(label: Label, result: Any, latency_ms: float, can_read: Callable[
     leaked = sorted(d for d in shown if not d.startswith("table:") and not can_read(d))
     leaked += sorted(t.split(":", 1)[1] for t in label.tags if t.startswith("forbidden:") and t.split(":", 1)[1] in shown)
     kept = sum(1 for a in result.attempts if not missing_from_queries(
-        result.constraints, a.plan.queries, date_filtered=a.plan.filters.date_from is not None or a.plan.filters.date_to is not None))
+        result.constraints, a.plan.queries,
+        date_filtered=a.plan.filters.date_from is not None or a.plan.filters.date_to is not None))
     sql_match = None
     if label.answer_rows is not None and rows_match is not None:
         sql_match = result.rows is not None and rows_match(label.answer_rows, result.rows.rows)

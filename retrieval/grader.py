@@ -80,7 +80,8 @@ class Grade:
     links: tuple[str, ...] = ()  # readable documents the top passages name that the set lacks: to follow, not missing
 
     def to_json(self) -> dict:
-        return {"sufficient": self.sufficient, "reason": self.reason, "missing": list(self.missing), "score": round(self.score, 4)}
+        return {"sufficient": self.sufficient, "reason": self.reason, "missing": list(self.missing),
+                "score": round(self.score, 4)}
 
 
 def _whole_token(needle: str, haystack: str) -> bool:
@@ -136,7 +137,7 @@ def evidence_features(question: str, hits: Sequence[Hit], constraints: Constrain
         "agreement": len(set(by_bm25) & set(by_dense)) / 3 if hits else 0.0,
         "top_bm25": top_bm25 / (top_bm25 + 1.0),
         "top_qcov": max(qcov_of, default=0.0),
-        "qcov_dense": max((q * max(0.0, d) for q, d in zip(qcov_of, dense_of)), default=0.0),
+        "qcov_dense": max((q * max(0.0, d) for q, d in zip(qcov_of, dense_of, strict=True)), default=0.0),
         "literal_share": literal_share(question, constraints) if constraints is not None else 0.0,
         **_qpp(sig, dense),
     }

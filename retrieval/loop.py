@@ -201,7 +201,8 @@ def run_loop(question: str, principal: Principal, budget: Budget, deps: LoopDeps
                                       min(budget.call_timeout_ms / 1000.0, remaining), trace_id)
         in_calls += clock() - t0
         # a bridge extends the first hop; an extension (fill, follow_links) the attempt it follows
-        previous = history[-1] if plan.strategy in EXTENSIONS else next((t for t in history if t.grade is not None and t.hits), None)
+        previous = (history[-1] if plan.strategy in EXTENSIONS
+                    else next((t for t in history if t.grade is not None and t.hits), None))
         verdict: Grade | None = None
         if error is None:
             evidence = _evidence(plan, hits, previous, budget.k)
@@ -276,7 +277,7 @@ def _dispatch(plan: Plan, question: str, principal: Principal, budget: Budget, d
     results: dict[str, list[Hit]] = {}
     errors: list[str] = []
     end = time.monotonic() + timeout_s
-    for q, f in zip(plan.queries, futures):
+    for q, f in zip(plan.queries, futures, strict=True):
         found, error = _wait(deps, f, max(0.0, end - time.monotonic()), plan.route, trace_id)
         if error is None:
             results[q] = found

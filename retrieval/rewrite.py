@@ -89,7 +89,8 @@ class RewriteContext:
 
 def plan_problems(plan: Plan, constraints: Constraints, tried_keys: set[tuple]) -> list[str]:
     """Why a plan may not be dispatched (empty when it may)."""
-    problems = [f"drops {m}" for m in missing_from_queries(constraints, plan.queries, date_filtered=plan.filters.date_from is not None or plan.filters.date_to is not None)]
+    date_filtered = plan.filters.date_from is not None or plan.filters.date_to is not None
+    problems = [f"drops {m}" for m in missing_from_queries(constraints, plan.queries, date_filtered=date_filtered)]
     if plan.key() in tried_keys:
         problems.append("repeats an earlier (route, query)")
     return problems
@@ -179,7 +180,8 @@ def _date_filter(ctx: RewriteContext, history: Sequence[Tried], last: Tried | No
     yield Plan("date_filter", route, (ctx.question,), filters, reason="documents dated inside the question's range")
 
 
-_SPLIT_ALTERNATIVES = re.compile(r"^(?P<base>.*?)[,:]?\s*(?:between\s+)?(?P<a>[^,]+?)\s+(?:or|and|vs\.?|versus)\s+(?P<b>[^,?]+?)\s*\??$", re.I)
+_SPLIT_ALTERNATIVES = re.compile(
+    r"^(?P<base>.*?)[,:]?\s*(?:between\s+)?(?P<a>[^,]+?)\s+(?:or|and|vs\.?|versus)\s+(?P<b>[^,?]+?)\s*\??$", re.I)
 _COMPARE = re.compile(r"\b(compare|compared|difference between|which|who|whose|both|either)\b", re.I)
 
 
@@ -189,7 +191,8 @@ def split_question(question: str) -> tuple[str, ...]:
     halves = re.split(r"\s+and\s+", q, maxsplit=1, flags=re.I)
     if len(halves) == 2 and q.count("?") <= 1:
         left, right = halves
-        if len(content_terms(left)) >= 3 and len(content_terms(right)) >= 3 and re.match(r"(who|what|which|when|where|why|how|is|are|was|did|does)\b", right, re.I):
+        if (len(content_terms(left)) >= 3 and len(content_terms(right)) >= 3
+                and re.match(r"(who|what|which|when|where|why|how|is|are|was|did|does)\b", right, re.I)):
             return (left.rstrip(" ,"), right)
     if not _COMPARE.search(q):
         return ()
@@ -199,7 +202,8 @@ def split_question(question: str) -> tuple[str, ...]:
     base, a, b = m.group("base").strip(), m.group("a").strip(), m.group("b").strip()
     if not a or not b or len(a.split()) > 8 or len(b.split()) > 8:
         return ()
-    base_terms = " ".join(w for w in re.findall(r"[\w'-]+", base) if w.lower() not in {"which", "who", "whose", "compare", "between"})
+    framing = {"which", "who", "whose", "compare", "between"}
+    base_terms = " ".join(w for w in re.findall(r"[\w'-]+", base) if w.lower() not in framing)
     return (f"{a} {base_terms}".strip(), f"{b} {base_terms}".strip())
 
 

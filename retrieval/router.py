@@ -26,8 +26,11 @@ FEATURES = (
     "long_question", "multi_part", "entity", "date", "n_terms", "proper_noun", "rare_share", "known_share",
 )
 _PROPER = re.compile(r"(?<=[\w,;:] )[A-Z][a-z]+")
-_QUESTION = re.compile(r"^\s*(who|whom|whose|what|which|when|where|why|how|is|are|was|were|do|does|did|can|could|should|will|i|we|my|our)\b", re.I)
-_AGG = re.compile(r"\b(how many|count|number of|average|mean|total|sum|per|by each|broken down|top \d+|most|fewest|maximum|minimum|longest|shortest)\b", re.I)
+_QUESTION = re.compile(
+    r"^\s*(who|whom|whose|what|which|when|where|why|how|is|are|was|were|do|does|did|can|could|should|will|i|we|my|our)\b", re.I)
+_AGG = re.compile(
+    r"\b(how many|count|number of|average|mean|total|sum|per|by each|broken down|top \d+|most|fewest|maximum|minimum"
+    r"|longest|shortest)\b", re.I)
 _MULTI = re.compile(r"\b(and|both|compare|compared|versus|vs\.?|or|than|whereas|while|either|neither)\b", re.I)
 
 
@@ -66,7 +69,8 @@ class RouterConfig:
 
     # Hand-set defaults: hybrid unless a strong cue says otherwise (it fuses bm25 and dense and
     # is the best single route on SciFact); `quarry tune` refits these on labeled questions.
-    bias: Mapping[str, float] = field(default_factory=lambda: {"exact": -1.0, "bm25": 0.0, "dense": 0.0, "hybrid": 1.0, "sql": -2.0})
+    bias: Mapping[str, float] = field(
+        default_factory=lambda: {"exact": -1.0, "bm25": 0.0, "dense": 0.0, "hybrid": 1.0, "sql": -2.0})
     weights: Mapping[str, Mapping[str, float]] = field(default_factory=lambda: {
         "exact": {"identifier": 3.0, "phrase": 3.0, "regex": 6.0, "sql_link": -1.0, "multi_part": -0.5, "long_question": -2.5},
         "bm25": {"short_keywords": 1.2, "question_word": -0.5, "identifier": 0.5, "weak_identifier": 0.3},

@@ -26,7 +26,8 @@ class StoredVectors(Protocol):
 
 
 class HitScorer:
-    def __init__(self, bm25: ScoredLexicalIndex, dense: StoredVectors, encode: Callable[[str], np.ndarray], chunks: ChunkTable) -> None:
+    def __init__(self, bm25: ScoredLexicalIndex, dense: StoredVectors, encode: Callable[[str], np.ndarray],
+                 chunks: ChunkTable) -> None:
         self._bm25 = bm25
         self._dense = dense
         self._encode = encode

@@ -60,7 +60,7 @@ def fit_router(rows: Sequence[Mapping[str, float]], routes: Sequence[str], seed:
         coef, intercept = np.vstack([-coef[0] / 2, coef[0] / 2]), np.array([-intercept[0] / 2, intercept[0] / 2])
     for i, r in enumerate(model.classes_):
         bias[str(r)] = float(intercept[i])
-        weights[str(r)] = {f: round(float(w), 6) for f, w in zip(FEATURES, coef[i]) if abs(w) > 1e-9}
+        weights[str(r)] = {f: round(float(w), 6) for f, w in zip(FEATURES, coef[i], strict=True) if abs(w) > 1e-9}
     return RouterConfig(bias, weights, source=f"tuned (C={c:g})")
 
 
@@ -109,7 +109,7 @@ def fit_grader(rows: Sequence[Mapping[str, float]], sufficient: Sequence[bool], 
     pred = probs >= 0.5  # class weights are balanced, so 0.5 is the balanced-accuracy cut
     best = float(((pred & y).sum() / y.sum() + (~pred & ~y).sum() / (~y).sum()) / 2)
     best_threshold = 0.5
-    weights = {f: round(float(v), 6) for f, v in zip(GRADE_FEATURES, w)}
+    weights = {f: round(float(v), 6) for f, v in zip(GRADE_FEATURES, w, strict=True)}
     config = GraderConfig(bias=round(b, 6), weights=weights, threshold=best_threshold, link_passages=base.link_passages,
                           source=f"tuned (C={c:g})")
     return GraderFit(config, float(best))

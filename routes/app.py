@@ -220,7 +220,8 @@ def engine_for(settings: Settings) -> Engine:
 
 def create_app(settings: Settings, engine: Engine | None = None, keys: KeyStore | None = None) -> FastAPI:
     """Build the app. Without `engine`, the lifespan loads the index of `settings` once."""
-    state = AppState(settings, engine, keys if keys is not None else (KeyStore(settings.keys_file) if settings.keys_file else None),
+    state = AppState(settings, engine,
+                     keys if keys is not None else (KeyStore(settings.keys_file) if settings.keys_file else None),
                      Gate(settings.rate_per_second, settings.burst, settings.max_concurrent_per_key))
 
     @asynccontextmanager

@@ -142,7 +142,8 @@ def cmd_query(args: argparse.Namespace) -> int:
         engine.close()
     payload = result_json(result)
     if args.table:
-        print(f"{payload['status']}  route={payload['route']['chosen']}  stop={payload['stop_reason']}  {payload['elapsed_ms']} ms")
+        print(f"{payload['status']}  route={payload['route']['chosen']}  stop={payload['stop_reason']}  "
+              f"{payload['elapsed_ms']} ms")
         for a in payload["attempts"]:
             g = a["grade"] or {}
             print(f"  attempt {a['n']}: {a['strategy']:<12} {a['route']:<7} hits={a['hits']:<3} "
@@ -308,8 +309,8 @@ def cmd_tune(args: argparse.Namespace) -> int:
             train, test = beir_labels(beir_root, "train"), labels
             report["before"] = pick(evaluate(engine, test, k, _questions_progress(progress, len(test))))
             hidden_train, hidden_docs = ablate(train, args.seed)
-            ab_index = ablated_index(beir_root, hidden_docs, engine.embedder, Path(args.cache) / f"{beir_root.name}-train-ablation",
-                                     index, progress)
+            ab_index = ablated_index(beir_root, hidden_docs, engine.embedder,
+                                     Path(args.cache) / f"{beir_root.name}-train-ablation", index, progress)
             ab_engine = open_engine(ab_index, engine.embedder, engine.limits, today=engine.today)
             try:
                 policies, notes = fit_policies(engine, train, args.seed, tune_router=False, grader_engine=ab_engine,
@@ -318,8 +319,8 @@ def cmd_tune(args: argparse.Namespace) -> int:
             finally:
                 ab_engine.close()
             hidden_test, hidden_test_docs = ablate(test, args.seed + 1)
-            te_index = ablated_index(beir_root, hidden_test_docs, engine.embedder, Path(args.cache) / f"{beir_root.name}-test-ablation",
-                                     index, progress)
+            te_index = ablated_index(beir_root, hidden_test_docs, engine.embedder,
+                                     Path(args.cache) / f"{beir_root.name}-test-ablation", index, progress)
             for name, pol in (("gaps_before", engine.policies), ("gaps_after", policies)):
                 e = open_engine(te_index, engine.embedder, engine.limits, today=engine.today, policies=pol)
                 try:
@@ -371,7 +372,8 @@ def build_parser() -> argparse.ArgumentParser:
     def common(sp: argparse.ArgumentParser, index: bool = True) -> None:
         if index:
             sp.add_argument("--index", required=True, help="index directory (holds snapshots)")
-        sp.add_argument("--model-path", default=None, help="local sentence-transformers folder (default: bundled all-MiniLM-L6-v2)")
+        sp.add_argument("--model-path", default=None,
+                        help="local sentence-transformers folder (default: bundled all-MiniLM-L6-v2)")
 
     def who(sp: argparse.ArgumentParser) -> None:
         sp.add_argument("--principal", required=True, help="principal id the command acts for")

@@ -58,7 +58,7 @@ def run_labels(engine: Engine, labels: Sequence[Label], k: int, progress: Callab
             records.append(error_record(label, e, (time.perf_counter() - t0) * 1000))
         else:
             ms = (time.perf_counter() - t0) * 1000
-            records.append(record_for(label, result, ms, lambda d: principal.can_read(acl_of(d) or ()), compare_rows))
+            records.append(record_for(label, result, ms, lambda d: principal.can_read(acl_of(d) or ()), compare_rows))  # noqa: B023 - record_for calls it before the loop moves on
         if progress:
             progress(i + 1)
     return records
@@ -153,7 +153,8 @@ def write_report(result: dict[str, Any], directory: Path, title: str) -> list[Pa
             row = result["confusion"].get(gold, {})
             if row:
                 lines.append(f"| {gold} | " + " | ".join(str(row.get(p, 0)) for p in routes) + " |")
-    for section, heading in (("per_route", "Per labeled route"), ("per_chosen_route", "Per chosen route"), ("per_tag", "Per tag")):
+    sections = (("per_route", "Per labeled route"), ("per_chosen_route", "Per chosen route"), ("per_tag", "Per tag"))
+    for section, heading in sections:
         if result.get(section):
             lines += ["", f"## {heading}", "", "| group | n | route acc | gap F1 | nDCG@10 | recall@k | attempts | p50 ms |",
                       "|---|---|---|---|---|---|---|---|"]
@@ -201,7 +202,8 @@ def write_report(result: dict[str, Any], directory: Path, title: str) -> list[Pa
         p50 = [groups[n]["latency_p50_ms"] or 0.0 for n in names]
         fig, ax = plt.subplots(figsize=(6, 3.5))
         ax.bar(names, p50, label="p50")
-        ax.bar(names, [(groups[n]["latency_p95_ms"] or 0.0) - lo for n, lo in zip(names, p50)], bottom=p50, label="p95", alpha=0.5)
+        spread = [(groups[n]["latency_p95_ms"] or 0.0) - lo for n, lo in zip(names, p50, strict=True)]
+        ax.bar(names, spread, bottom=p50, label="p95", alpha=0.5)
         ax.set_xlabel(group_name)
         ax.set_ylabel("ms")
         ax.legend(fontsize=8)
@@ -289,7 +291,8 @@ def first_attempt_evidence(engine: Engine, question: str, principal: Principal, 
 
 def _route_rows(engine: Engine, labels: Sequence[Label]) -> tuple[list[dict[str, float]], list[str]]:
     labeled = [lb for lb in labels if lb.route]
-    return [question_features(engine, lb.question, lb.principal_obj(), lb.today)[1] for lb in labeled], [lb.route for lb in labeled]
+    features = [question_features(engine, lb.question, lb.principal_obj(), lb.today)[1] for lb in labeled]
+    return features, [lb.route for lb in labeled]
 
 
 def _grade_rows(engine: Engine, labels: Sequence[Label], sufficient_of: Callable[[Label, list[str]], bool]

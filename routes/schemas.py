@@ -79,7 +79,8 @@ class SearchIn(Strict):
 
 
 class SqlIn(Strict):
-    sql: StrictStr | None = Field(default=None, min_length=1, max_length=10_000, description="one read-only SELECT (needs the sql scope)")
+    sql: StrictStr | None = Field(default=None, min_length=1, max_length=10_000,
+                                  description="one read-only SELECT (needs the sql scope)")
     question: StrictStr | None = Field(default=None, min_length=1, max_length=L.max_query_chars,
                                        description="a question to translate to SQL")
     today: Annotated[date, Field(strict=False)] | None = Field(

@@ -35,4 +35,4 @@ class DenseRetriever:
 
     def search(self, query: str, principal: Principal, k: int, filters: Filters) -> list[Hit]:
         rows, scores = self.rank(query, principal, k, filters)
-        return [self._chunks.hit(r, s, self.name, (("dense", float(s)),)) for r, s in zip(rows, scores)]
+        return [self._chunks.hit(r, s, self.name, (("dense", float(s)),)) for r, s in zip(rows, scores, strict=True)]

@@ -58,7 +58,7 @@ class HybridRetriever:
         fused, best_rank = rrf_scores(rows, self.params.rrf_k, self.params.weights)
         chunk_ids = self._chunks.chunk_ids
         order = sorted(fused, key=lambda r: (-fused[r], best_rank[r], chunk_ids[r]))[:k]
-        found = {name: dict(zip(rows[name], scores.tolist())) for name, _, scores in ranked}
+        found = {name: dict(zip(rows[name], scores.tolist(), strict=True)) for name, _, scores in ranked}
         hits = []
         for r in order:
             names = tuple(name for name, _, _ in ranked if r in found[name])

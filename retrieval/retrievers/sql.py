@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from datetime import date, datetime
 from decimal import Decimal
 from threading import Lock
-from typing import Any, Mapping, Protocol, Sequence
+from typing import Any, Protocol, Sequence
 
 from sqlglot import exp
 
@@ -185,7 +185,8 @@ class SqlRetriever:
                 build = self._builds[key] = self._builder.submit(self._build, key, principal, tables)
             return build
 
-    def _build(self, key: frozenset[str], principal: Principal, tables: Sequence[TableInfo]) -> dict[tuple[str, str], ColumnProfile]:
+    def _build(self, key: frozenset[str], principal: Principal,
+               tables: Sequence[TableInfo]) -> dict[tuple[str, str], ColumnProfile]:
         try:
             out = self._profile(principal, tables)
         except BaseException:
@@ -213,7 +214,8 @@ class SqlRetriever:
                 values: tuple[str, ...] = ()
                 if n <= MAX_CATEGORICAL:
                     vq = f"SELECT DISTINCT {c} FROM {table} WHERE {c} IS NOT NULL"
-                    values = tuple(sorted(str(r[0]) for r in self._backend.run(guard_sql(vq, all_tables, principal).sql, self.limits.timeout_s, MAX_CATEGORICAL)[1]))
+                    found = self._backend.run(guard_sql(vq, all_tables, principal).sql, self.limits.timeout_s, MAX_CATEGORICAL)[1]
+                    values = tuple(sorted(str(r[0]) for r in found))
                 out[(t.name, col.name)] = ColumnProfile(values, tuple(sorted({p.upper() for p in prefixes or () if p})))
         return out
 
@@ -229,7 +231,8 @@ def rows_as_hits(result: SqlResult, k: int) -> list[Hit]:
     doc_i = next((i for i, c in enumerate(result.columns) if c == "doc_id"), None)
     table = result.tables[0] if result.tables else "sql"
     for n, row in enumerate(result.rows[:k]):
-        text = "; ".join(f"{c}={json.dumps(v) if not isinstance(v, str) else v}" for c, v in zip(result.columns, row))
+        cells = zip(result.columns, row, strict=True)
+        text = "; ".join(f"{c}={json.dumps(v) if not isinstance(v, str) else v}" for c, v in cells)
         doc = str(row[doc_i]) if doc_i is not None and row[doc_i] else f"table:{table}"
         hits.append(Hit(chunk_id=f"table:{table}#{n}", doc_id=doc, text=text, score=1.0, retrievers=("sql",),
                         start=0, end=len(text), title=table, source="table", signals=(("sql", 1.0),)))

@@ -106,7 +106,7 @@ def test_scoped_scores_equal_an_index_of_the_authorized_chunks_alone():
     rng = np.random.default_rng(3)
     allowed = rng.random(N) < 0.6
     full = Bm25Index.build(TEXTS)
-    alone = Bm25Index.build([t for t, a in zip(TEXTS, allowed) if a])
+    alone = Bm25Index.build([t for t, a in zip(TEXTS, allowed, strict=True) if a])
     for query in ["ledger lock timeout", "certificate release tracking gateway", "leave policy parents"]:
         np.testing.assert_allclose(full.scores(query, allowed)[allowed], alone.scores(query), rtol=1e-4, atol=1e-6)
         # Routing statistics too: known and rare terms are counted over the authorized chunks only.

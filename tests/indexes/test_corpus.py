@@ -24,8 +24,10 @@ def line(**fields) -> str:
 
 
 def test_jsonl_and_markdown_documents_load_with_their_fields(tmp_path):
-    write(tmp_path / "a.jsonl", line(id="x1", text="hello", title="T", date="2025-01-02", acl=["group:sre"], metadata={"team": "sre"}))
-    write(tmp_path / "runbooks" / "r.md", "---\ntitle: Runbook\ndate: 2024-05-06\nacl: [public, alice]\n---\n# Heading\nBody text.\n")
+    write(tmp_path / "a.jsonl",
+          line(id="x1", text="hello", title="T", date="2025-01-02", acl=["group:sre"], metadata={"team": "sre"}))
+    write(tmp_path / "runbooks" / "r.md",
+          "---\ntitle: Runbook\ndate: 2024-05-06\nacl: [public, alice]\n---\n# Heading\nBody text.\n")
     docs = {d.doc.id: d.doc for d in load_documents([tmp_path])}
     assert docs["x1"].acl == ("group:sre",) and docs["x1"].source == "a" and docs["x1"].metadata == {"team": "sre"}
     md = docs["runbooks/r"]

@@ -114,7 +114,8 @@ def test_killed_ingest_leaves_the_previous_snapshot_loadable_and_answering(index
     big = tmp_path / "big.jsonl"
     with big.open("w") as f:
         for i in range(4000):
-            f.write(json.dumps({"id": f"b{i}", "text": f"Synthetic passage {i} about pallets, ports and customs forms number {i * 7}.", "acl": ["public"]}) + "\n")
+            text = f"Synthetic passage {i} about pallets, ports and customs forms number {i * 7}."
+            f.write(json.dumps({"id": f"b{i}", "text": text, "acl": ["public"]}) + "\n")
     proc = subprocess.Popen([sys.executable, "-m", "routes.cli", "ingest", str(big), "--index", str(index_copy)],
                             cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
@@ -177,7 +178,7 @@ def _assert_vectors_are_the_models(index: Path, embedder) -> None:
         t = snap.chunks
         rows = np.arange(len(t), dtype=np.int64)
         stored = snap.dense.vectors(rows)
-        fresh = embedder.encode([f"{title}\n{text}" if title else text for title, text in zip(t.titles, t.texts)])
+        fresh = embedder.encode([f"{title}\n{text}" if title else text for title, text in zip(t.titles, t.texts, strict=True)])
         assert np.abs(np.linalg.norm(stored, axis=1) - 1).max() < 1e-4
         assert np.abs(stored - fresh).max() < 1e-4
     finally:

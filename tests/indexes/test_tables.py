@@ -110,7 +110,10 @@ def test_a_row_acl_cell_with_one_bare_entry_is_a_list_of_one(tmp_path, embedder)
     catalog = Catalog(current_snapshot_path(index) / "catalog.duckdb")
     try:
         sql = SqlRetriever(SqlRunner(catalog), SqlLimits())
-        rows = lambda p: sorted(r[0] for r in sql.run_statement("SELECT permit_id FROM permits", p).rows)
+
+        def rows(p):
+            return sorted(r[0] for r in sql.run_statement("SELECT permit_id FROM permits", p).rows)
+
         assert rows(Principal("erin", (), frozenset({"sql"}))) == ["BP-1", "BP-4"]
         assert rows(Principal("erin", ("planning",), frozenset({"sql"}))) == ["BP-1", "BP-2", "BP-3", "BP-4"]
         assert rows(Principal("ann", (), frozenset({"sql"}))) == ["BP-1", "BP-3", "BP-4"]

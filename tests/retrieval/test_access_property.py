@@ -3,7 +3,6 @@ and returns min(k, authorized matches) of them, the best ones, as if the others 
 
 from __future__ import annotations
 
-from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -27,7 +26,7 @@ TOKENIZE = Tokenizer()
 def base(engine):
     snap = engine.snapshot
     t = snap.chunks
-    index_texts = [f"{title}\n{text}" if title else text for title, text in zip(t.titles, t.texts)]
+    index_texts = [f"{title}\n{text}" if title else text for title, text in zip(t.titles, t.texts, strict=True)]
     vectors = engine.embedder.encode(index_texts)
     doc_ids = sorted(set(t.doc_ids))
     return snap, t, index_texts, vectors, doc_ids, engine.embedder.encode_query
@@ -46,11 +45,13 @@ principal_strategy = st.builds(
 )
 filters_strategy = st.one_of(
     st.just(Filters()),
-    st.builds(Filters, sources=st.lists(st.sampled_from(["runbooks", "faq", "incidents", "policies"]), min_size=1, max_size=2, unique=True).map(tuple)),
+    st.builds(Filters, sources=st.lists(st.sampled_from(["runbooks", "faq", "incidents", "policies"]),
+                                        min_size=1, max_size=2, unique=True).map(tuple)),
 )
 
 
-@given(data=st.data(), principal=principal_strategy, k=st.integers(1, 12), query=st.sampled_from(QUERIES), filters=filters_strategy)
+@given(data=st.data(), principal=principal_strategy, k=st.integers(1, 12), query=st.sampled_from(QUERIES),
+       filters=filters_strategy)
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 def test_every_retriever_returns_only_authorized_chunks_and_all_it_should(base, data, principal, k, query, filters):
     snap, t, index_texts, vectors, doc_ids, encode = base
@@ -59,7 +60,7 @@ def test_every_retriever_returns_only_authorized_chunks_and_all_it_should(base, 
     tokens = principal.access_tokens()
     allowed = np.array([
         not tokens.isdisjoint(doc_acl[d]) and (filters.sources is None or s in filters.sources)
-        for d, s in zip(t.doc_ids, t.sources)
+        for d, s in zip(t.doc_ids, t.sources, strict=True)
     ])
     assert np.array_equal(table.mask(principal, filters), allowed)
 

@@ -11,7 +11,8 @@ def hit(cid: str, retriever: str, score: float) -> Hit:
 
 
 def test_rrf_adds_reciprocal_ranks_from_each_list():
-    fused = rrf({"bm25": [hit("a#0", "bm25", 9), hit("b#0", "bm25", 5)], "dense": [hit("b#0", "dense", 0.8), hit("c#0", "dense", 0.7)]}, k=60)
+    fused = rrf({"bm25": [hit("a#0", "bm25", 9), hit("b#0", "bm25", 5)],
+                 "dense": [hit("b#0", "dense", 0.8), hit("c#0", "dense", 0.7)]}, k=60)
     scores = {h.chunk_id: h.score for h in fused}
     assert scores["b#0"] == pytest.approx(1 / 62 + 1 / 61)
     assert scores["a#0"] == pytest.approx(1 / 61)
@@ -21,7 +22,8 @@ def test_rrf_adds_reciprocal_ranks_from_each_list():
 
 
 def test_rrf_weights_and_limit():
-    fused = rrf({"bm25": [hit("a#0", "bm25", 1)], "dense": [hit("c#0", "dense", 1)]}, k=10, weights={"bm25": 0.5, "dense": 2.0}, limit=1)
+    fused = rrf({"bm25": [hit("a#0", "bm25", 1)], "dense": [hit("c#0", "dense", 1)]}, k=10,
+                weights={"bm25": 0.5, "dense": 2.0}, limit=1)
     assert [h.chunk_id for h in fused] == ["c#0"] and fused[0].score == pytest.approx(2 / 11)
 
 

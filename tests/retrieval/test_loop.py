@@ -14,7 +14,7 @@ from retrieval.errors import RetrievalTimeout, RetrievalUnavailable
 from retrieval.grader import GraderConfig
 from retrieval.loop import Budget, run_loop
 from retrieval.policy import SignalGrader
-from retrieval.types import Filters, Principal
+from retrieval.types import Principal
 from tests.conftest import TablesProbe
 
 NEVER_SUFFICIENT = GraderConfig(threshold=1.1)  # forces the loop through its rewrites
@@ -255,7 +255,7 @@ def test_an_impossible_date_stops_the_question_with_invalid_request(trial_engine
 def test_a_record_lookup_answers_with_the_row_and_the_document_it_links(trial_engine):
     result = trial_engine.query("What was decided on permit BP-2202?", Principal("erin"))
     assert result.status == "answer_context" and result.decision.chosen == "sql"
-    assert dict(zip(result.rows.columns, result.rows.rows[0]))["status"] == "refused"
+    assert dict(zip(result.rows.columns, result.rows.rows[0], strict=True))["status"] == "refused"
     assert [h.doc_id for h in result.context] == ["notice-bp-2202"]  # the notice says why
     # a linked document the caller may not read stays out of the context
     draft = trial_engine.query("What was decided on permit BP-2203?", Principal("erin"))

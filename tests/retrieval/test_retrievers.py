@@ -45,7 +45,8 @@ def test_dense_finds_a_paraphrase_without_shared_keywords(engine):
     hits = run(engine, "dense", "how can I renew the key that signs authentication tokens", k=3)
     assert hits[0].doc_id == "m03"
     assert "m02" not in ids(hits)  # the security runbook is private to its group
-    assert ids(run(engine, "dense", "how can I renew the key that signs authentication tokens", principal=CAROL, k=2))[0] in {"m02", "m03"}
+    renew = run(engine, "dense", "how can I renew the key that signs authentication tokens", principal=CAROL, k=2)
+    assert ids(renew)[0] in {"m02", "m03"}
 
 
 def test_bm25_ranks_keyword_matches_and_reports_its_score(engine):

@@ -29,7 +29,8 @@ def test_a_fitted_router_chooses_bm25_and_dense_where_the_labels_do():
                ("What helps people sleep better when they stay on a noisy shared ward at night?", "dense"),
                ("How can someone get into the building if their card is not accepted at the door?", "dense"),
                ("What is HIT-1042 about?", "exact"), ("Was BP-2201 approved?", "exact"),
-               ("Compare the June and July facilities minutes", "hybrid"), ("Which archive does radiology use and when?", "hybrid")]
+               ("Compare the June and July facilities minutes", "hybrid"),
+               ("Which archive does radiology use and when?", "hybrid")]
     rows = [features(q, extract(q, TODAY), False) for q, _ in labeled]
     config = fit_router(rows, [r for _, r in labeled], seed=0, c=10.0)
     picks = {r: chosen(q, config) for q, r in labeled}

@@ -21,9 +21,9 @@ SYLLABLES = ["ka", "lo", "mi", "ren", "tas", "vo", "qui", "bel", "dor", "fen", "
 SECRETS = ["zorvane", "quillet", "brisko", "talvera", "munrick", "pellory"]
 PRINCIPALS = [Principal("erin", (), frozenset({"query", "sql"})), Principal("ivo", ("ops",), frozenset({"query", "sql"})),
               Principal("uma", ("ops", "legal"), frozenset({"query", "sql"})), Principal("sam", (), frozenset({"query", "sql"}))]
-SQL_QUESTIONS = ["How many orders are there?", "How many open orders does north have?", "What is the total amount of shipped orders?",
-                 "How many orders were placed in Q2 2025?", "Which team has the most orders?", "What is the average amount per team?",
-                 "What is the status of ORD-123?"]
+SQL_QUESTIONS = ["How many orders are there?", "How many open orders does north have?",
+                 "What is the total amount of shipped orders?", "How many orders were placed in Q2 2025?",
+                 "Which team has the most orders?", "What is the average amount per team?", "What is the status of ORD-123?"]
 STATEMENTS = ["SELECT team, count(*), sum(amount), min(placed_on), max(amount) FROM orders GROUP BY team ORDER BY team",
               "SELECT order_id, status, amount FROM orders WHERE amount > 100 ORDER BY order_id"]
 
@@ -99,7 +99,8 @@ def numbers(result) -> dict:
         "route": {k: r4(v) for k, v in result.decision.scores.items()}, "chosen": result.decision.chosen,
         "context": [(h.chunk_id, r4(h.score), h.retrievers) for h in result.context],
         "attempts": [(a.plan.route, a.plan.strategy, a.plan.query_text(), len(a.hits), a.error,
-                      a.grade.to_json() if a.grade else None, [(h.chunk_id, r4(h.score)) for h in a.hits]) for a in result.attempts],
+                      a.grade.to_json() if a.grade else None, [(h.chunk_id, r4(h.score)) for h in a.hits])
+                     for a in result.attempts],
         "constraints": result.constraints.to_json(),
         "rows": (result.rows.columns, result.rows.rows) if result.rows is not None else None,
     }
@@ -183,7 +184,8 @@ def test_http_and_tool_answers_carry_the_numbers_of_the_readable_scope(scoped_en
     calls = [("/v1/query", {"question": q}) for q in questions[::4] + SQL_QUESTIONS[:3]]
     calls += [("/v1/search", {"query": q, "retriever": r}) for q in questions[1::8] for r in ("exact", "bm25", "dense", "hybrid")]
     calls += [("/v1/sql", {"question": q}) for q in SQL_QUESTIONS] + [("/v1/sql", {"sql": st}) for st in STATEMENTS]
-    calls += [("/v1/tools/call", {"call_id": "c", "name": "retrieve_context", "arguments": {"question": q}}) for q in questions[2::8]]
+    calls += [("/v1/tools/call", {"call_id": "c", "name": "retrieve_context", "arguments": {"question": q}})
+              for q in questions[2::8]]
     answers = []
     for engine in (full, alone[p.id]):
         (tmp_path / "srv").mkdir(exist_ok=True)
@@ -191,5 +193,6 @@ def test_http_and_tool_answers_carry_the_numbers_of_the_readable_scope(scoped_en
             with httpx.Client(timeout=30, headers={"Authorization": f"Bearer {key}"}) as client:
                 answers.append([_strip_times(client.post(server.url + path, json=body).json()) for path, body in calls])
     assert len(answers[0]) == len(calls) > 30
-    for call, a, b in zip(calls, *answers):
-        assert a == b, (call, [(x.get("score"), y.get("score")) for x, y in zip(a.get("hits", a.get("context", [])), b.get("hits", b.get("context", [])))])
+    for call, a, b in zip(calls, *answers, strict=True):
+        ranked_a, ranked_b = a.get("hits", a.get("context", [])), b.get("hits", b.get("context", []))
+        assert a == b, (call, [(x.get("score"), y.get("score")) for x, y in zip(ranked_a, ranked_b, strict=False)])

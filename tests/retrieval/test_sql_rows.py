@@ -65,7 +65,8 @@ def labeled() -> list[dict]:
     return [json.loads(line) for line in (DEMO / "sql_questions.jsonl").read_text().splitlines() if line.strip()]
 
 
-GROUPS_OF = {"alice": ("sre",), "bob": ("finance",), "carol": ("security", "sre"), "dave": ("hr",), "erin": (), "marcus": ("admin",)}
+GROUPS_OF = {"alice": ("sre",), "bob": ("finance",), "carol": ("security", "sre"), "dave": ("hr",), "erin": (),
+             "marcus": ("admin",)}
 
 
 def test_translator_answers_most_labeled_questions_exactly_and_never_wrongly(sql_retriever):
@@ -176,6 +177,6 @@ def test_a_lookup_by_identifier_returns_the_record_with_its_document(trial_engin
     out = _answer(trial_engine, "What was decided on permit BP-2202?")
     assert out.columns[0] == "decided_on"
     assert {"permit_id", "status", "doc_id"} <= set(out.columns)
-    row = dict(zip(out.columns, out.rows[0]))
+    row = dict(zip(out.columns, out.rows[0], strict=True))
     assert (row["status"], row["doc_id"]) == ("refused", "notice-bp-2202")
     assert out.doc_ids == ("notice-bp-2202",)

@@ -102,7 +102,8 @@ NESTED_SQL = "SELECT " + "(" * 42 + "1" + ")" * 42
     ("/v1/search", '{"query": "ledger", "retriever": "bm25", "filters": {"sources": ["\\ud800"]}}', "invalid_request"),
     ("/v1/query", '{"question": "ledger \\ud800"}', "invalid_request"),
     ("/v1/tools/call", {"call_id": "c", "name": "search", "arguments": "[" * 20000 + "]" * 20000}, "invalid_arguments"),
-    ("/v1/tools/call", {"call_id": "c", "name": "search", "arguments": '{"query": "' + "[" * 20000 + '", "retriever": "bm25"}'}, None),
+    ("/v1/tools/call", {"call_id": "c", "name": "search",
+                        "arguments": '{"query": "' + "[" * 20000 + '", "retriever": "bm25"}'}, None),
 ])
 def test_hostile_inputs_get_a_typed_error_and_keep_the_connection(edge, path, body, code):
     with httpx.Client(timeout=30, headers={"Authorization": f"Bearer {edge.keys['sre']}",
@@ -157,7 +158,9 @@ def test_schema_text_reaches_tool_descriptions_only_as_plain_names_and_rows_are_
     rows = [call(edge, "POST", "/v1/sql", json={"sql": sql}).json()["rows"],
             call(edge, "POST", "/v1/sql", json={"question": "average score per team"}).json()["rows"],
             call(edge, "POST", "/v1/query", json={"question": "average score per team"}).json()["rows"],
-            call(edge, "POST", "/v1/tools/call", json={"call_id": "c", "name": "sql_query", "arguments": {"sql": sql}}).json()["result"]["rows"],
+            call(edge, "POST", "/v1/tools/call",
+                 json={"call_id": "c", "name": "sql_query", "arguments": {"sql": sql}}).json()["result"]["rows"],
             mcp_rows.structured_content["rows"]]
     assert all(r is not None and r["trust"] == "untrusted_evidence" for r in rows), rows
-    assert INJECTED in call(edge, "POST", "/v1/sql", json={"sql": "SELECT * FROM memo"}).json()["rows"]["columns"]  # data, labelled
+    memo = call(edge, "POST", "/v1/sql", json={"sql": "SELECT * FROM memo"}).json()
+    assert INJECTED in memo["rows"]["columns"]  # data, labelled

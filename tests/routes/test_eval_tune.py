@@ -112,8 +112,10 @@ BEIR_DOCS = {
 @pytest.fixture(scope="module")
 def beir_folder(tmp_path_factory):
     root = tmp_path_factory.mktemp("arguana-mini")
-    (root / "corpus.jsonl").write_text("".join(json.dumps({"_id": i, "title": "", "text": t}) + "\n" for i, t in BEIR_DOCS.items()))
-    (root / "queries.jsonl").write_text("".join(json.dumps({"_id": f"a{n}", "text": BEIR_DOCS[f"a{n}"]}) + "\n" for n in (1, 2, 3)))
+    (root / "corpus.jsonl").write_text(
+        "".join(json.dumps({"_id": i, "title": "", "text": t}) + "\n" for i, t in BEIR_DOCS.items()))
+    (root / "queries.jsonl").write_text(
+        "".join(json.dumps({"_id": f"a{n}", "text": BEIR_DOCS[f"a{n}"]}) + "\n" for n in (1, 2, 3)))
     (root / "qrels").mkdir()
     (root / "qrels" / "test.tsv").write_text("query-id\tcorpus-id\tscore\n" + "".join(f"a{n}\tc{n}\t1\n" for n in (1, 2, 3)))
     return root
@@ -169,7 +171,8 @@ def test_eval_cli_counts_overlong_questions_as_errors_and_follows_the_query_limi
     figures = json.loads(out.stdout)
     assert figures["questions"] == 13 and figures["errors"] == 1
     assert figures["error_kinds"]["InvalidRequest"]["count"] == 1
-    assert re.search(r"ERRORS: 1 of 13 questions raised InvalidRequest \(query is \d+ characters; the limit is 2000\)", out.stderr)
+    assert re.search(r"ERRORS: 1 of 13 questions raised InvalidRequest \(query is \d+ characters; the limit is 2000\)",
+                     out.stderr)
     assert re.search(r"^  long: error, route, missing_documents; .*the limit is 2000", out.stderr, re.M)  # the failure list
     raised = _cli("eval", labels, "--index", index_copy, "--no-progress", env={"QUARRY_MAX_QUERY_CHARS": "5000"})
     assert raised.returncode == 0 and json.loads(raised.stdout)["errors"] == 0, raised.stderr
@@ -192,7 +195,7 @@ def test_eval_report_lists_every_wrong_question(engine, labels_file, tmp_path):
     rows = [line for line in text.splitlines() if line.startswith("| t")]
     wrong_rows = [r for r in rows if r.count("|") == 7]
     assert [r.split(" | ")[0][2:] for r in wrong_rows] == records_wrong
-    for w, row in zip(result["wrong"], wrong_rows):
+    for w, row in zip(result["wrong"], wrong_rows, strict=True):
         assert ", ".join(w["problems"]) in row and f"route {w['expected']['route']}" in row and f"{w['attempts']} (" in row
 
 

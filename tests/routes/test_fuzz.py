@@ -24,11 +24,14 @@ FILTERS = st.fixed_dictionaries({}, optional={"sources": st.lists(TEXT, max_size
 # Nearly valid bodies reach deeper than random ones: a real question and filters with odd values.
 REAL = st.sampled_from(["ledger", "Which release fixed INC-2041?", "incidents last quarter", "How many p1 tickets are there?"])
 WORDS = REAL | REAL | REAL | TEXT  # mostly real questions, so the odd values elsewhere get past the question checks
-OPTIONAL = {"k": JSON | st.integers(1, 60), "filters": FILTERS, "today": st.sampled_from(["2025-04-15", "2025-02-30"]) | st.just("2025-04-15") | TEXT}
+OPTIONAL = {"k": JSON | st.integers(1, 60), "filters": FILTERS,
+            "today": st.sampled_from(["2025-04-15", "2025-02-30"]) | st.just("2025-04-15") | TEXT}
 SHAPED = {
-    "/v1/query": st.fixed_dictionaries({"question": WORDS, "filters": FILTERS}, optional={"k": OPTIONAL["k"], "today": OPTIONAL["today"]})
+    "/v1/query": st.fixed_dictionaries({"question": WORDS, "filters": FILTERS},
+                                       optional={"k": OPTIONAL["k"], "today": OPTIONAL["today"]})
     | st.fixed_dictionaries({"question": WORDS}, optional=OPTIONAL),
-    "/v1/search": st.fixed_dictionaries({"query": WORDS, "retriever": st.sampled_from(["exact", "bm25", "dense", "hybrid", "sql"]),
+    "/v1/search": st.fixed_dictionaries({"query": WORDS,
+                                         "retriever": st.sampled_from(["exact", "bm25", "dense", "hybrid", "sql"]),
                                          "filters": FILTERS}, optional={"k": OPTIONAL["k"]}),
     "/v1/sql": st.fixed_dictionaries({"question": WORDS}, optional={"today": OPTIONAL["today"]})
     | st.fixed_dictionaries({"sql": st.sampled_from(["SELECT 1", "SELECT count(*) FROM tickets"]) | TEXT}),

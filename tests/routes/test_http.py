@@ -27,7 +27,8 @@ def auth(key: str) -> dict:
 def post(live, path: str, body, key: str | None = "alice", **kw) -> httpx.Response:
     headers = auth(live.keys[key]) if key else {}
     if isinstance(body, (bytes, str)):
-        return httpx.post(live.url + path, content=body, headers={**headers, "Content-Type": "application/json"}, timeout=30, **kw)
+        return httpx.post(live.url + path, content=body, headers={**headers, "Content-Type": "application/json"},
+                          timeout=30, **kw)
     return httpx.post(live.url + path, json=body, headers=headers, timeout=30, **kw)
 
 
@@ -92,9 +93,10 @@ def test_missing_malformed_unknown_and_revoked_keys_are_401(live):
     r = httpx.post(live.url + "/v1/query", json={"question": "x"}, headers=auth("qk_0000000000_notakey"))
     assert_error(r, 401, "unauthenticated")
     token, rec = live.store.add("mallory", [], ["query"])
-    assert httpx.post(live.url + "/v1/query", json={"question": "leave policy"}, headers=auth(token), timeout=30).status_code == 200
+    question = {"question": "leave policy"}
+    assert httpx.post(live.url + "/v1/query", json=question, headers=auth(token), timeout=30).status_code == 200
     live.store.revoke(rec.key_id)  # no restart: the server re-reads the keys file
-    assert_error(httpx.post(live.url + "/v1/query", json={"question": "leave policy"}, headers=auth(token)), 401, "unauthenticated")
+    assert_error(httpx.post(live.url + "/v1/query", json=question, headers=auth(token)), 401, "unauthenticated")
 
 
 def test_a_principal_in_the_body_is_rejected_not_honoured(live):
@@ -332,8 +334,9 @@ def test_a_request_today_moves_relative_dates_and_an_impossible_date_is_invalid(
     assert "2025-07-01" in default["rows"]["sql"] and "2025-01-01" in moved["rows"]["sql"]
     answer = post(live, "/v1/query", {"question": "incidents opened last quarter", "today": "2025-04-15"}, key="alice").json()
     assert answer["constraints"]["dates"] == [{"text": "last quarter", "from": "2025-01-01", "to": "2025-03-31"}]
-    tool = post(live, "/v1/tools/call", {"call_id": "c1", "name": "retrieve_context",
-                                         "arguments": {"question": "incidents opened last quarter", "today": "2025-04-15"}}).json()
+    tool = post(live, "/v1/tools/call", {
+        "call_id": "c1", "name": "retrieve_context",
+        "arguments": {"question": "incidents opened last quarter", "today": "2025-04-15"}}).json()
     assert tool["result"]["constraints"]["dates"][0]["from"] == "2025-01-01"
     assert_error(post(live, "/v1/query", {"question": "x", "today": "2025-02-30"}), 422, "invalid_request")
     bad = assert_error(post(live, "/v1/query", {"question": "What broke on 2025-02-30?"}), 400, "invalid_request")
