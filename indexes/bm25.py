@@ -110,13 +110,15 @@ class Bm25Index:
 
         Rows outside `allowed` get meaningless scores; callers rank allowed rows only.
         """
-        ids = self._model.get_tokens_ids(self.tokenize(query)) if self._model is not None else []
-        if not ids:
+        model = self._model
+        ids = model.get_tokens_ids(self.tokenize(query)) if model is not None else []
+        if model is None or not ids:
             return np.zeros(self.size, dtype=np.float32)
         n_allowed = self.size if allowed is None else int(allowed.sum())
-        if n_allowed == self.size:
-            return self._model.get_scores_from_ids(ids)
-        data, indices, indptr = (self._model.scores[k] for k in ("data", "indices", "indptr"))
+        if allowed is None or n_allowed == self.size:
+            scores: np.ndarray = model.get_scores_from_ids(ids)
+            return scores
+        data, indices, indptr = (model.scores[k] for k in ("data", "indices", "indptr"))
         scoped_avgdl = float(self._lengths[allowed].mean()) if n_allowed else 1.0
         out = np.zeros(self.size, dtype=np.float64)
         for t in ids:  # repeated query terms count again, as in bm25s and rank-bm25
@@ -131,7 +133,8 @@ class Bm25Index:
             out[rows] += self._idf(df, N=n_allowed) * self._rescoped(data[lo:hi][keep], global_idf, rows, scoped_avgdl)
         return out.astype(np.float32)
 
-    def _rescoped(self, stored: np.ndarray, global_idf: float, rows: np.ndarray, scoped_avgdl: float) -> np.ndarray:
+    def _rescoped(self, stored: np.ndarray, global_idf: float | np.ndarray, rows: np.ndarray,
+                  scoped_avgdl: float) -> np.ndarray:
         """Term saturation tf / (tf + K) with K from the scoped average length. The index
         stores idf * tf / (tf + K) with snapshot-wide idf and K; the raw tf is recovered from it
         (exact: tf is an integer)."""
@@ -148,13 +151,14 @@ class Bm25Index:
         tokenized again). One binary search per term; the arithmetic runs once over the
         (term x row) matrix."""
         n = len(rows)
-        all_ids = self._model.get_tokens_ids(self.tokenize(query)) if self._model is not None and n else []
-        if not all_ids:
+        model = self._model
+        all_ids = model.get_tokens_ids(self.tokenize(query)) if model is not None and n else []
+        if model is None or not all_ids:
             return np.zeros(n), np.zeros(n), np.zeros(n)
         counts: dict[int, int] = {}
         for t in all_ids:
             counts[t] = counts.get(t, 0) + 1
-        data, indices, indptr = (self._model.scores[k] for k in ("data", "indices", "indptr"))
+        data, indices, indptr = (model.scores[k] for k in ("data", "indices", "indptr"))
         n_allowed = int(np.count_nonzero(allowed))
         scoped = n_allowed != self.size
         terms, dfs, present, stored = [], [], [], []

@@ -35,6 +35,7 @@ class DenseIndex:
     @classmethod
     def build(cls, vectors: np.ndarray, sq8_from: int | None = None) -> DenseIndex:
         vectors = np.ascontiguousarray(vectors, dtype=np.float32)
+        index: faiss.Index
         if len(vectors) >= (SQ8_FROM if sq8_from is None else sq8_from):
             index = faiss.IndexScalarQuantizer(vectors.shape[1], faiss.ScalarQuantizer.QT_8bit, faiss.METRIC_INNER_PRODUCT)
             index.train(vectors)
@@ -69,9 +70,11 @@ class DenseIndex:
             return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.float32)
         bits = np.packbits(allowed, bitorder="little")
         selector = faiss.IDSelectorBitmap(self.size, faiss.swig_ptr(bits))
+        params = faiss.SearchParameters()  # SearchParameters(sel=selector), in the form faiss's stubs declare
+        params.sel = selector
         scores, rows = self._index.search(
             np.ascontiguousarray(vector, dtype=np.float32).reshape(1, -1), k,
-            params=faiss.SearchParameters(sel=selector),
+            params=params,
         )
         keep = rows[0] >= 0  # FAISS pads with -1 when fewer rows pass the selector
         return rows[0][keep].astype(np.int64), scores[0][keep]

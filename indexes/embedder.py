@@ -71,6 +71,12 @@ class Embedder:
                 self._model = model
         return self
 
+    def dimension(self) -> int:
+        """The vectors' dimension: from the pooling config, else from the loaded model."""
+        dim = self.dim if self.dim is not None else self.load().dim
+        assert dim is not None  # load() sets it
+        return dim
+
     def _query_encoder(self) -> Any:
         """The onnxruntime query encoder, built on the first query (ingest never needs it);
         None when queries stay on PyTorch."""
@@ -95,7 +101,7 @@ class Embedder:
     def encode(self, texts: Sequence[str], progress: Callable[[int], None] | None = None) -> np.ndarray:
         """Embed many passages in batches; `progress(n)` is called after each batch."""
         model = self.load()._model
-        out = np.zeros((len(texts), self.dim), dtype=np.float32)
+        out = np.zeros((len(texts), self.dimension()), dtype=np.float32)
         # Sort by length so each batch pads little; this is most of ingest time.
         order = sorted(range(len(texts)), key=lambda i: len(texts[i]))
         for start in range(0, len(order), self.batch_size):

@@ -238,7 +238,7 @@ def _build_into(work: Path, name: str, digest: str, loaded, docs, chunks, texts,
     report("bm25", 1, 1)
 
     t1 = time.perf_counter()
-    dim = embedder.dim or embedder.load().dim
+    dim = embedder.dimension()
     vectors = np.zeros((len(texts), dim), dtype=np.float32)
     todo = [i for i, k in enumerate(keys) if k not in reuse]
     for i, k in enumerate(keys):
@@ -358,9 +358,7 @@ def load_snapshot(index_dir: Path, embedder: Embedder, verify_hashes: bool = Tru
     """Load the current snapshot of `index_dir` after checking its manifest and files."""
     path = current_snapshot_path(index_dir)
     manifest = read_manifest(path)
-    if embedder.dim is None:
-        embedder.load()
-    check_manifest(manifest, embedder.model_id, embedder.dim)
+    check_manifest(manifest, embedder.model_id, embedder.dimension())
     if verify_hashes:
         verify_files(path, manifest)
     else:

@@ -168,13 +168,14 @@ def _row_acl_entries(raw: object) -> object:
 
 def _declared_key(con: duckdb.DuckDBPyConnection, src: TableSource, names: Sequence[str], rows: int) -> str:
     """A declared key must exist and be unique and non-null over every row."""
-    if src.key not in names:
-        raise IngestError(f"declared key {src.key!r} is not a column", str(src.path))
-    key_sql = f'SELECT count(DISTINCT "{src.key}"), count(*) - count("{src.key}") FROM data."{src.name}"'
+    key = src.key
+    if key is None or key not in names:
+        raise IngestError(f"declared key {key!r} is not a column", str(src.path))
+    key_sql = f'SELECT count(DISTINCT "{key}"), count(*) - count("{key}") FROM data."{src.name}"'
     distinct, nulls = con.execute(key_sql).fetchall()[0]
     if distinct != rows or nulls:
-        raise IngestError(f"declared key {src.key!r} is not unique and non-null in every row", str(src.path))
-    return src.key
+        raise IngestError(f"declared key {key!r} is not unique and non-null in every row", str(src.path))
+    return key
 
 
 def _id_column(con: duckdb.DuckDBPyConnection, name: str, columns: list[ColumnInfo], rows: int) -> str | None:

@@ -41,7 +41,7 @@ class ChunkTable:
     cache_size: int = 512
     _postings: dict[str, np.ndarray] = field(init=False, repr=False)
     _date_days: np.ndarray = field(init=False, repr=False)
-    _cache: OrderedDict = field(init=False, repr=False)
+    _cache: OrderedDict[tuple[frozenset[str], Filters], np.ndarray] = field(init=False, repr=False)
     _lock: Lock = field(init=False, repr=False)
     _doc_rows: dict[str, list[int]] | None = field(init=False, repr=False, default=None)
     _chunk_rows: dict[str, int] | None = field(init=False, repr=False, default=None)

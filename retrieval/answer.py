@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from typing import TYPE_CHECKING, Any, Sequence
 
 from retrieval.types import Hit
+
+if TYPE_CHECKING:
+    from retrieval.loop import LoopResult
 
 
 def hit_json(hit: Hit, rank: int) -> dict[str, Any]:
@@ -28,7 +31,7 @@ def hits_json(hits: Sequence[Hit]) -> list[dict[str, Any]]:
     return [hit_json(h, i) for i, h in enumerate(hits, start=1)]
 
 
-def result_json(result) -> dict[str, Any]:
+def result_json(result: LoopResult) -> dict[str, Any]:
     """The answer shape of DESIGN.md for a LoopResult (HTTP, MCP and CLI print this)."""
     rows = result.rows.to_json() if result.rows is not None and hasattr(result.rows, "to_json") else None
     return {

@@ -35,8 +35,8 @@ class CallPool:
         self._threads = ThreadPoolExecutor(max_workers=workers + self.spare, thread_name_prefix=name)
         self._slots = threading.Semaphore(workers)
         self._lock = threading.Lock()
-        self._calls: dict[Future, _Call] = {}
-        self._abandoned: set[Future] = set()
+        self._calls: dict[Future[Any], _Call] = {}
+        self._abandoned: set[Future[Any]] = set()
 
     @property
     def abandoned(self) -> int:
@@ -44,7 +44,7 @@ class CallPool:
         with self._lock:
             return len(self._abandoned)
 
-    def submit(self, fn: Callable[..., Any], *args: Any) -> Future:
+    def submit(self, fn: Callable[..., Any], *args: Any) -> Future[Any]:
         with self._lock:
             if len(self._abandoned) >= self.spare:
                 raise RetrievalUnavailable(f"{len(self._abandoned)} retriever calls that timed out are still running; "
@@ -70,7 +70,7 @@ class CallPool:
         future.add_done_callback(self._forget)
         return future
 
-    def abandon(self, future: Future) -> None:
+    def abandon(self, future: Future[Any]) -> None:
         """The caller stopped waiting for this call: cancel it if it has not started, else
         give its slot back so it cannot hold a worker the next questions need."""
         if future.cancel():
@@ -95,7 +95,7 @@ class CallPool:
             call.released = True
         self._slots.release()
 
-    def _forget(self, future: Future) -> None:
+    def _forget(self, future: Future[Any]) -> None:
         with self._lock:
             self._calls.pop(future, None)
             self._abandoned.discard(future)

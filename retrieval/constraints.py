@@ -11,7 +11,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from datetime import date
-from typing import Sequence
+from typing import Any, Sequence
 
 from retrieval.dates import DateRange, find_dates
 from retrieval.text import term_set
@@ -100,7 +100,7 @@ class Constraints:
     def is_empty(self) -> bool:
         return not (self.identifiers or self.phrases or self.dates or self.entities)
 
-    def to_json(self) -> dict:
+    def to_json(self) -> dict[str, Any]:
         return {
             "identifiers": list(self.identifiers),
             "phrases": list(self.phrases),

@@ -18,6 +18,7 @@ from typing import Iterable, Sequence
 import numpy as np
 
 from retrieval.text import STOPWORDS
+from retrieval.types import Hit
 
 MAX_WORDS = 8
 MEMO_MASKS, MEMO_KEYS = 8, 50_000
@@ -119,11 +120,14 @@ class EntityIndex:
         rows = self.entries[key][1]
         seen = np.ones(len(rows), dtype=bool) if allowed is None else allowed[rows]
         owners = self.owners.get(key)
+        named: np.ndarray
         if owners is None:
-            return rows[seen]
+            named = rows[seen]
+            return named
         plain = seen & (owners == -1)
         if plain.any():
-            return rows[plain]
+            named = rows[plain]
+            return named
         docs = owners[seen]
         return rows[seen] if len(docs) and docs.min() == docs.max() else rows[:0]  # one document
 
@@ -173,7 +177,7 @@ def _looks_like_name(token: str) -> bool:
     return token[:1].isupper() or any(c.isdigit() for c in token) or "-" in token
 
 
-def bridge_candidates(titles: EntityIndex, doc_ids: Sequence[str], hits: Sequence, question: str,
+def bridge_candidates(titles: EntityIndex, doc_ids: Sequence[str], hits: Sequence[Hit], question: str,
                       allowed: np.ndarray) -> tuple[str, ...]:
     """Documents whose title (or an identifier in it) the question or a first-hop passage
     names: candidate second hops, in order of first mention, readable ones only."""

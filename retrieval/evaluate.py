@@ -31,13 +31,16 @@ import json
 import re
 from dataclasses import dataclass, field
 from datetime import date
-from typing import Any, Callable, Iterable, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Sequence
 
 from retrieval.constraints import missing_from_queries
 from retrieval.errors import InvalidRequest
 from retrieval.metrics import all_found, doc_ranking, mean, ndcg_at_k, percentile, reciprocal_rank, recall_at_k
 from retrieval.registry import route_agrees
 from retrieval.types import Principal
+
+if TYPE_CHECKING:
+    from retrieval.loop import LoopResult
 
 LABEL_FIELDS = {"id", "question", "principal", "groups", "route", "relevant", "answerable", "answer_rows", "tags",
                 "split", "today"}
@@ -52,7 +55,7 @@ class Label:
     route: str | None = None
     relevant: tuple[str, ...] = ()
     answerable: bool = True
-    answer_rows: tuple | None = None
+    answer_rows: tuple[tuple[Any, ...], ...] | None = None
     tags: tuple[str, ...] = ()
     split: str | None = None
     today: date | None = None  # what relative dates in the question refer to
@@ -79,9 +82,10 @@ def parse_labels(text: str, origin: str = "labels") -> list[Label]:
         if d["id"] in seen:
             raise InvalidRequest(f"{origin}:{n}: duplicate label id {d['id']!r}")
         seen.add(d["id"])
-        today = _label_date(d.get("today"))
-        if today is False:
-            raise InvalidRequest(f"{origin}:{n}: today must be an ISO date (YYYY-MM-DD), got {d['today']!r}")
+        try:
+            today = _label_date(d.get("today"))
+        except ValueError:
+            raise InvalidRequest(f"{origin}:{n}: today must be an ISO date (YYYY-MM-DD), got {d['today']!r}") from None
         out.append(Label(
             id=str(d["id"]), question=d["question"], principal=d["principal"], groups=tuple(d.get("groups") or ()),
             route=d.get("route"), relevant=tuple(d.get("relevant") or ()), answerable=bool(d.get("answerable", True)),
@@ -91,16 +95,13 @@ def parse_labels(text: str, origin: str = "labels") -> list[Label]:
     return out
 
 
-def _label_date(value: object) -> date | None | bool:
-    """None when absent, the date, or False when it is not a YYYY-MM-DD calendar date."""
+def _label_date(value: object) -> date | None:
+    """None when absent, else the date; ValueError when it is not a YYYY-MM-DD calendar date."""
     if value is None:
         return None
     if not isinstance(value, str) or not re.fullmatch(r"\d{4}-\d{2}-\d{2}", value):
-        return False
-    try:
-        return date.fromisoformat(value)
-    except ValueError:
-        return False
+        raise ValueError(value)
+    return date.fromisoformat(value)
 
 
 @dataclass
@@ -127,9 +128,9 @@ def error_record(label: Label, error: Exception, latency_ms: float) -> Record:
                   error=type(error).__name__, error_message=message[:300])
 
 
-def record_for(label: Label, result: Any, latency_ms: float, can_read: Callable[[str], bool],
-               rows_match: Callable[[Sequence, Sequence], bool] | None = None) -> Record:
-    """One question's outcome (result is a LoopResult)."""
+def record_for(label: Label, result: LoopResult, latency_ms: float, can_read: Callable[[str], bool],
+               rows_match: Callable[[Sequence[Sequence[Any]], Sequence[Sequence[Any]]], bool] | None = None) -> Record:
+    """One question's outcome."""
     shown: set[str] = {h.doc_id for h in result.context}
     for a in result.attempts:
         shown |= {h.doc_id for h in a.hits}
@@ -166,19 +167,22 @@ def _gap_scores(records: Sequence[Record]) -> dict[str, float | None]:
 def summarize(records: Sequence[Record], k: int) -> dict[str, Any]:
     """The metrics of a set of records (see the module docstring)."""
     ok = [r for r in records if r.error is None]
-    routed = [r for r in records if r.label.route]
+    routed = [(r.label.route, r.route) for r in records if r.label.route]  # (labeled, chosen)
     ranked = [r for r in records if r.label.answerable and r.label.relevant]
     sql = [r for r in records if r.sql_match is not None]
     attempts = sum(r.attempts for r in ok)
-    rel = lambda r: {d: 1.0 for d in r.label.relevant}  # noqa: E731
+
+    def rel(r: Record) -> dict[str, float]:
+        return {d: 1.0 for d in r.label.relevant}
+
     own = [r for r in ranked if r.label.own_doc]
     self_removed = {"ndcg@10_self_removed": round(mean(
         ndcg_at_k([d for d in r.ranked if d != r.label.own_doc], rel(r), 10) for r in ranked), 4)} if own else {}
     return {
         "questions": len(records),
         "errors": len(records) - len(ok),
-        "route_accuracy": round(mean(route_agrees(r.label.route, r.route) for r in routed), 4) if routed else None,
-        "route_accuracy_strict": round(mean(r.route == r.label.route for r in routed), 4) if routed else None,
+        "route_accuracy": round(mean(route_agrees(labeled, chosen) for labeled, chosen in routed), 4) if routed else None,
+        "route_accuracy_strict": round(mean(chosen == labeled for labeled, chosen in routed), 4) if routed else None,
         **_gap_scores(records),
         "ndcg@10": round(mean(ndcg_at_k(r.ranked, rel(r), 10) for r in ranked), 4) if ranked else None,
         **self_removed,

@@ -35,7 +35,7 @@ import re
 from dataclasses import dataclass, field
 from datetime import date
 from functools import lru_cache
-from typing import Callable, Literal, Mapping, Sequence
+from typing import Any, Callable, Literal, Mapping, Sequence
 
 from retrieval.constraints import Constraints, literal_share
 from retrieval.dates import dates_in
@@ -60,12 +60,12 @@ class GraderConfig:
     link_passages: int = 1  # documents named by the question or the top n passages but absent are missing evidence
     source: str = "defaults"
 
-    def to_json(self) -> dict:
+    def to_json(self) -> dict[str, Any]:
         return {"bias": self.bias, "weights": dict(self.weights), "threshold": self.threshold,
                 "link_passages": self.link_passages, "source": self.source}
 
     @classmethod
-    def from_json(cls, data: Mapping) -> GraderConfig:
+    def from_json(cls, data: Mapping[str, Any]) -> GraderConfig:
         return cls(float(data["bias"]), dict(data["weights"]), float(data.get("threshold", 0.5)),
                    int(data.get("link_passages", 1)), data.get("source", "file"))
 
@@ -79,7 +79,7 @@ class Grade:
     features: Mapping[str, float] = field(default_factory=dict)
     links: tuple[str, ...] = ()  # readable documents the top passages name that the set lacks: to follow, not missing
 
-    def to_json(self) -> dict:
+    def to_json(self) -> dict[str, Any]:
         return {"sufficient": self.sufficient, "reason": self.reason, "missing": list(self.missing),
                 "score": round(self.score, 4)}
 
@@ -170,7 +170,7 @@ def pending_links(hits: Sequence[Hit], linked: Sequence[tuple[str, float, bool]]
 
 
 def grade(question: str, constraints: Constraints, hits: Sequence[Hit], config: GraderConfig, today: date,
-          rows_sql: str | None = None, linked: Callable[[], Sequence[tuple[str, float]]] = tuple) -> Grade:
+          rows_sql: str | None = None, linked: Callable[[], Sequence[tuple[str, float, bool]]] = tuple) -> Grade:
     """Verdict on one evidence set. Rows from a confident SQL translation (`rows_sql` is its
     statement) are relevant by construction: only their presence and the constraints are
     checked, against the rows and the statement (which carries the date predicates).

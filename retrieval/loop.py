@@ -32,7 +32,7 @@ from retrieval.linking import EntityLinker, TableLinker
 from retrieval.policy import Evidence, Policy, RouteInputs
 from retrieval.registry import ROW_ROUTES
 from retrieval.retrievers import Retrieved, Retriever
-from retrieval.rewrite import EXTENSIONS, Plan, RewriteContext, Tried, plan_problems
+from retrieval.rewrite import EXTENSIONS, Plan, PlanKey, RewriteContext, Tried, plan_problems
 from retrieval.router import RouteDecision
 from retrieval.signals import HitScorer
 from retrieval.sql.translate import Translation
@@ -87,9 +87,10 @@ class Attempt:
     rows: Any = None
     rejected: tuple[str, ...] = ()  # why the plan was refused before dispatch (it never ran)
 
-    def to_json(self) -> dict:
-        out = {"n": self.n, "route": self.plan.route, "strategy": self.plan.strategy, "query": self.plan.query_text(),
-               "hits": len(self.hits), "grade": self.grade.to_json() if self.grade else None, "ms": round(self.ms, 2)}
+    def to_json(self) -> dict[str, Any]:
+        out: dict[str, Any] = {
+            "n": self.n, "route": self.plan.route, "strategy": self.plan.strategy, "query": self.plan.query_text(),
+            "hits": len(self.hits), "grade": self.grade.to_json() if self.grade else None, "ms": round(self.ms, 2)}
         if self.plan.filters != Filters():
             f = self.plan.filters
             out["filters"] = {k: (v.isoformat() if hasattr(v, "isoformat") else list(v) if isinstance(v, tuple) else v)
@@ -108,7 +109,7 @@ class LoopResult:
     status: str  # "answer_context" | "evidence_gap"
     context: tuple[Hit, ...]
     rows: Any
-    gap: dict | None
+    gap: dict[str, Any] | None
     constraints: Constraints
     decision: RouteDecision
     attempts: list[Attempt]
@@ -116,7 +117,7 @@ class LoopResult:
     trace_id: str
     elapsed_ms: float
     loop_overhead_ms: float = 0.0
-    extra: dict = field(default_factory=dict)
+    extra: dict[str, Any] = field(default_factory=dict)
 
 
 def _evidence(plan: Plan, new_hits: list[Hit], previous: Tried | None, k: int) -> list[Hit]:
@@ -170,8 +171,8 @@ def run_loop(question: str, principal: Principal, budget: Budget, deps: LoopDeps
 
     attempts: list[Attempt] = []
     history: list[Tried] = []
-    tried: set[tuple] = set()
-    refused: set[tuple] = set()
+    tried: set[PlanKey] = set()
+    refused: set[PlanKey] = set()
     plan: Plan | None = policy.rewriter.first(ctx)
     stop: StopReason = "no_strategy_left"
     while True:
@@ -235,7 +236,7 @@ def run_loop(question: str, principal: Principal, budget: Budget, deps: LoopDeps
     return _result(question, constraints, decision, attempts, stop, elapsed, elapsed - in_calls * 1000, trace_id)
 
 
-def _wait(deps: LoopDeps, future: Future, timeout_s: float, what: str, trace_id: str) -> tuple[Any, str | None]:
+def _wait(deps: LoopDeps, future: Future[Any], timeout_s: float, what: str, trace_id: str) -> tuple[Any, str | None]:
     """The call's result, or (None, error code): a call not done in time is abandoned (see
     retrieval/calls.py); an unexpected exception is logged with the trace id, never raised."""
     try:
@@ -250,11 +251,11 @@ def _wait(deps: LoopDeps, future: Future, timeout_s: float, what: str, trace_id:
         return None, "retrieval_unavailable"
 
 
-def _submit(deps: LoopDeps, fn: Callable[..., Any], *args: Any) -> Future:
+def _submit(deps: LoopDeps, fn: Callable[..., Any], *args: Any) -> Future[Any]:
     try:
         return deps.calls.submit(fn, *args)
     except RetrievalError as e:  # every worker is held by calls that timed out
-        failed: Future = Future()
+        failed: Future[Any] = Future()
         failed.set_exception(e)
         return failed
 

@@ -16,7 +16,7 @@ from typing import Callable, Protocol, Sequence, runtime_checkable
 
 from retrieval.constraints import Constraints
 from retrieval.grader import Grade, GraderConfig, grade
-from retrieval.rewrite import Plan, RewriteContext, Tried, extend_plan, first_plan, next_plan
+from retrieval.rewrite import Plan, PlanKey, RewriteContext, Tried, extend_plan, first_plan, next_plan
 from retrieval.router import RouteDecision, RouterConfig, features, route
 from retrieval.types import Hit, Principal
 
@@ -66,11 +66,11 @@ class Rewriter(Protocol):
         """The first attempt's plan (normally the question on the chosen route)."""
         ...
 
-    def next(self, ctx: RewriteContext, history: Sequence[Tried], tried: set[tuple]) -> Plan | None:
+    def next(self, ctx: RewriteContext, history: Sequence[Tried], tried: set[PlanKey]) -> Plan | None:
         """The next plan after an insufficient attempt, or None when nothing is left to try."""
         ...
 
-    def extend(self, ctx: RewriteContext, last: Tried, k: int, tried: set[tuple]) -> Plan | None:
+    def extend(self, ctx: RewriteContext, last: Tried, k: int, tried: set[PlanKey]) -> Plan | None:
         """One attempt that adds to sufficient evidence (a second hop, a fill), or None."""
         ...
 
@@ -116,10 +116,10 @@ class StrategyRewriter:
     def first(self, ctx: RewriteContext) -> Plan:
         return first_plan(ctx)
 
-    def next(self, ctx: RewriteContext, history: Sequence[Tried], tried: set[tuple]) -> Plan | None:
+    def next(self, ctx: RewriteContext, history: Sequence[Tried], tried: set[PlanKey]) -> Plan | None:
         return next_plan(ctx, history, tried)
 
-    def extend(self, ctx: RewriteContext, last: Tried, k: int, tried: set[tuple]) -> Plan | None:
+    def extend(self, ctx: RewriteContext, last: Tried, k: int, tried: set[PlanKey]) -> Plan | None:
         return extend_plan(ctx, last, k, tried)
 
 

@@ -51,6 +51,9 @@ MAX_BRIDGE_DOCS = 12
 ONCE = frozenset({"decompose", "date_filter", "expand", "relax"})  # strategies worth one try each
 
 
+PlanKey = tuple[str, tuple[str, ...], Filters]  # (route, normalized queries, filters): a repeat is not dispatched
+
+
 @dataclass(frozen=True)
 class Plan:
     strategy: str
@@ -60,7 +63,7 @@ class Plan:
     merge_previous: bool = False  # bridge: the evidence is the previous set plus the new hits
     reason: str = ""
 
-    def key(self) -> tuple:
+    def key(self) -> PlanKey:
         return (self.route, tuple(sorted(normalize(q) for q in self.queries)), self.filters)
 
     def query_text(self) -> str:
@@ -87,7 +90,7 @@ class RewriteContext:
     bridge_docs: BridgeFinder
 
 
-def plan_problems(plan: Plan, constraints: Constraints, tried_keys: set[tuple]) -> list[str]:
+def plan_problems(plan: Plan, constraints: Constraints, tried_keys: set[PlanKey]) -> list[str]:
     """Why a plan may not be dispatched (empty when it may)."""
     date_filtered = plan.filters.date_from is not None or plan.filters.date_to is not None
     problems = [f"drops {m}" for m in missing_from_queries(constraints, plan.queries, date_filtered=date_filtered)]
@@ -96,10 +99,10 @@ def plan_problems(plan: Plan, constraints: Constraints, tried_keys: set[tuple]) 
     return problems
 
 
-def next_plan(ctx: RewriteContext, history: Sequence[Tried], tried_keys: set[tuple]) -> Plan | None:
+def next_plan(ctx: RewriteContext, history: Sequence[Tried], tried_keys: set[PlanKey]) -> Plan | None:
     """The first applicable, constraint-keeping, untried plan, in the order the last failure suggests."""
     last = next((t for t in reversed(history) if t.grade is not None), None)
-    reason = last.grade.reason if last and last.grade.reason else "no_authorized_evidence"
+    reason = last.grade.reason if last and last.grade and last.grade.reason else "no_authorized_evidence"
     used = {t.plan.strategy for t in history}
     for strategy in ORDER.get(reason, ORDER["insufficient_evidence"]):
         if strategy in ONCE and strategy in used:
@@ -117,7 +120,7 @@ def first_plan(ctx: RewriteContext) -> Plan:
 EXTENSIONS = frozenset({"fill", "follow_links"})  # attempts that extend sufficient evidence
 
 
-def extend_plan(ctx: RewriteContext, last: Tried, k: int, tried_keys: set[tuple]) -> Plan | None:
+def extend_plan(ctx: RewriteContext, last: Tried, k: int, tried_keys: set[PlanKey]) -> Plan | None:
     """After sufficient evidence, one attempt that extends it (never one that replaces it):
 
     - follow_links: its top passage names readable documents the set lacks (a multi-hop
@@ -247,7 +250,7 @@ def _expand(ctx: RewriteContext, history: Sequence[Tried], last: Tried | None) -
 
 
 def _relax(ctx: RewriteContext, history: Sequence[Tried], last: Tried | None) -> Iterator[Plan]:
-    seen = set()
+    seen: set[str] = set()
     for t in history:
         for h in t.hits:
             seen |= term_set(f"{h.title or ''} {h.text}")

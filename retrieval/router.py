@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
-from typing import Mapping, Sequence
+from typing import Any, Mapping, Sequence
 
 from retrieval.constraints import Constraints, is_strong_identifier
 from retrieval.registry import ROUTES
@@ -80,11 +80,11 @@ class RouterConfig:
     })
     source: str = "defaults"
 
-    def to_json(self) -> dict:
+    def to_json(self) -> dict[str, Any]:
         return {"bias": dict(self.bias), "weights": {r: dict(w) for r, w in self.weights.items()}, "source": self.source}
 
     @classmethod
-    def from_json(cls, data: Mapping) -> RouterConfig:
+    def from_json(cls, data: Mapping[str, Any]) -> RouterConfig:
         return cls(dict(data["bias"]), {r: dict(w) for r, w in data["weights"].items()}, data.get("source", "file"))
 
 
@@ -95,7 +95,7 @@ class RouteDecision:
     ranked: tuple[str, ...]
     reason: str
 
-    def to_json(self) -> dict:
+    def to_json(self) -> dict[str, Any]:
         return {"chosen": self.chosen, "scores": {k: round(v, 4) for k, v in self.scores.items()}, "reason": self.reason}
 
 

@@ -27,6 +27,7 @@ from retrieval.sql.translate import Decline, Translation, Translator
 from retrieval.types import Filters, Hit, Principal
 
 MAX_CATEGORICAL = 60
+Profiles = dict[tuple[str, str], ColumnProfile]  # (table, column) -> its values and id prefixes in one scope
 
 
 class SqlBackend(Protocol):
@@ -82,8 +83,8 @@ class SqlRetriever:
         self._backend = backend
         self.limits = limits
         self.today = today
-        self._profiles: OrderedDict[frozenset[str], dict[tuple[str, str], ColumnProfile]] = OrderedDict()
-        self._builds: dict[frozenset[str], Future] = {}  # scopes being profiled now: one build each, shared
+        self._profiles: OrderedDict[frozenset[str], Profiles] = OrderedDict()
+        self._builds: dict[frozenset[str], Future[Profiles]] = {}  # scopes being profiled now: one build each, shared
         # Builds get threads of their own: a slow one must never hold a worker retrieval calls need.
         self._builder = ThreadPoolExecutor(max_workers=2, thread_name_prefix="quarry-profile")
         self._lock = Lock()
@@ -158,7 +159,7 @@ class SqlRetriever:
                 docs.extend(str(r[i]) for r in data if r[i])
         return SqlResult(guarded.statement, tuple(columns), data, guarded.tables, truncated, doc_ids=tuple(dict.fromkeys(docs)))
 
-    def _profiles_for(self, principal: Principal, tables: Sequence[TableInfo]) -> dict[tuple[str, str], ColumnProfile]:
+    def _profiles_for(self, principal: Principal, tables: Sequence[TableInfo]) -> Profiles:
         """Categorical values and id prefixes over the rows this principal may read (cached).
         Concurrent first questions of a scope share one build, and its outcome (profiles or
         error), rather than each profiling the same tables again."""
@@ -171,13 +172,13 @@ class SqlRetriever:
         except CancelledError:
             raise RetrievalUnavailable("the table profile build was cancelled (shutting down)") from None
 
-    def _profile_build(self, principal: Principal, tables: Sequence[TableInfo]) -> Future:
+    def _profile_build(self, principal: Principal, tables: Sequence[TableInfo]) -> Future[Profiles]:
         """The scope's profiles as a future: done when cached, else the running build (started now if none)."""
         key = self.scope(principal)
         with self._lock:
             if key in self._profiles:
                 self._profiles.move_to_end(key)
-                done: Future = Future()
+                done: Future[Profiles] = Future()
                 done.set_result(self._profiles[key])
                 return done
             build = self._builds.get(key)
@@ -185,8 +186,7 @@ class SqlRetriever:
                 build = self._builds[key] = self._builder.submit(self._build, key, principal, tables)
             return build
 
-    def _build(self, key: frozenset[str], principal: Principal,
-               tables: Sequence[TableInfo]) -> dict[tuple[str, str], ColumnProfile]:
+    def _build(self, key: frozenset[str], principal: Principal, tables: Sequence[TableInfo]) -> Profiles:
         try:
             out = self._profile(principal, tables)
         except BaseException:
@@ -201,9 +201,9 @@ class SqlRetriever:
             self._builds.pop(key, None)
         return out
 
-    def _profile(self, principal: Principal, tables: Sequence[TableInfo]) -> dict[tuple[str, str], ColumnProfile]:
+    def _profile(self, principal: Principal, tables: Sequence[TableInfo]) -> Profiles:
         all_tables = self._backend.tables()
-        out: dict[tuple[str, str], ColumnProfile] = {}
+        out: Profiles = {}
         for t in tables:
             for col in t.visible_columns():
                 if col.kind != "text":

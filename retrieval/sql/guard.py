@@ -83,7 +83,8 @@ def _cte_in_scope(table: exp.Table, name: str) -> bool:
     query's CTEs are visible in its body, and inside the WITH list only the ones defined
     before the reference's own definition. A name that is not visible is a catalog lookup
     (DuckDB would read a system view of that name), so it must be checked as a table."""
-    child, node = table, table.parent
+    child: exp.Expr = table
+    node = table.parent
     while node is not None:
         if isinstance(node, exp.With):
             earlier = node.expressions[: next((i for i, c in enumerate(node.expressions) if c is child), 0)]
@@ -98,7 +99,7 @@ def _cte_in_scope(table: exp.Table, name: str) -> bool:
     return False
 
 
-def _check_session_names(root: exp.Expression, readable: Mapping[str, TableInfo]) -> None:
+def _check_session_names(root: exp.Expr, readable: Mapping[str, TableInfo]) -> None:
     """`SELECT current_role, user` parses as columns, which DuckDB answers with session facts
     when no table has such a column: refuse those names unless a readable table has them."""
     columns = {c.name.lower() for t in readable.values() for c in t.visible_columns()}
