@@ -8,7 +8,7 @@ KEYS ?= var/demo-keys.json
 HOST ?= 127.0.0.1
 PORT ?= 8000
 
-.PHONY: run test install bench clean
+.PHONY: run lint test install bench clean
 
 install: $(STAMP)
 
@@ -22,11 +22,17 @@ $(STAMP): pyproject.toml constraints.txt
 run: $(STAMP)
 	$(VENV)/bin/quarry demo --index $(INDEX) --keys $(KEYS) --host $(HOST) --port $(PORT)
 
-test: $(STAMP)
+# Style and layering first (seconds), then the tests; the first failure stops the run.
+lint: $(STAMP)
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/mypy
+	$(VENV)/bin/lint-imports
+
+test: lint
 	$(PY) -m pytest
 
 bench: $(STAMP)
 	$(PY) benchmarks/retrievers.py
 
 clean:
-	rm -rf var .pytest_cache .hypothesis
+	rm -rf var .pytest_cache .hypothesis .mypy_cache .ruff_cache .import_linter_cache
