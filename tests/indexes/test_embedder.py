@@ -32,6 +32,7 @@ def test_the_pytorch_fallback_gives_the_same_vectors(embedder):
         assert np.allclose(plain.encode_query(text), embedder.encode_query(text), atol=1e-6)
 
 
+@pytest.mark.slow
 def test_a_broken_cached_export_is_replaced(tmp_path):
     first = Embedder(cache_dir=tmp_path)
     assert first.query_backend == "onnxruntime"

@@ -141,6 +141,7 @@ def test_deadline_is_honoured_with_slow_retrievers(engine, deadline_ms):
     assert len(result.attempts) <= -(-deadline_ms // 250)  # six 250 ms attempts would not fit
 
 
+@pytest.mark.slow
 def test_slow_first_table_profiles_hold_up_neither_their_questions_nor_anyone_else(demo_index, embedder):
     """The first link for a new access scope profiles its tables, which may take long. The
     question goes on without tables, and the build must not take threads other callers need."""

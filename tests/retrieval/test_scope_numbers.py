@@ -16,6 +16,8 @@ from indexes.snapshot import build_snapshot
 from retrieval.types import Principal
 from routes.engine import open_engine
 
+pytestmark = pytest.mark.slow  # builds an index per principal, then compares every answer
+
 TODAY = date(2025, 11, 1)
 SYLLABLES = ["ka", "lo", "mi", "ren", "tas", "vo", "qui", "bel", "dor", "fen", "gal", "hus", "ix", "jor", "nup", "sel"]
 SECRETS = ["zorvane", "quillet", "brisko", "talvera", "munrick", "pellory"]

@@ -214,6 +214,7 @@ def test_a_result_over_the_byte_cap_is_a_typed_rejection_naming_the_cap(tables_i
         catalog.close()
 
 
+@pytest.mark.slow
 def test_statements_beyond_the_server_wide_bound_wait_then_get_a_retryable_busy_error(tables_index):
     import threading
 

@@ -9,6 +9,8 @@ import signal
 import subprocess
 import sys
 
+import pytest
+
 from tests.conftest import ROOT
 
 
@@ -44,6 +46,7 @@ def test_rejected_sql_prints_the_error_and_exits_nonzero(tables_index):
     assert err["code"] == "sql_rejected" and "DROP" in err["message"]
 
 
+@pytest.mark.slow
 def test_sql_applies_row_acls_for_the_cli_principal(tables_index):
     erin = json.loads(quarry("sql", "SELECT count(*) FROM tickets", "--index", str(tables_index), "--principal", "erin").stdout)
     bob = json.loads(quarry("sql", "SELECT count(*) FROM tickets", "--index", str(tables_index), "--principal", "bob",
@@ -51,6 +54,7 @@ def test_sql_applies_row_acls_for_the_cli_principal(tables_index):
     assert erin["rows"]["data"][0][0] < bob["rows"]["data"][0][0]
 
 
+@pytest.mark.slow
 def test_query_answers_with_the_answer_shape(mini_index):
     out = quarry("query", "carrier webhook retries", "--index", str(mini_index), "--principal", "erin")
     assert out.returncode == 0, out.stderr
@@ -69,6 +73,7 @@ def test_ingest_with_a_bad_file_names_file_and_line(tmp_path):
     assert not (tmp_path / "index" / "CURRENT").exists()
 
 
+@pytest.mark.slow
 def test_serve_without_an_active_key_refuses_to_start_and_says_how_to_create_one(mini_index, tmp_path):
     from routes.keys import KeyStore
 
@@ -81,6 +86,7 @@ def test_serve_without_an_active_key_refuses_to_start_and_says_how_to_create_one
         assert error["code"] == "invalid_request" and "quarry keys add --principal ID --keys FILE" in error["message"]
 
 
+@pytest.mark.slow
 def test_serve_and_query_on_a_directory_without_a_snapshot_print_one_line_and_exit_2(tmp_path):
     from routes.keys import KeyStore
 
@@ -95,6 +101,7 @@ def test_serve_and_query_on_a_directory_without_a_snapshot_print_one_line_and_ex
         assert error["code"] == "not_found" and f"run `quarry ingest SOURCES --index {empty}`" in error["message"]
 
 
+@pytest.mark.slow
 def test_ingest_refuses_a_default_acl_that_would_silently_hide_documents(tmp_path):
     docs = tmp_path / "docs.jsonl"
     docs.write_text('{"id": "a", "text": "the carrier webhook retries five times"}\n')
@@ -107,6 +114,7 @@ def test_ingest_refuses_a_default_acl_that_would_silently_hide_documents(tmp_pat
     assert not (tmp_path / "index").exists()
 
 
+@pytest.mark.slow
 def test_ingest_prints_the_effective_default_acl(tmp_path):
     docs = tmp_path / "docs.jsonl"
     docs.write_text('{"id": "a", "text": "the carrier webhook retries five times"}\n')
@@ -136,6 +144,7 @@ def test_an_ingest_the_disk_refuses_is_one_typed_path_free_line_and_keeps_the_sn
     assert sorted(p.name for p in (index / "snapshots").iterdir()) == [before.name]  # nothing half-written left
 
 
+@pytest.mark.slow
 def test_a_binary_current_file_is_a_typed_error_and_the_next_ingest_replaces_it(mini_index, tmp_path):
     index = tmp_path / "index"
     shutil.copytree(mini_index, index)

@@ -12,6 +12,8 @@ import subprocess
 import sys
 import threading
 
+import pytest
+
 from routes.keys import KeyStore
 from tests.conftest import ROOT
 from tests.routes.test_cli import quarry
@@ -36,6 +38,7 @@ def run_demo(index, keys) -> str:
     return "".join(printed)
 
 
+@pytest.mark.slow
 def test_a_second_demo_run_keeps_the_keys_and_prints_the_same_demo_keys(demo_index, tmp_path):
     index, keys = tmp_path / "index", tmp_path / "demo-keys.json"
     shutil.copytree(demo_index, index)  # up to date: the demo reuses it instead of building

@@ -81,6 +81,7 @@ def test_tune_is_deterministic_and_the_index_loads_what_it_saved(index_copy, emb
         reloaded.close()
 
 
+@pytest.mark.slow
 def test_eval_cli_fails_when_a_labeled_forbidden_document_is_returned(index_copy, tmp_path):
     labels = tmp_path / "leak.jsonl"
     # m05 is public: a label that calls it forbidden for erin makes the run count it as leaked.
@@ -129,12 +130,14 @@ def beir_run(beir_folder, tmp_path_factory):
     return out, work
 
 
+@pytest.mark.slow
 def test_eval_cli_builds_a_missing_index_for_a_beir_folder(beir_run):
     out, work = beir_run
     assert out.returncode == 0, out.stderr
     assert (work / "index" / "CURRENT").is_file() and json.loads(out.stdout)["questions"] == 3
 
 
+@pytest.mark.slow
 def test_eval_cli_shows_progress_for_ingest_embedding_and_questions_on_stderr(beir_run):
     out, _ = beir_run
     # tqdm bars with counts and elapsed<remaining (the ETA), even when stderr is not a terminal.
@@ -142,6 +145,7 @@ def test_eval_cli_shows_progress_for_ingest_embedding_and_questions_on_stderr(be
     assert re.search(r"questions: 100%.*\b3/3 \[\d\d:\d\d<\d\d:\d\d", out.stderr), out.stderr
 
 
+@pytest.mark.slow
 def test_eval_reports_ndcg_with_the_questions_own_document_removed(beir_run):
     figures = json.loads(beir_run[0].stdout)
     # Each query finds itself first and its counter-argument second (MRR 1/2); with its own
@@ -150,6 +154,7 @@ def test_eval_reports_ndcg_with_the_questions_own_document_removed(beir_run):
     assert figures["ndcg@10_self_removed"] == 1.0
 
 
+@pytest.mark.slow
 def test_eval_cli_exits_2_with_one_line_error_when_the_index_of_a_labels_file_is_missing(labels_file, tmp_path):
     out = _cli("eval", labels_file, "--index", tmp_path / "no-such-index", "--no-progress")
     assert out.returncode == 2, out.stderr
@@ -158,6 +163,7 @@ def test_eval_cli_exits_2_with_one_line_error_when_the_index_of_a_labels_file_is
     assert "Traceback" not in out.stderr
 
 
+@pytest.mark.slow
 def test_eval_cli_counts_overlong_questions_as_errors_and_follows_the_query_limit_setting(index_copy, labels_file, tmp_path):
     long_question = "Which release fixed INC-2077? " + "Please explain the certificate chain in detail. " * 50
     labels = tmp_path / "long.jsonl"
@@ -211,6 +217,7 @@ def test_plots_say_whether_they_group_by_labeled_or_chosen_route(engine, labels_
         assert f"group questions by **{wording}**" in paths["report.md"].read_text()
 
 
+@pytest.mark.slow
 def test_tune_cli_warns_on_a_small_training_set_and_keeps_the_previous_tuned_json(index_copy, labels_file):
     previous = save_policies(index_copy, Policies(), {"run": "previous"}, seed=1).read_text()
     out = _cli("tune", labels_file, "--index", index_copy, "--no-progress")

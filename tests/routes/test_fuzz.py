@@ -10,6 +10,8 @@ import httpx
 import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
+pytestmark = pytest.mark.slow  # fuzzing a live server
+
 # Text as JSON can carry it: any code point, lone surrogates included (and often; hypothesis's
 # own text strategy never makes them, so strings are joined from pieces).
 TEXT = st.lists(st.characters(codec=None) | st.sampled_from(["\ud800", "\udfff", "a", " ", "INC-2041", "\u00e9"]),

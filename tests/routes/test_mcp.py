@@ -179,6 +179,7 @@ def test_injected_instructions_come_back_as_data_and_change_nothing(live):
     assert count["rows"]["data"][0][0] > 0  # nothing was dropped
 
 
+@pytest.mark.slow
 def test_stdio_server_for_a_fixed_principal(demo_index):
     params = StdioServerParameters(command=sys.executable, cwd=str(ROOT),
                                    args=["-m", "routes.cli", "mcp", "--index", str(demo_index), "--principal", "alice",

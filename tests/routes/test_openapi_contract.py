@@ -5,6 +5,7 @@ query parameters)."""
 
 from __future__ import annotations
 
+import pytest
 import schemathesis
 from hypothesis import HealthCheck, given, settings
 from schemathesis.checks import (content_type_conformance, not_a_server_error, response_schema_conformance,
@@ -13,6 +14,7 @@ from schemathesis.checks import (content_type_conformance, not_a_server_error, r
 CHECKS = [not_a_server_error, status_code_conformance, content_type_conformance, response_schema_conformance]
 
 
+@pytest.mark.slow
 def test_every_operation_honours_its_contract(live):
     schema = schemathesis.openapi.from_url(live.url + "/openapi.json")
     headers = {"Authorization": f"Bearer {live.keys['alice']}"}
