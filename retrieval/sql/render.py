@@ -53,7 +53,7 @@ def _predicates(f: Filter) -> list[exp.Expr]:
     if isinstance(f, Equals):
         return [exp.EQ(this=_column(f.column), expression=exp.Literal.string(f.value))]
     if isinstance(f, Compare):
-        # `:g` as the translator always wrote numbers: 20.0 is 20, 2.5 stays 2.5
+        # `:g`: 20.0 is written 20 and 2.5 stays 2.5 (six significant digits)
         return [_COMPARISONS[f.op](this=_column(f.column), expression=exp.Literal.number(f"{f.value:g}"))]
     return _date_bounds(f)
 
