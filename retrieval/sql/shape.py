@@ -39,7 +39,7 @@ class _Cues:
     agg: AggregateFn | None
     measure: ColumnInfo | None  # the numeric column the question names
     superlative: Literal["max", "min"] | None
-    most: re.Match[str] | None  # "most", "fewest", "least"
+    most: str | None  # "most", "fewest" or "least"
     limit: int | None
     group: ColumnInfo | None
     date_col: ColumnInfo | None
@@ -112,7 +112,7 @@ def _read_cues(linker: SchemaLinker, link: Link) -> _Cues:
             if group is not None:
                 link.consumed.add(word_after.group(1))
                 agg = "count"
-    return _Cues(agg, measure, superlative, most, limit, group, date_col)
+    return _Cues(agg, measure, superlative, most.group(1) if most else None, limit, group, date_col)
 
 
 def _limit(linker: SchemaLinker, link: Link) -> int | None:
@@ -166,8 +166,7 @@ def _grouped(link: Link, cues: _Cues, group: ColumnInfo) -> QueryPlan | Decline:
     plan = QueryPlan(link.table.name, "grouped", columns=(group.name,), aggregate=agg, filters=tuple(link.filters),
                      group_by=group.name, order_by=(Order(group.name),))
     if cues.limit or cues.most or cues.superlative:
-        fewest = cues.most is not None and cues.most.group(1) in ("fewest", "least")
-        descending = not (cues.superlative == "min" or fewest)
+        descending = not (cues.superlative == "min" or cues.most in ("fewest", "least"))
         return replace(plan, kind="grouped top", order_by=(Order(None, descending), Order(group.name)), limit=cues.limit or 1)
     return plan
 
