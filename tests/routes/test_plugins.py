@@ -97,3 +97,23 @@ def test_serve_with_a_broken_policy_stops_before_listening_with_one_line(demo_in
     assert out.returncode != 0
     error = one_line_error(out)
     assert error["message"] == f"QUARRY_GRADER: {PLUGINS}:make_broken raised RuntimeError: model file missing"
+
+
+def test_the_readme_grader_loads_by_settings_and_grades(demo_engine, tmp_path, monkeypatch):
+    from retrieval.loop import Budget, run_loop
+    from retrieval.types import Principal
+    from tests.conftest import ROOT
+
+    readme = (ROOT / "README.md").read_text()
+    code = readme.split("# mypkg/judge.py")[1].split("```")[0]
+    (tmp_path / "mypkg").mkdir()
+    (tmp_path / "mypkg" / "__init__.py").write_text("")
+    (tmp_path / "mypkg" / "judge.py").write_text("#" + code)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    policy = load_policy(SimpleNamespace(grader="mypkg.judge:make_grader"), demo_engine, demo_engine.deps.policy)
+    deps = replace(demo_engine.deps, policy=policy)
+    question = "How do I refresh the token-signing secret?"
+    result = run_loop(question, Principal("erin"), Budget(max_attempts=1), deps)
+    grade = result.attempts[0].grade
+    words = set(question.lower().split())
+    assert grade.score == len(words & set(result.attempts[0].hits[0].text.lower().split())) / len(words)
