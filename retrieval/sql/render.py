@@ -53,8 +53,7 @@ def _predicates(f: Filter) -> list[exp.Expr]:
     if isinstance(f, Equals):
         return [exp.EQ(this=_column(f.column), expression=exp.Literal.string(f.value))]
     if isinstance(f, Compare):
-        # `:g`: 20.0 is written 20 and 2.5 stays 2.5 (six significant digits)
-        return [_COMPARISONS[f.op](this=_column(f.column), expression=exp.Literal.number(f"{f.value:g}"))]
+        return [_COMPARISONS[f.op](this=_column(f.column), expression=exp.Literal.number(_number(f.value)))]
     return _date_bounds(f)
 
 
@@ -75,3 +74,9 @@ def _date(iso: str) -> exp.Expr:
 def _ordered(o: Order) -> exp.Ordered:
     key = _column(o.column) if o.column is not None else exp.column("value")  # the aggregate's alias
     return exp.Ordered(this=key, desc=True) if o.descending else exp.Ordered(this=key)
+
+
+def _number(value: float) -> str:
+    """The exact literal: 20.0 is written 20, 2.5 stays 2.5, and 1234567 is not rounded."""
+    v = float(value)
+    return str(int(v)) if v.is_integer() else repr(v)

@@ -55,3 +55,14 @@ def test_any_value_renders_as_one_string_literal_the_guard_accepts(value):
     con.execute('CREATE SCHEMA data; CREATE TABLE data."order" (order_id VARCHAR, owner VARCHAR)')
     con.execute('INSERT INTO data."order" VALUES (?, ?), (?, ?)', ["x-1", value, "x-2", value + "!"])
     assert con.execute(guarded.sql).fetchall() == [(1,)]
+
+
+def test_a_compared_number_is_written_exactly_not_rounded():
+    con = duckdb.connect()
+    con.execute('CREATE TABLE "order" (order_id VARCHAR, "cost usd" DOUBLE)')
+    con.executemany('INSERT INTO "order" VALUES (?, ?)', [("big", 1234567.0), ("bigger", 1234568.0), ("tiny", 0.125)])
+    for value, expected in ((1234567.0, [("bigger",)]), (0.1, [("big",), ("bigger",), ("tiny",)]), (20.0, [("big",), ("bigger",)])):
+        sql = render_sql(QueryPlan("order", "list", ("order_id",), filters=(Compare("cost usd", ">", value),),
+                                   order_by=(Order("order_id"),)))
+        assert con.execute(sql).fetchall() == expected, sql
+    assert "> 20 " in render_sql(QueryPlan("order", "list", ("order_id",), filters=(Compare("cost usd", ">", 20.0),))) + " "
