@@ -37,6 +37,9 @@ HELP = {
     "mcp_allowed_origins": "Origins allowed to call /mcp from a browser (comma-separated; empty: none).",
     "mcp_stream_idle_seconds": "A GET /mcp event stream that carries no message for this long is closed "
                                "(it never holds one of the key's request slots).",
+    **{name: f"Import path `module:factory` of a {name} to use instead of the built-in one; the factory is "
+              "called with (settings, engine) and returns the policy (retrieval/policy.py)." for name in
+       ("router", "grader", "rewriter", "reranker")},
 }
 
 
@@ -62,6 +65,10 @@ class Settings:
     cache_dir: Path | None = None
     mcp_allowed_origins: tuple[str, ...] = ()
     mcp_stream_idle_seconds: float = 30.0
+    router: str = ""
+    grader: str = ""
+    rewriter: str = ""
+    reranker: str = ""
     limits: Limits = field(default_factory=Limits)
 
     def embedder(self) -> Any:
