@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 from retrieval.errors import InvalidRequest, RetrievalError
+from retrieval.limits import check_k
 from retrieval.registry import SEARCH_ROUTES
 from retrieval.types import Filters, Principal
 
@@ -147,6 +148,7 @@ def cmd_search(args: argparse.Namespace, settings: Settings) -> int:
     from routes.engine import open_engine
 
     principal = _principal(args)
+    check_k(args.k, settings.limits)  # before the index and model load
     engine = open_engine(_index(settings), settings=settings, warm=args.retriever in ("dense", "hybrid"))
     try:
         hits = search(engine.retrievers, args.retriever, args.query, principal, args.k, _filters(args), engine.limits)
@@ -166,6 +168,7 @@ def cmd_query(args: argparse.Namespace, settings: Settings) -> int:
     from routes.engine import open_engine
 
     principal = _principal(args)
+    check_k(args.k, settings.limits)  # before the index and model load
     engine = open_engine(_index(settings), settings=settings)
     try:
         result = engine.query(args.question, principal, k=args.k, max_attempts=args.max_attempts,
@@ -251,7 +254,6 @@ def _eval_target(args: argparse.Namespace, settings: Settings, progress: Callabl
     from indexes.beir import is_beir_dir
     from indexes.snapshot import current_snapshot_path
     from retrieval.errors import SnapshotError
-    from retrieval.limits import check_k
     from routes.engine import open_engine
     from routes.evaluation import beir_index, beir_labels, ensure_beir_index, load_label_file
 
