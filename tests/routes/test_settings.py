@@ -197,3 +197,11 @@ def test_commands_take_the_index_and_keys_file_from_the_environment_or_ask_for_t
         assert out.returncode == 2
         error = one_line_error(out)
         assert error["code"] == "invalid_request" and flag in error["message"] and variable in error["message"]
+
+
+def test_the_readme_settings_table_names_every_setting():
+    from tests.conftest import ROOT
+
+    readme = (ROOT / "README.md").read_text()
+    section = readme[readme.index("### Settings"):readme.index("### Ingest")]
+    assert [name for name in Settings.model_fields if f"`{name}`" not in section] == []
