@@ -147,6 +147,20 @@ class Catalog:
             }
         return cached
 
+    def acl_tokens(self) -> frozenset[str]:
+        """Every ACL entry some table or table row names (loaded once): what an access scope
+        over the tables is made of."""
+        cached = getattr(self, "_acl_tokens", None)
+        if cached is None:
+            tokens = {t for info in self.tables().values() for t in info.acl}
+            for info in self.tables().values():
+                if info.row_acl:
+                    name = info.name.replace('"', '""')
+                    rows = self.cursor().execute(f'SELECT DISTINCT unnest(acl) FROM data."{name}"').fetchall()
+                    tokens.update(str(r[0]) for r in rows if r[0] is not None)
+            cached = self._acl_tokens = frozenset(tokens)
+        return cached
+
     def counts(self) -> dict[str, int]:
         cur = self.cursor()
         docs = cur.execute("SELECT count(*) FROM quarry.documents").fetchall()[0][0]
@@ -299,6 +313,9 @@ class SqlRunner:
 
     def tables(self) -> dict[str, TableInfo]:
         return self._catalog.tables()
+
+    def acl_tokens(self) -> frozenset[str]:
+        return self._catalog.acl_tokens()
 
     @property
     def running(self) -> int:

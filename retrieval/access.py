@@ -45,6 +45,7 @@ class ChunkTable:
     _lock: Lock = field(init=False, repr=False)
     _doc_rows: dict[str, list[int]] | None = field(init=False, repr=False, default=None)
     _chunk_rows: dict[str, int] | None = field(init=False, repr=False, default=None)
+    mask_builds: int = field(init=False, repr=False, default=0)  # masks computed (not served from the cache)
 
     def __post_init__(self) -> None:
         n = len(self.chunk_ids)
@@ -62,26 +63,34 @@ class ChunkTable:
     def __len__(self) -> int:
         return len(self.chunk_ids)
 
+    def scope(self, principal: Principal) -> frozenset[str]:
+        """The principal's effective access scope: its tokens that occur in some chunk's ACL.
+        Principals with the same groups share one scope, and so one cache entry per filter,
+        whatever their own ids (an id no ACL names adds nothing to what they may read)."""
+        return frozenset(t for t in principal.access_tokens() if t in self._postings)
+
     def mask(self, principal: Principal, filters: Filters) -> np.ndarray:
-        """Rows the principal may read that pass the filters. Cached; do not mutate the result."""
-        key = (principal.access_tokens(), filters)
+        """Rows the principal may read that pass the filters. Cached by effective scope; do
+        not mutate the result."""
+        key = (self.scope(principal), filters)
         with self._lock:
             cached = self._cache.get(key)
             if cached is not None:
                 self._cache.move_to_end(key)
                 return cached
-        allowed = self._acl_mask(principal)
+        allowed = self._acl_mask(key[0])
         allowed &= self._filter_mask(filters)
         allowed.setflags(write=False)
         with self._lock:
+            self.mask_builds += 1
             self._cache[key] = allowed
             if len(self._cache) > self.cache_size:
                 self._cache.popitem(last=False)
         return allowed
 
-    def _acl_mask(self, principal: Principal) -> np.ndarray:
+    def _acl_mask(self, scope: frozenset[str]) -> np.ndarray:
         allowed = np.zeros(len(self), dtype=bool)
-        for token in principal.access_tokens():
+        for token in scope:
             rows = self._postings.get(token)
             if rows is not None:
                 allowed[rows] = True

@@ -6,29 +6,39 @@ the budget (attempts, deadline) and the plan (constraints kept, not tried before
 call gets `min(call timeout, time left)`; a timed-out or failing call is recorded as such.
 If no attempt succeeded, the outcome is a retryable error, never "no evidence".
 
-The router, grader and rewriter are plain functions and configs passed in, so a
-model-driven policy can replace any of them without touching this loop.
+The router, grader, rewriter and reranker are the collaborators of `deps.policy`
+(retrieval/policy.py), so any of them can be replaced without touching this loop. The check
+of a plan before dispatch stays here: a plan that drops or alters a constraint, or repeats
+one tried before, is recorded as rejected and never dispatched, whoever proposed it.
 """
 
 from __future__ import annotations
 
+import logging
 import time
 import uuid
-from concurrent.futures import Executor, TimeoutError as FutureTimeout
-from dataclasses import dataclass, field
+from concurrent.futures import Future, TimeoutError as FutureTimeout
+from dataclasses import dataclass, field, replace
 from datetime import date
 from typing import Any, Callable, Mapping, Sequence
 
+from retrieval.calls import CallPool
 from retrieval.constraints import Constraints, extract
 from retrieval.dates import dated_first
 from retrieval.errors import RetrievalError, RetrievalTimeout, RetrievalUnavailable
 from retrieval.fusion import rrf
-from retrieval.grader import Grade, GraderConfig, grade
-from retrieval.retrievers import Retriever
-from retrieval.rewrite import EXTENSIONS, Plan, RewriteContext, Tried, extend_plan, first_plan, next_plan, plan_is_allowed
-from retrieval.router import RouteDecision, RouterConfig, features, route
+from retrieval.grader import Grade
+from retrieval.linking import EntityLinker, TableLinker
+from retrieval.policy import Evidence, Policy, RouteInputs
+from retrieval.registry import ROW_ROUTES
+from retrieval.retrievers import Retrieved, Retriever
+from retrieval.rewrite import EXTENSIONS, Plan, RewriteContext, Tried, plan_problems
+from retrieval.router import RouteDecision
+from retrieval.signals import HitScorer
+from retrieval.sql.translate import Translation
 from retrieval.types import Filters, Hit, Principal
 
+log = logging.getLogger("quarry.loop")
 StopReason = str  # "sufficient" | "attempts_exhausted" | "deadline" | "no_strategy_left"
 
 
@@ -42,22 +52,28 @@ class Budget:
 
 @dataclass(frozen=True)
 class LoopDeps:
-    """Everything the loop calls, built once at startup."""
+    """Everything the loop calls, built once at startup (see routes/engine.py)."""
 
-    retrievers: Mapping[str, Retriever]
-    router: RouterConfig
-    grader: GraderConfig
-    executor: Executor
-    annotate: Callable[[str, Sequence[Hit], Principal], list[Hit]]
-    find_entities: Callable[[str, Principal], list[str]]
-    bridge_docs: Callable[[Sequence[Hit], str, Principal], tuple[str, ...]]
-    linked_docs: Callable[[Sequence[Hit], str, Principal], list[tuple[str, float, bool]]]  # (doc, cosine, named by the question)
-    sql_linked: Callable[[str, Principal, float | None], bool]  # (question, principal, seconds it may take)
-    sql_rows: Callable[[str, Principal], Any] | None = None  # question -> SqlResult | Decline
-    sql_readable: Callable[[Principal], bool] = lambda principal: True  # may the caller read any table?
-    term_stats: Callable[[str, Principal], tuple[int, int, int]] | None = None
+    retrievers: Mapping[str, Retriever]  # the text routes by name
+    policy: Policy
+    linker: EntityLinker
+    signals: HitScorer  # the same BM25 and dense signals on every hit, and routing's term statistics
+    calls: CallPool
+    tables: TableLinker | None = None  # None when the index has no tables
     today: Callable[[], date] = date.today
     clock: Callable[[], float] = time.monotonic
+
+
+@dataclass(frozen=True)
+class Understood:
+    """A question read before any retrieval: its constraints, the router's inputs and
+    decision, and the translation of a table that answers it. Evaluation and tuning read
+    questions through this same step."""
+
+    constraints: Constraints
+    inputs: RouteInputs
+    decision: RouteDecision
+    translation: Translation | None
 
 
 @dataclass
@@ -69,6 +85,7 @@ class Attempt:
     ms: float
     error: str | None = None
     rows: Any = None
+    rejected: tuple[str, ...] = ()  # why the plan was refused before dispatch (it never ran)
 
     def to_json(self) -> dict:
         out = {"n": self.n, "route": self.plan.route, "strategy": self.plan.strategy, "query": self.plan.query_text(),
@@ -80,6 +97,8 @@ class Attempt:
                                            ("doc_ids", f.doc_ids)) if v is not None}
         if self.error:
             out["error"] = self.error
+        if self.rejected:
+            out["rejected"] = list(self.rejected)
         return out
 
 
@@ -112,52 +131,74 @@ def _evidence(plan: Plan, new_hits: list[Hit], previous: Tried | None, k: int) -
     return new_hits[:k]
 
 
-def run_loop(question: str, principal: Principal, budget: Budget, deps: LoopDeps, filters: Filters = Filters()) -> LoopResult:
-    """Answer one question for one principal within the budget (see module docstring)."""
-    clock = deps.clock
-    started = clock()
-    deadline = started + budget.deadline_ms / 1000.0
-    in_calls = 0.0
-    today = deps.today()
-
-    entities = deps.find_entities(question, principal)
-    constraints = extract(question, today, entities)
+def understand(question: str, principal: Principal, deps: LoopDeps, filters: Filters = Filters(),
+               today: date | None = None, table_seconds: float | None = None) -> Understood:
+    """Read the question: constraints, term statistics, table link, route. `table_seconds`
+    bounds how long a new access scope's table profiles may be waited for (None: as long as
+    they take)."""
+    today = today or deps.today()
+    constraints = extract(question, today, deps.linker.entities(question, principal))
     # Tables answer questions about records, not documents: a call narrowed by document
     # filters (sources, dates, ids) stays on the text routes. A caller who can read no table
     # sees routing exactly as if the index had none.
-    sql_open = deps.sql_rows is not None and filters == Filters() and deps.sql_readable(principal)
-    available = [r for r in deps.retrievers if r != "sql"] + (["sql"] if sql_open else [])
+    tables = deps.tables if deps.tables is not None and filters == Filters() and deps.tables.readable(principal) else None
+    available = [r for r in deps.retrievers if r not in ROW_ROUTES] + (list(ROW_ROUTES) if tables else [])
+    translation = tables.link(question, principal, today, table_seconds) if tables else None
+    inputs = RouteInputs(question, constraints, translation is not None, deps.signals.term_stats(question, principal))
+    decision = deps.policy.router.route(inputs, available)
+    if decision.chosen in ROW_ROUTES and translation is None:
+        rest = tuple(r for r in decision.ranked if r not in ROW_ROUTES)
+        decision = RouteDecision(rest[0], decision.scores, rest, decision.reason)
+    return Understood(constraints, inputs, decision, translation)
+
+
+def run_loop(question: str, principal: Principal, budget: Budget, deps: LoopDeps, filters: Filters = Filters(),
+             today: date | None = None) -> LoopResult:
+    """Answer one question for one principal within the budget (see module docstring);
+    `today` resolves the question's relative dates (default: `deps.today()`)."""
+    clock, policy = deps.clock, deps.policy
+    started = clock()
+    trace_id = uuid.uuid4().hex
+    deadline = started + budget.deadline_ms / 1000.0
+    in_calls = 0.0
+    today = today or deps.today()
     # A first link for a new access scope profiles its tables: it gets half the time left.
-    linked = sql_open and deps.sql_linked(question, principal, max(0.0, deadline - clock()) / 2)
-    stats = deps.term_stats(question, principal) if deps.term_stats else None
-    decision = route(features(question, constraints, linked, stats), deps.router, available)
-    if decision.chosen == "sql" and not linked:
-        decision = RouteDecision(decision.ranked[1], decision.scores, decision.ranked[1:], decision.reason)
-    ctx = RewriteContext(question, constraints, decision, linked, filters,
-                         lambda hits, q: deps.bridge_docs(hits, q, principal))
+    read = understand(question, principal, deps, filters, today, max(0.0, deadline - clock()) / 2)
+    constraints, decision = read.constraints, read.decision
+    ctx = RewriteContext(question, constraints, decision, read.translation is not None, filters,
+                         lambda hits, q: deps.linker.bridge_docs(hits, q, principal))
 
     attempts: list[Attempt] = []
     history: list[Tried] = []
     tried: set[tuple] = set()
-    plan: Plan | None = first_plan(ctx)
+    refused: set[tuple] = set()
+    plan: Plan | None = policy.rewriter.first(ctx)
     stop: StopReason = "no_strategy_left"
     while True:
+        dispatched = sum(1 for a in attempts if not a.rejected)
         if plan is None:
             stop = "no_strategy_left"
             break
-        if len(attempts) >= budget.max_attempts:
+        if dispatched >= budget.max_attempts:
             stop = "attempts_exhausted"
             break
         remaining = deadline - clock()
         if remaining <= 0.001:
             stop = "deadline"
             break
-        problems = plan_is_allowed(plan, constraints, tried)
+        problems = plan_problems(plan, constraints, tried)
         if problems:  # never dispatch a plan that loosens the question or repeats itself
-            raise AssertionError(f"rewriter proposed a forbidden plan: {problems}")
+            attempts.append(Attempt(len(attempts) + 1, plan, (), None, 0.0, "rejected_plan", rejected=tuple(problems)))
+            if plan.key() in refused or len(refused) >= budget.max_attempts:  # a rewriter that insists gets no more turns
+                stop = "no_strategy_left"
+                break
+            refused.add(plan.key())
+            plan = policy.rewriter.next(ctx, history, tried)
+            continue
         tried.add(plan.key())
         t0 = clock()
-        hits, rows, error = _dispatch(plan, principal, budget, deps, min(budget.call_timeout_ms / 1000.0, remaining))
+        hits, rows, error = _dispatch(plan, question, principal, budget, deps, read.translation,
+                                      min(budget.call_timeout_ms / 1000.0, remaining), trace_id)
         in_calls += clock() - t0
         # a bridge extends the first hop; an extension (fill, follow_links) the attempt it follows
         previous = history[-1] if plan.strategy in EXTENSIONS else next((t for t in history if t.grade is not None and t.hits), None)
@@ -167,12 +208,11 @@ def run_loop(question: str, principal: Principal, budget: Budget, deps: LoopDeps
             if rows is None and not plan.merge_previous:
                 evidence = dated_first(evidence, constraints.dates)
             if rows is None:
-                evidence = deps.annotate(question, evidence, principal)
+                evidence = deps.signals.annotate(question, evidence, principal)
             follow = rows is None and not plan.merge_previous
-            top = evidence[: deps.grader.link_passages]
-            verdict = grade(question, constraints, evidence, deps.grader, today,
-                            rows_sql=rows.sql if rows is not None else None,
-                            linked=lambda: deps.linked_docs(top, question, principal) if follow else ())
+            verdict = policy.grader.grade(Evidence(
+                question, constraints, evidence, today, rows_sql=rows.sql if rows is not None else None,
+                linked=(lambda top: deps.linker.linked_docs(top, question, principal)) if follow else (lambda top: ())))
             hits = evidence
         attempts.append(Attempt(len(attempts) + 1, plan, tuple(hits), verdict, (clock() - t0) * 1000, error, rows))
         history.append(Tried(plan, tuple(hits), verdict))
@@ -181,55 +221,82 @@ def run_loop(question: str, principal: Principal, budget: Budget, deps: LoopDeps
             break
         if verdict is not None and verdict.sufficient:
             stop = "sufficient"
-            plan = extend_plan(ctx, history[-1], budget.k, tried)
-            if plan is None or len(attempts) >= budget.max_attempts or deadline - clock() <= 0.001:
+            plan = policy.rewriter.extend(ctx, history[-1], budget.k, tried)
+            if plan is None or dispatched + 1 >= budget.max_attempts or deadline - clock() <= 0.001:
                 break
             continue
         if error == "retrieval_timeout" and deadline - clock() <= 0.001:
             stop = "deadline"
             break
-        plan = next_plan(ctx, history, tried)
+        plan = policy.rewriter.next(ctx, history, tried)
 
     elapsed = (clock() - started) * 1000
-    return _result(question, constraints, decision, attempts, stop, elapsed, elapsed - in_calls * 1000)
+    return _result(question, constraints, decision, attempts, stop, elapsed, elapsed - in_calls * 1000, trace_id)
 
 
-def _dispatch(plan: Plan, principal: Principal, budget: Budget, deps: LoopDeps, timeout_s: float) -> tuple[list[Hit], Any, str | None]:
+def _wait(deps: LoopDeps, future: Future, timeout_s: float, what: str, trace_id: str) -> tuple[Any, str | None]:
+    """The call's result, or (None, error code): a call not done in time is abandoned (see
+    retrieval/calls.py); an unexpected exception is logged with the trace id, never raised."""
+    try:
+        return future.result(timeout=timeout_s), None
+    except FutureTimeout:
+        deps.calls.abandon(future)
+        return None, "retrieval_timeout"
+    except RetrievalError as e:
+        return None, e.code
+    except Exception:  # noqa: BLE001 - a broken retriever is recorded, not raised
+        log.exception("retriever %s failed (trace %s)", what, trace_id)
+        return None, "retrieval_unavailable"
+
+
+def _submit(deps: LoopDeps, fn: Callable[..., Any], *args: Any) -> Future:
+    try:
+        return deps.calls.submit(fn, *args)
+    except RetrievalError as e:  # every worker is held by calls that timed out
+        failed: Future = Future()
+        failed.set_exception(e)
+        return failed
+
+
+def _dispatch(plan: Plan, question: str, principal: Principal, budget: Budget, deps: LoopDeps,
+              translation: Translation | None, timeout_s: float, trace_id: str) -> tuple[list[Hit], Any, str | None]:
     """Run the plan's call(s) with a timeout; returns (hits, rows or None, error code or None)."""
-    if plan.route == "sql":
-        future = deps.executor.submit(deps.sql_rows, plan.queries[0], principal)
-        try:
-            out = future.result(timeout=timeout_s)
-        except FutureTimeout:
-            return [], None, "retrieval_timeout"
-        except RetrievalError as e:
-            return [], None, e.code
-        except Exception:  # noqa: BLE001 - a broken retriever is recorded, not raised
-            return [], None, "retrieval_unavailable"
-        from retrieval.retrievers.sql import SqlResult, rows_as_hits
-
-        if not isinstance(out, SqlResult):
-            return [], None, None  # declined: no rows, graded as no evidence
-        return rows_as_hits(out, budget.k) + _linked_passages(plan, out.doc_ids, principal, budget, deps), out, None
+    if plan.route in ROW_ROUTES:
+        if translation is None or deps.tables is None:
+            return [], None, None  # not linked: no rows, graded as no evidence
+        out, error = _wait(deps, _submit(deps, deps.tables.sql.retrieve, translation, plan.queries[0], principal, budget.k),
+                           timeout_s, plan.route, trace_id)
+        if error is not None or not isinstance(out, Retrieved):
+            return [], None, error
+        return out.hits + _linked_passages(plan, out.rows.doc_ids, principal, budget, deps), out.rows, None
     retriever = deps.retrievers[plan.route]
-    futures = [deps.executor.submit(retriever.search, q, principal, budget.k, plan.filters) for q in plan.queries]
+    reranker = deps.policy.reranker
+    depth = max(budget.k, reranker.candidates(budget.k))
+    futures = [_submit(deps, retriever.search, q, principal, depth, plan.filters) for q in plan.queries]
     results: dict[str, list[Hit]] = {}
     errors: list[str] = []
     end = time.monotonic() + timeout_s
     for q, f in zip(plan.queries, futures):
-        try:
-            results[q] = f.result(timeout=max(0.0, end - time.monotonic()))
-        except FutureTimeout:
-            errors.append("retrieval_timeout")
-        except RetrievalError as e:
-            errors.append(e.code)
-        except Exception:  # noqa: BLE001
-            errors.append("retrieval_unavailable")
+        found, error = _wait(deps, f, max(0.0, end - time.monotonic()), plan.route, trace_id)
+        if error is None:
+            results[q] = found
+        else:
+            errors.append(error)
     if not results:
         return [], None, errors[0] if errors else "retrieval_unavailable"
-    if len(plan.queries) == 1:
-        return results[plan.queries[0]], None, None
-    return rrf(results, limit=budget.k), None, None
+    hits = results[plan.queries[0]] if len(plan.queries) == 1 else rrf(results, limit=depth)
+    return _reranked(question, hits, principal, deps)[: budget.k], None, None
+
+
+def _reranked(question: str, hits: list[Hit], principal: Principal, deps: LoopDeps) -> list[Hit]:
+    """The reranker's order over exactly the candidates it was given: a hit it invents or
+    repeats is dropped, so no reranker can add a passage the retriever did not authorize."""
+    given = {h.chunk_id: h for h in hits}
+    out: dict[str, Hit] = {}
+    for h in deps.policy.reranker.rerank(question, hits, principal):
+        if h.chunk_id in given and h.chunk_id not in out:
+            out[h.chunk_id] = replace(given[h.chunk_id], score=h.score)  # rescored, never rewritten
+    return list(out.values())
 
 
 def _linked_passages(plan: Plan, doc_ids: Sequence[str], principal: Principal, budget: Budget, deps: LoopDeps) -> list[Hit]:
@@ -246,11 +313,11 @@ def _linked_passages(plan: Plan, doc_ids: Sequence[str], principal: Principal, b
 
 
 def _result(question: str, constraints: Constraints, decision: RouteDecision, attempts: list[Attempt], stop: StopReason,
-            elapsed_ms: float, overhead_ms: float) -> LoopResult:
-    trace_id = uuid.uuid4().hex
-    succeeded = [a for a in attempts if a.error is None]
-    if attempts and not succeeded:
-        codes = {a.error for a in attempts}
+            elapsed_ms: float, overhead_ms: float, trace_id: str) -> LoopResult:
+    dispatched = [a for a in attempts if not a.rejected]
+    succeeded = [a for a in dispatched if a.error is None]
+    if dispatched and not succeeded:
+        codes = {a.error for a in dispatched}
         cls = RetrievalTimeout if codes == {"retrieval_timeout"} else RetrievalUnavailable
         raise cls(f"no retrieval attempt succeeded ({', '.join(sorted(c for c in codes if c))}); retry later",
                   attempts=[a.to_json() for a in attempts])
@@ -265,6 +332,8 @@ def _result(question: str, constraints: Constraints, decision: RouteDecision, at
         (succeeded[0] if succeeded else None)
     if stop == "deadline":
         reason = "deadline_exceeded"
+    elif not dispatched:
+        reason = "insufficient_evidence"
     elif all(not a.hits for a in succeeded):
         reason = "no_authorized_evidence"
     elif best is not None and best.grade is not None and best.grade.reason == "constraint_unmet":
@@ -275,7 +344,8 @@ def _result(question: str, constraints: Constraints, decision: RouteDecision, at
     detail = {
         "no_authorized_evidence": "no passage or row the caller may read matched the question",
         "constraint_unmet": "no authorized evidence satisfies: " + ", ".join(missing),
-        "insufficient_evidence": "the best authorized evidence did not pass the relevance threshold",
+        "insufficient_evidence": "the best authorized evidence did not pass the relevance threshold" if dispatched
+                                 else "no plan kept the question's constraints, so nothing was searched",
         "deadline_exceeded": "the deadline ran out before sufficient evidence was found",
     }[reason]
     partial = _passages(best) if best is not None else ()

@@ -87,7 +87,7 @@ class RewriteContext:
     bridge_docs: BridgeFinder
 
 
-def plan_is_allowed(plan: Plan, constraints: Constraints, tried_keys: set[tuple]) -> list[str]:
+def plan_problems(plan: Plan, constraints: Constraints, tried_keys: set[tuple]) -> list[str]:
     """Why a plan may not be dispatched (empty when it may)."""
     problems = [f"drops {m}" for m in missing_from_queries(constraints, plan.queries, date_filtered=plan.filters.date_from is not None or plan.filters.date_to is not None)]
     if plan.key() in tried_keys:
@@ -104,7 +104,7 @@ def next_plan(ctx: RewriteContext, history: Sequence[Tried], tried_keys: set[tup
         if strategy in ONCE and strategy in used:
             continue
         for plan in _STRATEGIES[strategy](ctx, history, last):
-            if not plan_is_allowed(plan, ctx.constraints, tried_keys):
+            if not plan_problems(plan, ctx.constraints, tried_keys):
                 return plan
     return None
 
@@ -131,7 +131,7 @@ def extend_plan(ctx: RewriteContext, last: Tried, k: int, tried_keys: set[tuple]
                           else tuple(sorted(set(links) & set(ctx.base_filters.doc_ids))))
         plan = Plan("follow_links", "dense", (ctx.question,), filters, merge_previous=True,
                     reason=f"second hop over {len(filters.doc_ids or ())} documents the top passage names")
-        if filters.doc_ids and not plan_is_allowed(plan, ctx.constraints, tried_keys):
+        if filters.doc_ids and not plan_problems(plan, ctx.constraints, tried_keys):
             return plan
     if last.plan.route != "exact" or len(last.hits) >= k or is_lookup(ctx.question, ctx.constraints):
         return None
@@ -140,7 +140,7 @@ def extend_plan(ctx: RewriteContext, last: Tried, k: int, tried_keys: set[tuple]
         return None
     plan = Plan("fill", route, (ctx.question,), ctx.base_filters, merge_previous=True,
                 reason=f"exact found {len(last.hits)} of {k} passages for a question that is not a lookup")
-    return None if plan_is_allowed(plan, ctx.constraints, tried_keys) else plan
+    return None if plan_problems(plan, ctx.constraints, tried_keys) else plan
 
 
 # -- strategies ---------------------------------------------------------------------------

@@ -18,6 +18,8 @@ class ScoredLexicalIndex(Protocol):
 
     def evidence(self, query: str, rows: np.ndarray, allowed: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]: ...
 
+    def term_stats(self, query: str, allowed: np.ndarray) -> tuple[int, int, int]: ...
+
 
 class StoredVectors(Protocol):
     def vectors(self, rows: np.ndarray) -> np.ndarray: ...
@@ -31,13 +33,14 @@ class HitScorer:
         self._chunks = chunks
         self._backgrounds: OrderedDict[frozenset[str], tuple[np.ndarray, np.ndarray]] = OrderedDict()
         self._lock = Lock()
+        self.background_builds = 0  # covariances computed (not served from the cache)
 
     def _background(self, principal: Principal, allowed: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Mean vector and covariance matrix of the chunks the principal may read: the
         distribution a question's cosine scores are judged against (query performance
         prediction). Exact over the allowed rows, so forbidden chunks cannot move it. The
         covariance is kept in float32, since every attempt reads it."""
-        key = principal.access_tokens()
+        key = self._chunks.scope(principal)  # principals with the same groups share one
         with self._lock:
             if key in self._backgrounds:
                 self._backgrounds.move_to_end(key)
@@ -53,10 +56,16 @@ class HitScorer:
         mean /= n
         out = (mean, (second / n - np.outer(mean, mean)).astype(np.float32))
         with self._lock:
+            self.background_builds += 1
             self._backgrounds[key] = out
             if len(self._backgrounds) > 64:
                 self._backgrounds.popitem(last=False)
         return out
+
+    def term_stats(self, question: str, principal: Principal) -> tuple[int, int, int]:
+        """(terms, known terms, rare terms) of the question over the chunks the principal may
+        read: a routing signal that no forbidden chunk can move."""
+        return self._bm25.term_stats(question, self._chunks.mask(principal, Filters()))
 
     def annotate(self, question: str, hits: Sequence[Hit], principal: Principal) -> list[Hit]:
         """Add the `bm25` and `dense` scores, `qcov` (the idf-weighted share of the question's

@@ -236,6 +236,8 @@ def cmd_mcp(args: argparse.Namespace, settings: Settings) -> int:
 
     principal = _principal(args, scopes=args.scopes)
     engine = open_engine(_index(settings), settings=settings)
+    if engine.deps.tables is not None and engine.deps.tables.readable(principal):
+        engine.sql.profile_ready(principal, 30.0)  # one principal: its table profiles are built before the first question
     try:
         anyio.run(run_stdio, engine, principal)
     finally:

@@ -8,19 +8,19 @@ from concurrent.futures import Executor, ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from datetime import date
 from pathlib import Path
-from typing import Sequence
-
-import numpy as np
 
 from indexes.catalog import SqlRunner
 from indexes.embedder import Embedder
 from indexes.snapshot import Snapshot, load_snapshot
-from retrieval.constraints import identifiers
-from retrieval.entities import EntityIndex, bridge_candidates
-from retrieval.errors import InvalidRequest, RetrievalError
+from retrieval.calls import CallPool
+from retrieval.entities import EntityIndex
+from retrieval.errors import InvalidRequest
 from retrieval.grader import GraderConfig
 from retrieval.limits import Limits, check_filters, check_k, check_query
-from retrieval.loop import Budget, LoopDeps, LoopResult, run_loop
+from retrieval.linking import EntityLinker, TableLinker
+from retrieval.loop import Budget, LoopDeps, LoopResult, Understood, run_loop, understand
+from retrieval.policy import FeatureRouter, Policy, SignalGrader
+from retrieval.registry import ROW_ROUTES
 from retrieval.retrievers import Retriever
 from retrieval.retrievers.bm25 import Bm25Retriever
 from retrieval.retrievers.dense import DenseRetriever
@@ -29,8 +29,7 @@ from retrieval.retrievers.hybrid import FusionParams, HybridRetriever
 from retrieval.retrievers.sql import SqlRetriever
 from retrieval.router import RouterConfig
 from retrieval.signals import HitScorer
-from retrieval.sql.translate import Translation
-from retrieval.types import Filters, Hit, Principal
+from retrieval.types import Filters, Principal
 from routes.settings import Settings
 
 log = logging.getLogger("quarry.engine")
@@ -86,88 +85,40 @@ class Engine:
     policies: Policies
     titles: EntityIndex
     names: EntityIndex
-    executor: ThreadPoolExecutor
+    calls: CallPool
     today: date | None = None
     side: ThreadPoolExecutor | None = None  # the dense half of hybrid calls, beside the BM25 half
+    policy: Policy | None = None  # the loop's collaborators; None: the built-in ones over `policies`
     deps: LoopDeps = field(init=False)
 
     def __post_init__(self) -> None:
-        scorer = HitScorer(self.snapshot.bm25, self.snapshot.dense, self.embedder.encode_query, self.snapshot.chunks)
+        if self.policy is None:
+            self.policy = Policy(FeatureRouter(self.policies.router), SignalGrader(self.policies.grader))
+        chunks = self.snapshot.chunks
         has_tables = bool(self.snapshot.catalog.tables())
         self.deps = LoopDeps(
-            retrievers={k: v for k, v in self.retrievers.items() if k != "sql"},
-            router=self.policies.router,
-            grader=self.policies.grader,
-            executor=self.executor,
-            annotate=scorer.annotate,
-            find_entities=self.find_entities,
-            bridge_docs=self.bridge_docs,
-            linked_docs=self.linked_docs,
-            sql_linked=self.sql_linked,
-            sql_readable=lambda p: bool(self.sql.readable_tables(p)),
-            sql_rows=(lambda q, p: self.sql.answer(q, p, self.today)) if has_tables else None,
+            retrievers={k: v for k, v in self.retrievers.items() if k not in ROW_ROUTES},
+            policy=self.policy,
+            linker=EntityLinker(self.titles, self.names, chunks, self.snapshot.dense, self.embedder.encode_query),
+            signals=HitScorer(self.snapshot.bm25, self.snapshot.dense, self.embedder.encode_query, chunks),
+            calls=self.calls,
+            tables=TableLinker(self.sql) if has_tables else None,
             today=lambda: self.today or date.today(),
-            term_stats=lambda q, p: self.snapshot.bm25.term_stats(q, self.snapshot.chunks.mask(p, Filters())),
         )
 
-    def deps_for(self, today: date | None = None) -> LoopDeps:
-        """The loop's dependencies with relative dates resolved against `today` (the engine's
-        own date when None): constraints, grading, SQL linking and translation all see it."""
-        if today is None or today == self.today:
-            return self.deps
-        return replace(self.deps, today=lambda: today,
-                       sql_linked=lambda q, p, seconds=None: self.sql_linked(q, p, seconds, today),
-                       sql_rows=(lambda q, p: self.sql.answer(q, p, today)) if self.deps.sql_rows is not None else None)
+    def with_policy(self, policy: Policy) -> Engine:
+        """The same loaded index and threads with other collaborators (plug-ins, tests)."""
+        self.policy = policy
+        self.deps = replace(self.deps, policy=policy)
+        return self
 
     @property
     def sql(self) -> SqlRetriever:
         return self.retrievers["sql"]  # type: ignore[return-value]
 
-    def sql_linked(self, question: str, principal: Principal, seconds: float | None = None,
-                   today: date | None = None) -> bool:
-        """Does the question link to a readable table with confidence? A translator failure
-        (a profile query timing out, say) means "not linked": the text routes still answer.
-        The first link for an access scope profiles its tables, which can be slow: given
-        `seconds`, profiles not ready by then mean "not linked" (their build goes on, on the
-        SQL route's own threads, for the questions after this one)."""
-        if seconds is not None and not self.sql.profiled(principal) and not self.sql.profile_ready(principal, seconds):
-            log.warning("table profiles for a new access scope not ready within %.0f ms; routing without tables", seconds * 1000)
-            return False
-        return self._sql_linked(question, principal, today or self.today)
-
-    def _sql_linked(self, question: str, principal: Principal, today: date | None) -> bool:
-        try:
-            return isinstance(self.sql.translate(question, principal, today), Translation)
-        except RetrievalError as e:
-            log.warning("sql linking failed (%s); routing without tables", e.code)
-            return False
-
-    def find_entities(self, text: str, principal: Principal) -> list[str]:
-        """Catalog entities named in `text` that belong to documents the principal may read."""
-        allowed = self.snapshot.chunks.mask(principal, Filters())
-        skip = identifiers(text)
-        return list(dict.fromkeys(self.titles.find(text, allowed, skip) + self.names.find(text, allowed, skip)))
-
-    def bridge_docs(self, hits: Sequence[Hit], question: str, principal: Principal) -> tuple[str, ...]:
-        allowed = self.snapshot.chunks.mask(principal, Filters())
-        return bridge_candidates(self.titles, self.snapshot.chunks.doc_ids, hits, question, allowed)
-
-    def linked_docs(self, hits: Sequence[Hit], question: str, principal: Principal) -> list[tuple[str, float, bool]]:
-        """Bridge candidates with their best chunk's cosine to the question, most similar first,
-        and whether the question itself names them (else only a passage does)."""
-        docs = self.bridge_docs(hits, question, principal)
-        if not docs:
-            return []
-        named = set(self.bridge_docs((), question, principal))
-        chunks = self.snapshot.chunks
-        allowed = chunks.mask(principal, Filters())
-        query = self.embedder.encode_query(question)[0]
-        out = []
-        for d in docs:
-            rows = np.asarray([r for r in chunks.rows_of_doc(d) if allowed[r]], dtype=np.int64)
-            if len(rows):
-                out.append((d, float((self.snapshot.dense.vectors(rows) @ query).max()), d in named))
-        return sorted(out, key=lambda x: -x[1])
+    def understand(self, question: str, principal: Principal, today: date | None = None) -> Understood:
+        """How the loop reads this question before retrieving (constraints, route, table link)."""
+        return understand(check_query(question, self.limits), principal, self.deps, Filters(), today or self.today)
 
     def query(self, question: str, principal: Principal, *, k: int | None = None, max_attempts: int | None = None,
               deadline_ms: int | None = None, filters: Filters = Filters(), today: date | None = None) -> LoopResult:
@@ -181,10 +132,11 @@ class Engine:
         if isinstance(deadline, bool) or not isinstance(deadline, int) or not 1 <= deadline <= lim.max_deadline_ms:
             raise InvalidRequest(f"deadline_ms must be an integer from 1 to {lim.max_deadline_ms}")
         budget = Budget(attempts, deadline, min(lim.call_timeout_ms, deadline), check_k(k, lim))
-        return run_loop(check_query(question, lim), principal, budget, self.deps_for(today), check_filters(filters, lim))
+        return run_loop(check_query(question, lim), principal, budget, self.deps, check_filters(filters, lim),
+                        today or self.today)
 
     def close(self) -> None:
-        self.executor.shutdown(wait=False, cancel_futures=True)
+        self.calls.shutdown()
         self.sql.close()
         if self.side is not None:
             self.side.shutdown(wait=False, cancel_futures=True)
@@ -213,6 +165,5 @@ def open_engine(index_dir: Path, embedder: Embedder | None = None, limits: Limit
         retrievers=build_retrievers(snapshot, embedder, policies.fusion, settings, today, side),
         limits=limits or settings.limits, policies=policies,
         titles=EntityIndex.build(titles, title_ids, snapshot.chunks.doc_ids), names=EntityIndex.build(values),
-        executor=ThreadPoolExecutor(max_workers=settings.workers, thread_name_prefix="quarry-retrieve"), today=today,
-        side=side,
+        calls=CallPool(settings.workers, settings.spare_workers), today=today, side=side,
     )

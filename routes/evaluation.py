@@ -16,7 +16,7 @@ from typing import Any, Callable, Sequence
 from indexes.beir import load_corpus_ids, load_qrels, load_queries
 from indexes.embedder import Embedder
 from indexes.snapshot import BuildOptions, Progress, build_snapshot, current_snapshot_path
-from retrieval.constraints import Constraints, extract
+from retrieval.constraints import Constraints
 from retrieval.errors import SnapshotError
 from retrieval.evaluate import (Label, Record, breakdown, confusion, error_record, parse_labels, record_for, summarize,
                                 wrong_questions)
@@ -25,7 +25,7 @@ from retrieval.grader import evidence_features
 from retrieval.metrics import doc_ranking, mean, ndcg_at_k
 from retrieval.retrievers.hybrid import FusionParams
 from retrieval.retrievers.sql import compare_rows
-from retrieval.router import features, route
+from retrieval.router import features
 from retrieval.tune import best_fusion, fit_grader, fit_router
 from retrieval.types import Filters, Hit, Principal
 from routes.engine import TUNED_CONFIG, Engine, Policies, open_engine
@@ -269,22 +269,22 @@ def _fusion_scores(engine: Engine, labels: Sequence[Label]) -> dict[tuple[int, f
 
 def question_features(engine: Engine, question: str, principal: Principal, today: date | None = None
                       ) -> tuple[Constraints, dict[str, float]]:
-    """A question's constraints and route features, as the loop computes them (relative dates
-    against `today`, else the engine's date)."""
-    deps = engine.deps_for(today)
-    constraints = extract(question, deps.today(), engine.find_entities(question, principal))
-    linked = deps.sql_rows is not None and deps.sql_linked(question, principal, None)
-    stats = deps.term_stats(question, principal) if deps.term_stats else None
-    return constraints, features(question, constraints, linked, stats)
+    """A question's constraints and route features, read by the loop's own first step
+    (relative dates against `today`, else the engine's date)."""
+    read = engine.understand(question, principal, today)
+    i = read.inputs
+    return read.constraints, features(i.question, i.constraints, i.sql_linked, i.term_stats)
 
 
 def first_attempt_evidence(engine: Engine, question: str, principal: Principal, k: int = 8, today: date | None = None
                            ) -> tuple[Constraints, list[Hit]]:
-    """The scored hits of a question's first attempt on the text route the router picks."""
-    deps = engine.deps
-    constraints, feats = question_features(engine, question, principal, today)
-    chosen = route(feats, deps.router, list(deps.retrievers)).chosen
-    return constraints, deps.annotate(question, deps.retrievers[chosen].search(question, principal, k, Filters()), principal)
+    """The passages a question's first attempt is graded on, from a one-attempt run of the
+    loop itself (route, retrieval, date order, signals); none when rows answered it."""
+    result = engine.query(question, principal, k=k, max_attempts=1, deadline_ms=engine.limits.max_deadline_ms, today=today)
+    first = next((a for a in result.attempts if not a.rejected), None)
+    if first is None or first.rows is not None:
+        return result.constraints, []
+    return result.constraints, list(first.hits)
 
 
 def _route_rows(engine: Engine, labels: Sequence[Label]) -> tuple[list[dict[str, float]], list[str]]:

@@ -140,6 +140,9 @@ class Settings(BaseSettings):
 
     # -- threads ----------------------------------------------------------------------------
     workers: int = setting(4, "Threads that run retriever calls.", "threads", ge=1)
+    spare_workers: int | None = setting(None, "Threads that carry retriever calls the loop gave up on until they "
+                                        "return; with all busy, new calls get a retryable error (default: workers).",
+                                        "threads", ge=0)
     side_workers: int = setting(4, "Threads that run the dense half of hybrid calls beside the BM25 half.",
                                 "threads", ge=1)
     profile_workers: int = setting(2, "Threads that build table profiles (apart from the retriever threads).",

@@ -40,6 +40,9 @@ class TablesProbe:
     def tables(self):
         return self.inner.tables()
 
+    def acl_tokens(self):
+        return self.inner.acl_tokens()
+
     def run(self, *args):
         self.entered.set()
         if not self.release.wait(timeout=60):

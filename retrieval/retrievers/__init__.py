@@ -5,7 +5,8 @@ Access control is enforced inside each one, through `ChunkTable.mask`, before ra
 
 from __future__ import annotations
 
-from typing import Protocol
+from dataclasses import dataclass
+from typing import Any, Protocol
 
 from retrieval.types import Filters, Hit, Principal
 
@@ -14,3 +15,11 @@ class Retriever(Protocol):
     name: str
 
     def search(self, query: str, principal: Principal, k: int, filters: Filters) -> list[Hit]: ...
+
+
+@dataclass(frozen=True)
+class Retrieved:
+    """What one call found: hits, and for the rows route the rows they were made from."""
+
+    hits: list[Hit]
+    rows: Any = None  # a SqlResult when the hits are table rows

@@ -20,6 +20,7 @@ from typing import Any, Mapping, Protocol, Sequence
 from sqlglot import exp
 
 from retrieval.errors import Forbidden, RetrievalError, RetrievalUnavailable
+from retrieval.retrievers import Retrieved
 from retrieval.sql.guard import GuardedSql, guard_sql
 from retrieval.sql.schema import ColumnProfile, TableInfo
 from retrieval.sql.translate import Decline, Translation, Translator
@@ -32,6 +33,8 @@ class SqlBackend(Protocol):
     def tables(self) -> dict[str, TableInfo]: ...
 
     def run(self, sql: str, timeout_s: float, max_rows: int) -> tuple[list[str], list[tuple[Any, ...]], bool]: ...
+
+    def acl_tokens(self) -> frozenset[str]: ...
 
 
 @dataclass(frozen=True)
@@ -86,11 +89,17 @@ class SqlRetriever:
         # Builds get threads of their own: a slow one must never hold a worker retrieval calls need.
         self._builder = ThreadPoolExecutor(max_workers=profile_workers, thread_name_prefix="quarry-profile")
         self._lock = Lock()
+        self.profile_builds = 0  # scopes profiled (not served from the cache)
+
+    def scope(self, principal: Principal) -> frozenset[str]:
+        """The principal's effective scope over the tables: its tokens some table or row ACL
+        names. Principals with the same groups share one set of profiles."""
+        return principal.access_tokens() & self._backend.acl_tokens()
 
     def profiled(self, principal: Principal) -> bool:
         """Are this access scope's column profiles built (translation then runs no query)?"""
         with self._lock:
-            return principal.access_tokens() in self._profiles
+            return self.scope(principal) in self._profiles
 
     def profile_ready(self, principal: Principal, seconds: float) -> bool:
         """Wait up to `seconds` for this scope's profiles, starting their build if none runs.
@@ -123,10 +132,17 @@ class SqlRetriever:
     def answer(self, question: str, principal: Principal, today: date | None = None) -> SqlResult | Decline:
         """Translate a question and run it; a Decline when it cannot be linked with confidence."""
         out = self.translate(question, principal, today)
-        if isinstance(out, Decline):
-            return out
-        result = self._run(guard_sql(out.sql, self._backend.tables(), principal))
+        return out if isinstance(out, Decline) else self.run_translation(out, question, principal)
+
+    def run_translation(self, translation: Translation, question: str, principal: Principal) -> SqlResult:
+        """Run a translation made for this principal (guarded again: it is only a statement)."""
+        result = self._run(guard_sql(translation.sql, self._backend.tables(), principal))
         return SqlResult(result.sql, result.columns, result.rows, result.tables, result.truncated, question, result.doc_ids)
+
+    def retrieve(self, translation: Translation, question: str, principal: Principal, k: int) -> Retrieved:
+        """The retriever contract for rows: the rows as hits, and the rows themselves."""
+        result = self.run_translation(translation, question, principal)
+        return Retrieved(rows_as_hits(result, k), result)
 
     def search(self, query: str, principal: Principal, k: int, filters: Filters) -> list[Hit]:
         """The shared retriever contract: translated rows as hits (none when it declines)."""
@@ -149,7 +165,7 @@ class SqlRetriever:
         Concurrent first questions of a scope share one build, and its outcome (profiles or
         error), rather than each profiling the same tables again."""
         with self._lock:
-            cached = self._profiles.get(principal.access_tokens())
+            cached = self._profiles.get(self.scope(principal))
         if cached is not None:
             return cached
         try:
@@ -159,7 +175,7 @@ class SqlRetriever:
 
     def _profile_build(self, principal: Principal, tables: Sequence[TableInfo]) -> Future:
         """The scope's profiles as a future: done when cached, else the running build (started now if none)."""
-        key = principal.access_tokens()
+        key = self.scope(principal)
         with self._lock:
             if key in self._profiles:
                 self._profiles.move_to_end(key)
@@ -179,6 +195,7 @@ class SqlRetriever:
                 self._builds.pop(key, None)  # the next question starts a new build
             raise
         with self._lock:  # stored and no longer "building" in one step: nobody starts a second build
+            self.profile_builds += 1
             self._profiles[key] = out
             if len(self._profiles) > self._profile_cache:
                 self._profiles.popitem(last=False)

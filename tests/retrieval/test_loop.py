@@ -13,6 +13,7 @@ from retrieval.constraints import extract, missing_from_queries
 from retrieval.errors import RetrievalTimeout, RetrievalUnavailable
 from retrieval.grader import GraderConfig
 from retrieval.loop import Budget, run_loop
+from retrieval.policy import SignalGrader
 from retrieval.types import Filters, Principal
 from tests.conftest import TablesProbe
 
@@ -45,7 +46,10 @@ class Broken:
         raise RuntimeError("index file vanished")
 
 
-def deps_with(engine, **changes):
+def deps_with(engine, grader: GraderConfig | None = None, **changes):
+    """The engine's loop dependencies with some replaced (a grader config becomes the built-in grader over it)."""
+    if grader is not None:
+        changes["policy"] = replace(engine.deps.policy, grader=SignalGrader(grader))
     return replace(engine.deps, **changes)
 
 
@@ -146,7 +150,7 @@ def test_slow_first_table_profiles_hold_up_neither_their_questions_nor_anyone_el
     question, regular = "how many incidents were opened in 2025", Principal("bob", ("finance",))
     newcomers = [Principal(f"newcomer-{i}", ("finance",)) for i in range(6)]  # more than the retrieval workers
     try:
-        assert engine.sql_linked(question, regular, None)  # bob's tables are profiled
+        assert engine.deps.tables.link(question, regular, None)  # bob's tables are profiled
         gated = TablesProbe(engine.sql._backend, held=True)
         engine.sql._backend = gated
         for p in newcomers:
@@ -158,7 +162,7 @@ def test_slow_first_table_profiles_hold_up_neither_their_questions_nor_anyone_el
         gated.release.set()
         for p in newcomers:
             assert engine.sql.profile_ready(p, 60.0)  # the builds complete for the questions after
-        assert engine.sql_linked(question, newcomers[0], 0.0)
+        assert engine.deps.tables.link(question, newcomers[0], None, 0.0)
     finally:
         if isinstance(engine.sql._backend, TablesProbe):
             engine.sql._backend.release.set()

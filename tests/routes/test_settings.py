@@ -45,6 +45,7 @@ def test_the_settings_defaults_are_those_of_the_classes_they_configure():
     from indexes.embedder import Embedder
     from indexes.snapshot import BuildOptions
     from retrieval.access import ChunkTable
+    from retrieval.calls import CallPool
     from retrieval.limits import Limits
     from retrieval.retrievers.hybrid import FusionParams
     from retrieval.retrievers.sql import SqlLimits, SqlRetriever
@@ -62,6 +63,7 @@ def test_the_settings_defaults_are_those_of_the_classes_they_configure():
     assert (s.profile_cache_size, s.profile_workers) == (default(SqlRetriever, "profile_cache"),
                                                          default(SqlRetriever, "profile_workers"))
     assert s.mask_cache_size == ChunkTable.__dataclass_fields__["cache_size"].default
+    assert s.spare_workers is None and default(CallPool, "spare") is None  # both: as many as workers
 
 
 def test_a_bad_value_names_the_setting_and_where_it_came_from():
@@ -117,12 +119,12 @@ def test_open_engine_sizes_pools_caches_sql_and_fusion_from_the_settings(mini_in
     from retrieval.types import Principal
     from routes.engine import open_engine
 
-    s = Settings(workers=2, side_workers=1, mask_cache_size=7, fusion_rrf_k=30, fusion_depth=40,
+    s = Settings(workers=2, spare_workers=3, side_workers=1, mask_cache_size=7, fusion_rrf_k=30, fusion_depth=40,
                  fusion_dense_weight=0.5, max_k=20)
     engine = open_engine(mini_index, embedder, settings=s, warm=False)
     try:
         assert engine.limits.max_k == 20 and engine.snapshot.chunks.cache_size == 7
-        assert engine.executor._max_workers == 2 and engine.side._max_workers == 1
+        assert (engine.calls.workers, engine.calls.spare, engine.side._max_workers) == (2, 3, 1)
         params = engine.retrievers["hybrid"].params
         assert (params.rrf_k, params.depth, params.weights) == (30, 40, {"bm25": 1.0, "dense": 0.5})
     finally:

@@ -1,0 +1,101 @@
+"""The threads retriever calls run on, and what happens to a call that outlives its timeout.
+
+Python cannot stop a running thread, so a hung call (a stuck database, a slow plug-in) keeps
+its thread. Without care, a few of them hold every worker and each later question times out
+in the queue. Here a call the loop gives up on is *abandoned*: a queued one is cancelled
+outright, a running one gives its slot back at once and runs on, on a spare thread, until it
+returns. Up to `spare` abandoned calls may run at a time; beyond that, new calls are refused
+with a typed, retryable error instead of queueing behind them.
+"""
+
+from __future__ import annotations
+
+import threading
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Any, Callable
+
+from retrieval.errors import RetrievalUnavailable
+
+
+@dataclass
+class _Call:
+    started: bool = False  # holds a slot and runs (or ran) its function
+    released: bool = False  # its slot was given back
+    dropped: bool = False  # abandoned before it started: it must not run
+
+
+class CallPool:
+    """At most `workers` retriever calls run at once; `spare` more threads carry calls that
+    outlived their timeout (see the module docstring)."""
+
+    def __init__(self, workers: int, spare: int | None = None, name: str = "quarry-retrieve") -> None:
+        self.workers = workers
+        self.spare = workers if spare is None else spare
+        self._threads = ThreadPoolExecutor(max_workers=workers + self.spare, thread_name_prefix=name)
+        self._slots = threading.Semaphore(workers)
+        self._lock = threading.Lock()
+        self._calls: dict[Future, _Call] = {}
+        self._abandoned: set[Future] = set()
+
+    @property
+    def abandoned(self) -> int:
+        """Calls given up on that still run."""
+        with self._lock:
+            return len(self._abandoned)
+
+    def submit(self, fn: Callable[..., Any], *args: Any) -> Future:
+        with self._lock:
+            if len(self._abandoned) >= self.spare:
+                raise RetrievalUnavailable(f"{len(self._abandoned)} retriever calls that timed out are still running; "
+                                           "retry shortly")
+        call = _Call()
+
+        def run() -> Any:
+            self._slots.acquire()
+            with self._lock:
+                if call.dropped:
+                    call.released = True
+                    self._slots.release()
+                    return None
+                call.started = True
+            try:
+                return fn(*args)
+            finally:
+                self._release(call)
+
+        future = self._threads.submit(run)
+        with self._lock:
+            self._calls[future] = call
+        future.add_done_callback(self._forget)
+        return future
+
+    def abandon(self, future: Future) -> None:
+        """The caller stopped waiting for this call: cancel it if it has not started, else
+        give its slot back so it cannot hold a worker the next questions need."""
+        if future.cancel():
+            return
+        with self._lock:
+            call = self._calls.get(future)
+            if call is None or future.done():
+                return
+            if not call.started:
+                call.dropped = True
+                return
+            self._abandoned.add(future)
+        self._release(call)
+
+    def shutdown(self) -> None:
+        self._threads.shutdown(wait=False, cancel_futures=True)
+
+    def _release(self, call: _Call) -> None:
+        with self._lock:
+            if call.released:
+                return
+            call.released = True
+        self._slots.release()
+
+    def _forget(self, future: Future) -> None:
+        with self._lock:
+            self._calls.pop(future, None)
+            self._abandoned.discard(future)

@@ -1,0 +1,93 @@
+"""Linking a question to what the index holds: catalog entities it names, documents its
+evidence points to (second hops), and tables that answer it.
+
+All of it is scoped to what the principal may read: an entity, a linked document or a table
+the caller cannot read is never found, so none can steer the route or the grade.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from datetime import date
+from typing import Callable, Sequence
+
+import numpy as np
+
+from retrieval.access import ChunkTable
+from retrieval.constraints import identifiers
+from retrieval.entities import EntityIndex, bridge_candidates
+from retrieval.errors import RetrievalError
+from retrieval.policy import LinkedDoc
+from retrieval.retrievers.sql import SqlRetriever
+from retrieval.signals import StoredVectors
+from retrieval.sql.translate import Translation
+from retrieval.types import Filters, Hit, Principal
+
+log = logging.getLogger("quarry.linking")
+
+
+@dataclass(frozen=True)
+class EntityLinker:
+    """Catalog entities (document titles, identifiers in metadata values) in text, and the
+    documents a question or its evidence names."""
+
+    titles: EntityIndex
+    names: EntityIndex
+    chunks: ChunkTable
+    vectors: StoredVectors
+    encode: Callable[[str], np.ndarray]
+
+    def entities(self, text: str, principal: Principal) -> list[str]:
+        """Catalog entities named in `text` that belong to documents the principal may read."""
+        allowed = self.chunks.mask(principal, Filters())
+        skip = identifiers(text)
+        return list(dict.fromkeys(self.titles.find(text, allowed, skip) + self.names.find(text, allowed, skip)))
+
+    def bridge_docs(self, hits: Sequence[Hit], question: str, principal: Principal) -> tuple[str, ...]:
+        """Readable documents the question or the passages name by title: candidate second hops."""
+        allowed = self.chunks.mask(principal, Filters())
+        return bridge_candidates(self.titles, self.chunks.doc_ids, hits, question, allowed)
+
+    def linked_docs(self, hits: Sequence[Hit], question: str, principal: Principal) -> list[LinkedDoc]:
+        """Bridge candidates with their best chunk's cosine to the question, most similar first,
+        and whether the question itself names them (else only a passage does)."""
+        docs = self.bridge_docs(hits, question, principal)
+        if not docs:
+            return []
+        named = set(self.bridge_docs((), question, principal))
+        allowed = self.chunks.mask(principal, Filters())
+        query = self.encode(question)[0]
+        out = []
+        for d in docs:
+            rows = np.asarray([r for r in self.chunks.rows_of_doc(d) if allowed[r]], dtype=np.int64)
+            if len(rows):
+                out.append((d, float((self.vectors.vectors(rows) @ query).max()), d in named))
+        return sorted(out, key=lambda x: -x[1])
+
+
+@dataclass(frozen=True)
+class TableLinker:
+    """Does a readable table answer the question with a confident translation? The
+    translation found here is the one the SQL route runs: a question is translated once."""
+
+    sql: SqlRetriever
+
+    def readable(self, principal: Principal) -> bool:
+        return bool(self.sql.readable_tables(principal))
+
+    def link(self, question: str, principal: Principal, today: date | None, seconds: float | None = None) -> Translation | None:
+        """The translation, or None when no table links with confidence. A translator failure
+        (a profile query timing out, say) means "not linked": the text routes still answer.
+        The first link for an access scope profiles its tables, which can be slow: given
+        `seconds`, profiles not ready by then mean "not linked" (their build goes on, on the
+        SQL route's own threads, for the questions after this one)."""
+        if seconds is not None and not self.sql.profiled(principal) and not self.sql.profile_ready(principal, seconds):
+            log.warning("table profiles for a new access scope not ready within %.0f ms; routing without tables", seconds * 1000)
+            return None
+        try:
+            out = self.sql.translate(question, principal, today)
+        except RetrievalError as e:
+            log.warning("sql linking failed (%s); routing without tables", e.code)
+            return None
+        return out if isinstance(out, Translation) else None
