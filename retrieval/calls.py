@@ -4,7 +4,7 @@ Python cannot stop a running thread, so a hung call (a stuck database, a slow pl
 its thread. Without care, a few of them hold every worker and each later question times out
 in the queue. Here a call the loop gives up on is *abandoned*: a queued one is cancelled
 outright, a running one gives its slot back at once and runs on, on a spare thread, until it
-returns. Up to `spare` abandoned calls may run at a time; beyond that, new calls are refused
+returns. Up to `spare` abandoned calls leave every worker free; beyond that, new calls are refused
 with a typed, retryable error instead of queueing behind them.
 """
 
@@ -46,7 +46,7 @@ class CallPool:
 
     def submit(self, fn: Callable[..., Any], *args: Any) -> Future:
         with self._lock:
-            if len(self._abandoned) >= self.spare:
+            if len(self._abandoned) > self.spare:  # the spare threads are all taken: a call would queue
                 raise RetrievalUnavailable(f"{len(self._abandoned)} retriever calls that timed out are still running; "
                                            "retry shortly")
         call = _Call()

@@ -30,8 +30,7 @@ from retrieval.retrievers.hybrid import FusionParams
 from retrieval.retrievers.sql import SqlLimits
 
 ENV_PREFIX = "QUARRY_"
-POLICY_PATH = r"^$|^[A-Za-z_][\w.]*:[A-Za-z_][\w.]*$"  # `module:attr`, as uvicorn takes an app; empty: built-in
-POLICY_HELP = "factory called with (settings, engine) returning the policy"
+POLICY_HELP = "factory called with (settings, engine) returning the policy"  # loaded by routes/plugins.py
 
 _LIMITS, _SQL, _FUSION = Limits(), SqlLimits(), FusionParams()
 
@@ -43,7 +42,7 @@ def setting(default: Any, help: str, group: str, **constraints: Any) -> Any:
 
 def _policy(kind: str) -> Any:
     return setting("", f"{kind.capitalize()}: import path `module:factory`, the {POLICY_HELP} "
-                       f"(empty: the built-in {kind}).", "policies", pattern=POLICY_PATH)
+                       f"(empty: the built-in {kind}).", "policies")
 
 
 CommaList = Annotated[tuple[str, ...], NoDecode]  # `a,b` in the environment, as before JSON was possible

@@ -289,3 +289,101 @@ def test_a_document_the_question_names_but_the_set_lacks_is_still_missing_eviden
     assert by_passage.sufficient and by_passage.links == ("b",)
     by_question = grade("q", Constraints(), hits, easy, date(2025, 1, 1), linked=lambda: [("b", 0.5, True)])
     assert not by_question.sufficient and by_question.missing == ("linked:b",)
+
+
+class Counting:
+    """A retriever that records every query it is sent."""
+
+    def __init__(self, inner, sent: list) -> None:
+        self.inner, self.sent, self.name = inner, sent, inner.name
+
+    def search(self, query, *args):
+        self.sent.append(query)
+        return self.inner.search(query, *args)
+
+
+def test_a_rewriter_that_drops_an_identifier_is_rejected_recorded_and_never_dispatched(engine):
+    from tests.routes.policy_plugins import DropsIdentifiers
+
+    sent: list[str] = []
+    retrievers = {name: Counting(r, sent) for name, r in engine.deps.retrievers.items()}
+    policy = replace(engine.deps.policy, rewriter=DropsIdentifiers(), grader=SignalGrader(NEVER_SUFFICIENT))
+    question = "why does the ledger export fail with E4012 after the upgrade"
+    result = run_loop(question, Principal("erin"), Budget(max_attempts=3), deps_with(engine, retrievers=retrievers, policy=policy))
+    assert result.constraints.identifiers == ("E4012",)
+    assert sent == [question]  # only the first plan ran
+    dispatched, rejected = result.attempts[0], result.attempts[1:]
+    assert dispatched.error is None and not dispatched.rejected
+    assert rejected and all(a.rejected and a.error == "rejected_plan" and not a.hits for a in rejected)
+    assert any("E4012" in p for p in rejected[0].rejected)
+    assert rejected[0].to_json()["rejected"] == list(rejected[0].rejected)
+    assert result.status == "evidence_gap" and result.stop_reason == "no_strategy_left"
+
+
+def test_a_rewriter_whose_every_plan_is_rejected_still_ends_with_a_typed_gap(engine):
+    from retrieval.rewrite import Plan
+    from tests.routes.policy_plugins import DropsIdentifiers
+
+    class Careless(DropsIdentifiers):
+        def first(self, ctx):
+            return Plan("initial", "hybrid", ("ledger export",), ctx.base_filters)
+
+    sent: list[str] = []
+    retrievers = {name: Counting(r, sent) for name, r in engine.deps.retrievers.items()}
+    policy = replace(engine.deps.policy, rewriter=Careless())
+    result = run_loop("ledger export fails with E4012", Principal("erin"), Budget(max_attempts=3),
+                      deps_with(engine, retrievers=retrievers, policy=policy))
+    assert sent == [] and result.attempts and all(a.rejected for a in result.attempts)
+    assert result.status == "evidence_gap" and result.gap["reason"] == "insufficient_evidence"
+    assert "nothing was searched" in result.gap["detail"]
+
+
+def test_a_plugged_reranker_sees_only_authorized_candidates_and_cannot_add_any(engine):
+    from dataclasses import replace as dc_replace
+
+    from retrieval.types import Hit
+
+    seen: list[list[str]] = []
+
+    class Inventive:
+        def candidates(self, k):
+            return 3 * k
+
+        def rerank(self, question, hits, principal):
+            seen.append([h.doc_id for h in hits])
+            forged = Hit("secret#0", "secret", "forbidden text", 99.0, ("rerank",), 0, 14)
+            return [forged, dc_replace(hits[-1], text="rewritten"), *hits, *hits]
+
+    erin = Principal("erin")
+    policy = replace(engine.deps.policy, reranker=Inventive())
+    result = run_loop("carrier webhook retries", erin, Budget(max_attempts=1, k=3), deps_with(engine, policy=policy))
+    readable = {h.doc_id for h in engine.retrievers["bm25"].search("carrier webhook retries", erin, 50, Filters())}
+    assert seen and len(seen[0]) > 3 and set(seen[0]) <= readable  # more candidates, all readable
+    context = result.attempts[0].hits
+    assert len(context) == 3 and all(h.chunk_id != "secret#0" and h.text != "rewritten" for h in context)
+    assert len({h.chunk_id for h in context}) == 3  # repeats dropped
+
+
+def test_principals_with_the_same_groups_share_masks_covariances_and_table_profiles(demo_engine):
+    chunks, signals, sql = demo_engine.snapshot.chunks, demo_engine.deps.signals, demo_engine.sql
+    first, second = Principal("newcomer-a", ("finance", "sre")), Principal("newcomer-b", ("sre", "finance"))
+    for question in ("What is the Q3 2025 budget for the payments platform?", "how many incidents were opened in 2025"):
+        demo_engine.query(question, first, deadline_ms=30000)
+    counts = (chunks.mask_builds, signals.background_builds, sql.profile_builds)
+    assert sql.profiled(first)
+    for question in ("What is the Q3 2025 budget for the payments platform?", "how many incidents were opened in 2025"):
+        demo_engine.query(question, second, deadline_ms=30000)
+    assert (chunks.mask_builds, signals.background_builds, sql.profile_builds) == counts
+    third = Principal("newcomer-c", ("legal",))  # another scope builds its own
+    demo_engine.query("What is the Q3 2025 budget for the payments platform?", third, deadline_ms=30000)
+    assert chunks.mask_builds > counts[0] and signals.background_builds > counts[1]
+
+
+def test_an_unexpected_retriever_exception_is_logged_with_the_trace_id(engine, caplog):
+    retrievers = dict(engine.deps.retrievers, hybrid=Broken("hybrid"))
+    with caplog.at_level("ERROR", logger="quarry.loop"):
+        result = run_loop("how can I renew the key that signs authentication tokens", Principal("erin"),
+                          Budget(max_attempts=2), deps_with(engine, retrievers=retrievers))
+    assert result.attempts[0].error == "retrieval_unavailable"
+    logged = [r for r in caplog.records if result.trace_id in r.getMessage()]
+    assert logged and "index file vanished" in (logged[0].exc_text or "")

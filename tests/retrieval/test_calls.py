@@ -1,0 +1,109 @@
+"""Retriever calls that outlive their timeout: cancelled when queued, abandoned when running,
+and never allowed to hold the workers later questions need (bounded, typed when exhausted)."""
+
+from __future__ import annotations
+
+import threading
+import time
+from dataclasses import replace
+
+import pytest
+
+from retrieval.calls import CallPool
+from retrieval.errors import RetrievalUnavailable
+from retrieval.loop import Budget, run_loop
+from retrieval.types import Principal
+
+
+def hang(gate: threading.Event, ran: list | None = None) -> str:
+    if ran is not None:
+        ran.append(True)
+    assert gate.wait(timeout=60)
+    return "late"
+
+
+def test_abandoned_running_calls_give_their_worker_back():
+    pool, gate = CallPool(workers=2, spare=2), threading.Event()
+    try:
+        stuck = [pool.submit(hang, gate) for _ in range(2)]
+        time.sleep(0.1)
+        for f in stuck:
+            pool.abandon(f)
+        assert pool.abandoned == 2
+        assert pool.submit(lambda: "fresh").result(timeout=5) == "fresh"  # both workers were held, yet it runs
+    finally:
+        gate.set()
+        pool.shutdown()
+
+
+def test_past_the_spare_threads_new_calls_are_refused_until_the_hung_ones_return():
+    pool, gate = CallPool(workers=1, spare=2), threading.Event()
+    try:
+        for _ in range(3):  # the third takes a worker's thread: the spare ones are all held
+            f = pool.submit(hang, gate)
+            time.sleep(0.1)
+            pool.abandon(f)
+        with pytest.raises(RetrievalUnavailable) as err:
+            pool.submit(lambda: "x")
+        assert err.value.retryable
+        gate.set()
+        deadline = time.monotonic() + 5
+        while pool.abandoned and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert pool.submit(lambda: "back").result(timeout=5) == "back"
+    finally:
+        gate.set()
+        pool.shutdown()
+
+
+def test_a_queued_call_given_up_on_never_runs():
+    pool, gate, ran = CallPool(workers=1, spare=1), threading.Event(), []
+    try:
+        first = pool.submit(hang, gate)
+        queued = pool.submit(hang, gate, ran)  # waits for the only worker
+        time.sleep(0.1)
+        pool.abandon(queued)
+        gate.set()
+        assert first.result(timeout=5) == "late"
+        queued.result(timeout=5)
+        assert ran == [] and pool.abandoned == 0
+    finally:
+        gate.set()
+        pool.shutdown()
+
+
+class Hung:
+    def __init__(self, name: str, gate: threading.Event) -> None:
+        self.name, self.gate = name, gate
+
+    def search(self, *args):
+        assert self.gate.wait(timeout=60)
+        return []
+
+
+def test_hung_retriever_calls_cannot_starve_later_questions(engine):
+    gate = threading.Event()
+    pool = CallPool(workers=2, spare=2)
+    deps = replace(engine.deps, calls=pool, retrievers=dict(engine.deps.retrievers, hybrid=Hung("hybrid", gate)))
+    budget = Budget(max_attempts=2, deadline_ms=3000, call_timeout_ms=100)
+    try:
+        for _ in range(2):  # each first attempt hangs on hybrid and is abandoned; the next route answers
+            result = run_loop("how can I renew the key that signs authentication tokens", Principal("erin"), budget, deps)
+            assert result.attempts[0].error == "retrieval_timeout" and result.attempts[1].error is None
+        assert pool.abandoned == 2  # the spare threads carry them: every worker is free
+        with pytest.raises(RetrievalUnavailable):  # a third hangs on a worker's thread; the next call is refused
+            run_loop("how can I renew the key that signs authentication tokens", Principal("erin"), budget, deps)
+        assert pool.abandoned == 3
+        started = time.monotonic()
+        with pytest.raises(RetrievalUnavailable) as err:
+            run_loop("carrier webhook retries", Principal("erin"), replace(budget, max_attempts=1),
+                     replace(deps, retrievers=engine.deps.retrievers))
+        assert err.value.retryable and time.monotonic() - started < 1.0  # refused at once, not queued to time out
+    finally:
+        gate.set()
+    deadline = time.monotonic() + 5
+    while pool.abandoned and time.monotonic() < deadline:
+        time.sleep(0.01)
+    result = run_loop("carrier webhook retries", Principal("erin"), budget, replace(deps, retrievers=engine.deps.retrievers))
+    assert result.attempts[0].error is None
+    pool.shutdown()
