@@ -28,3 +28,30 @@ def test_rrf_weights_and_limit():
 def test_rrf_breaks_ties_by_best_rank_then_id():
     fused = rrf({"x": [hit("b#0", "x", 1), hit("a#0", "x", 1)], "y": [hit("a#0", "y", 1), hit("b#0", "y", 1)]})
     assert [h.chunk_id for h in fused] == ["a#0", "b#0"]
+
+
+def test_zscore_standardises_each_list_and_keeps_how_far_ahead_a_candidate_is():
+    from retrieval.fusion import zscore_scores
+
+    # bm25 puts "a" far ahead; dense has "b" narrowly ahead of "a". RRF levels them, z-score does not.
+    scored = {"bm25": (["a", "b", "c"], [30.0, 5.0, 4.0]), "dense": (["b", "a", "c"], [0.81, 0.80, 0.20])}
+    fused, best = zscore_scores(scored)
+    assert max(fused, key=fused.get) == "a" and best == {"a": 1, "b": 1, "c": 3}
+    z_bm25_a = (30.0 - 13.0) / ((((30 - 13) ** 2 + (5 - 13) ** 2 + (4 - 13) ** 2) / 3) ** 0.5)
+    assert abs(fused["a"] - (z_bm25_a + (0.80 - 0.6033333) / 0.2852)) < 1e-2
+    from retrieval.fusion import rrf_scores
+
+    rrf, _ = rrf_scores({name: ids for name, (ids, _) in scored.items()})
+    assert rrf["a"] == rrf["b"]  # the case z-score exists for
+
+
+def test_zscore_gives_a_missing_candidate_the_lists_lowest_score_and_honours_weights():
+    from retrieval.fusion import zscore_scores
+
+    scored = {"bm25": (["a", "b"], [2.0, 1.0]), "dense": (["c", "b"], [0.9, 0.1])}
+    fused, _ = zscore_scores(scored)
+    assert fused["a"] == 1.0 + -1.0 and fused["c"] == -1.0 + 1.0 and fused["b"] == -2.0
+    only_dense, _ = zscore_scores(scored, {"bm25": 0.0, "dense": 1.0})
+    assert max(only_dense, key=only_dense.get) == "c"
+    flat, _ = zscore_scores({"bm25": (["a", "b"], [1.0, 1.0])})  # no spread: no division by zero
+    assert flat == {"a": 0.0, "b": 0.0}

@@ -71,6 +71,30 @@ def test_hybrid_on_rows_equals_rrf_over_the_two_hit_lists(engine, query, princip
     assert hybrid.search(query, principal, 5, ALL) == expected
 
 
+@pytest.mark.parametrize("query", ["connection pool exhausted", "how do I rotate a leaked key?", "zzz"])
+@pytest.mark.parametrize("principal", [ERIN, CAROL])
+def test_zscore_hybrid_ranks_as_zscore_fusion_of_the_two_authorized_lists(engine, query, principal):
+    from retrieval.fusion import zscore_scores
+    from retrieval.retrievers.hybrid import FusionParams, HybridRetriever
+
+    bm25, dense = engine.retrievers["bm25"], engine.retrievers["dense"]
+    params = FusionParams(method="zscore", weights={"bm25": 0.4, "dense": 0.6})
+    hits = HybridRetriever(bm25, dense, params).search(query, principal, 5, ALL)
+    sides = {name: engine.retrievers[name].search(query, principal, params.depth, ALL) for name in ("bm25", "dense")}
+    fused, _ = zscore_scores({n: ([h.chunk_id for h in hs], [h.score for h in hs]) for n, hs in sides.items()}, params.weights)
+    assert [h.chunk_id for h in hits] == sorted(fused, key=lambda c: -fused[c])[: len(hits)]
+    assert all(abs(h.score - fused[h.chunk_id]) < 1e-9 and h.signal("zscore") == h.score for h in hits)
+    readable = {h.chunk_id for hs in sides.values() for h in hs}
+    assert {h.chunk_id for h in hits} <= readable
+
+
+def test_an_unknown_fusion_method_is_refused():
+    from retrieval.retrievers.hybrid import FusionParams
+
+    with pytest.raises(ValueError, match="rrf, zscore"):
+        FusionParams(method="borda")
+
+
 def test_filters_narrow_results_like_the_acl(engine):
     assert set(ids(run(engine, "dense", "engine", k=50, filters=Filters(sources=("faq",))))) == {"m03", "m10", "m15", "m17"}
     assert ids(run(engine, "bm25", "routing engine", k=50, filters=Filters(doc_ids=("m21",)))) == ["m21"]
