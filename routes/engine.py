@@ -71,7 +71,8 @@ class Policies:
         tuned = data.get("fusion") or {}
         return cls(RouterConfig.from_json(data["router"]), GraderConfig.from_json(data["grader"]),
                    FusionParams(rrf_k=int(tuned.get("rrf_k", fusion.rrf_k)), depth=int(tuned.get("depth", fusion.depth)),
-                                weights=dict(tuned.get("weights", fusion.weights))))
+                                weights=dict(tuned.get("weights", fusion.weights)),
+                                method=str(tuned.get("method", fusion.method))))
 
 
 @dataclass

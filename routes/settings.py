@@ -108,6 +108,8 @@ class Settings(BaseSettings):
     sql_max_result_bytes: int = setting(4_000_000, "Largest result one SQL statement may return, in bytes.", "sql", ge=1)
 
     # -- hybrid fusion (build `FusionParams`; a `quarry tune` result in the index wins) -----
+    fusion_method: Literal["rrf", "zscore"] = setting(_FUSION.method, "How hybrid fuses BM25 and dense: rrf "
+                                                      "(reciprocal ranks) or zscore (standardised scores).", "fusion")
     fusion_rrf_k: int = setting(_FUSION.rrf_k, "Reciprocal-rank fusion constant k (score 1/(k + rank)).",
                                 "fusion", ge=1)
     fusion_depth: int = setting(_FUSION.depth, "Candidates taken from BM25 and from dense before fusing.",
@@ -242,7 +244,8 @@ class Settings(BaseSettings):
     @property
     def fusion(self) -> FusionParams:
         return FusionParams(rrf_k=self.fusion_rrf_k, depth=self.fusion_depth,
-                            weights={"bm25": self.fusion_bm25_weight, "dense": self.fusion_dense_weight})
+                            weights={"bm25": self.fusion_bm25_weight, "dense": self.fusion_dense_weight},
+                            method=self.fusion_method)
 
     def build_options(self, default_acl: tuple[str, ...]) -> Any:
         """`quarry ingest`'s options; `default_acl` is the checked ACL (see routes/cli.py)."""

@@ -114,17 +114,19 @@ def test_secrets_are_masked_when_settings_are_described():
 
 
 def test_open_engine_sizes_pools_caches_sql_and_fusion_from_the_settings(mini_index, tables_index, embedder):
-    from retrieval.types import Principal
+    from retrieval.types import Filters, Principal
     from routes.engine import open_engine
 
     s = Settings(workers=2, spare_workers=3, side_workers=1, mask_cache_size=7, fusion_rrf_k=30, fusion_depth=40,
-                 fusion_dense_weight=0.5, max_k=20)
+                 fusion_dense_weight=0.5, fusion_method="zscore", max_k=20)
     engine = open_engine(mini_index, embedder, settings=s, warm=False)
     try:
         assert engine.limits.max_k == 20 and engine.snapshot.chunks.cache_size == 7
         assert (engine.calls.workers, engine.calls.spare, engine.side._max_workers) == (2, 3, 1)
         params = engine.retrievers["hybrid"].params
-        assert (params.rrf_k, params.depth, params.weights) == (30, 40, {"bm25": 1.0, "dense": 0.5})
+        assert (params.rrf_k, params.depth, params.weights, params.method) == (30, 40, {"bm25": 1.0, "dense": 0.5}, "zscore")
+        assert {name for h in engine.retrievers["hybrid"].search("carrier webhook", Principal("erin"), 3, Filters())
+                for name, _ in h.signals} >= {"zscore"}
     finally:
         engine.close()
     engine = open_engine(tables_index, embedder, settings=Settings(sql_max_rows=2, sql_timeout_s=5.0), warm=False)
