@@ -78,9 +78,13 @@ class Grade:
     score: float = 0.0
     features: Mapping[str, float] = field(default_factory=dict)
     links: tuple[str, ...] = ()  # readable documents the top passages name that the set lacks: to follow, not missing
+    source: str = ""  # which grader decided, when not the built-in one (a judge, a fallback after its failure)
 
     def to_json(self) -> dict:
-        return {"sufficient": self.sufficient, "reason": self.reason, "missing": list(self.missing), "score": round(self.score, 4)}
+        out = {"sufficient": self.sufficient, "reason": self.reason, "missing": list(self.missing), "score": round(self.score, 4)}
+        if self.source:
+            out["source"] = self.source
+        return out
 
 
 def _whole_token(needle: str, haystack: str) -> bool:
