@@ -35,9 +35,11 @@ POLICY_HELP = "factory called with (settings, engine) returning the policy"  # l
 _LIMITS, _SQL, _FUSION = Limits(), SqlLimits(), FusionParams()
 
 
-def setting(default: Any, help: str, group: str, **constraints: Any) -> Any:
-    """A field with its default, its line of help and the group `quarry settings` lists it in."""
-    return Field(default, description=help, json_schema_extra={"group": group}, **constraints)
+def setting(default: Any, help: str, group: str, secret: bool = False, **constraints: Any) -> Any:
+    """A field with its default, its line of help and the group `quarry settings` lists it in.
+    A `secret` one is never shown: `quarry settings` and the object's repr mask it."""
+    return Field(default, description=help, json_schema_extra={"group": group, "secret": secret}, repr=not secret,
+                 **constraints)
 
 
 def _policy(kind: str) -> Any:
@@ -161,6 +163,16 @@ class Settings(BaseSettings):
     rewriter: str = _policy("rewriter")
     reranker: str = _policy("reranker")
 
+    # -- the external judge grader (routes/judge.py, QUARRY_GRADER=routes.judge:make_judge) --
+    judge_url: str = setting("", "Base URL of the judge's OpenAI-compatible API (requests go to <url>/chat/completions).",
+                             "judge")
+    judge_model: str = setting("", "Model name the judge requests ask for.", "judge")
+    judge_timeout_s: float = setting(5.0, "Time limit of one judge request; past it the built-in grade stands.",
+                                     "judge", gt=0)
+    judge_max_passages: int = setting(4, "Top passages of an attempt the judge reads.", "judge", ge=1)
+    judge_api_key: str | None = setting(None, "Bearer key sent to the judge's endpoint (never shown).", "judge",
+                                        secret=True)
+
     _origins: dict[str, str] = PrivateAttr(default_factory=dict)
 
     @classmethod
@@ -224,7 +236,9 @@ class Settings(BaseSettings):
         out = {}
         for name, info in type(self).model_fields.items():
             extra = info.json_schema_extra if isinstance(info.json_schema_extra, dict) else {}
-            out[name] = {"value": _shown(getattr(self, name)), "source": self.source(name), "env": self.env_name(name),
+            value = getattr(self, name)
+            shown = _masked(value) if extra.get("secret") else _shown(value)
+            out[name] = {"value": shown, "source": self.source(name), "env": self.env_name(name),
                          "help": info.description or "", "group": extra.get("group", "other")}
         return out
 
@@ -290,10 +304,17 @@ def _problems(error: ValidationError, origins: Mapping[str, str]) -> str:
     return "; ".join(parts)
 
 
+def _masked(value: Any) -> str | None:
+    """A secret as shown: whether it is set, never what it is."""
+    if isinstance(value, SecretStr):
+        value = value.get_secret_value()
+    return None if value is None else "**********" if value else ""
+
+
 def _shown(value: Any) -> Any:
     """A value as JSON: paths and dates as text, tuples as lists, secrets masked."""
     if isinstance(value, SecretStr):
-        return "**********" if value.get_secret_value() else ""
+        return _masked(value)
     if isinstance(value, (Path, date)):
         return str(value)
     if isinstance(value, tuple):

@@ -35,7 +35,8 @@ def test_every_setting_has_a_default_and_a_line_of_help():
         assert item["help"].endswith(".") and len(item["help"]) > 15, name
         assert item["source"] == "default" and item["env"] == f"QUARRY_{name.upper()}"
     groups = {item["group"] for item in described.values()}
-    assert groups >= {"index", "server", "audit", "limits", "sql", "fusion", "build", "caches", "threads", "policies"}
+    assert groups >= {"index", "server", "audit", "limits", "sql", "fusion", "build", "caches", "threads", "policies",
+                      "judge"}
 
 
 def test_the_settings_defaults_are_those_of_the_classes_they_configure():
@@ -105,12 +106,26 @@ def test_an_update_is_validated_and_recorded_as_a_flag():
 
 
 def test_secrets_are_masked_when_settings_are_described():
+    s = Settings.load({"QUARRY_JUDGE_API_KEY": "hunter2", "QUARRY_JUDGE_URL": "http://127.0.0.1:9/v1"})
+    assert s.judge_api_key == "hunter2" and s.source("judge_api_key") == "env QUARRY_JUDGE_API_KEY"
+    assert s.describe()["judge_api_key"]["value"] == "**********" and Settings().describe()["judge_api_key"]["value"] is None
+    assert "hunter2" not in json.dumps(s.describe()) and "hunter2" not in repr(s)
+
     class WithSecret(Settings):
         token: SecretStr = setting(SecretStr(""), "A secret token for a test.", "server")
 
     s = WithSecret.load({"QUARRY_TOKEN": "hunter2"})
     assert s.token.get_secret_value() == "hunter2"
     assert s.describe()["token"]["value"] == "**********" and "hunter2" not in json.dumps(s.describe())
+
+
+def test_quarry_settings_never_prints_a_secret():
+    out = quarry("settings", "--json", env=_env(judge_api_key="hunter2"))
+    assert out.returncode == 0 and "hunter2" not in out.stdout
+    assert json.loads(out.stdout)["judge_api_key"] == {
+        "value": "**********", "source": "env QUARRY_JUDGE_API_KEY", "env": "QUARRY_JUDGE_API_KEY",
+        "help": "Bearer key sent to the judge's endpoint (never shown).", "group": "judge"}
+    assert "hunter2" not in quarry("settings", env=_env(judge_api_key="hunter2")).stdout
 
 
 def test_open_engine_sizes_pools_caches_sql_and_fusion_from_the_settings(mini_index, tables_index, embedder):
@@ -207,3 +222,13 @@ def test_the_readme_settings_table_names_every_setting():
     readme = (ROOT / "README.md").read_text()
     section = readme[readme.index("### Settings"):readme.index("### Ingest")]
     assert [name for name in Settings.model_fields if f"`{name}`" not in section] == []
+
+
+def test_the_judge_grader_takes_its_endpoint_model_and_key_from_quarry_variables(demo_engine):
+    from routes.judge import JudgeConfig
+    from routes.plugins import load_policy
+
+    s = Settings.load({"QUARRY_GRADER": "routes.judge:make_judge", "QUARRY_JUDGE_URL": "http://127.0.0.1:9/v1",
+                       "QUARRY_JUDGE_MODEL": "stand-in", "QUARRY_JUDGE_MAX_PASSAGES": "2", "QUARRY_JUDGE_API_KEY": "k"})
+    grader = load_policy(s, demo_engine, demo_engine.deps.policy).grader
+    assert grader.config == JudgeConfig("http://127.0.0.1:9/v1", "stand-in", 5.0, 2, "k")
