@@ -100,7 +100,7 @@ def test_translator_links_values_numbers_dates_and_groups(sql_retriever):
     today = date(2025, 11, 1)
     out = sql_retriever.answer("How many ledger releases had more than 20 changes last quarter?", alice, today)
     assert "\"service\" = 'ledger'" in out.sql and '"change_count" > 20' in out.sql
-    assert "DATE '2025-07-01'" in out.sql and "DATE '2025-09-30'" in out.sql
+    assert ">= CAST('2025-07-01' AS DATE)" in out.sql and "<= CAST('2025-09-30' AS DATE)" in out.sql
     per_team = sql_retriever.answer("Average resolution hours per team", alice, today)
     assert 'GROUP BY "team"' in per_team.sql and "avg(" in per_team.sql
 

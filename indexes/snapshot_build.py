@@ -1,0 +1,280 @@
+"""Building a snapshot: documents chunked, catalog, BM25 and FAISS files written into a
+`.building-*` folder, the manifest last, then the folder renamed and CURRENT replaced
+atomically. A build killed at any point leaves CURRENT naming the previous, complete
+snapshot; a failed build leaves nothing behind.
+"""
+
+from __future__ import annotations
+
+import errno
+import fcntl
+import hashlib
+import json
+import logging
+import os
+import shutil
+import time
+import uuid
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any, Callable, Iterator, Sequence
+
+import numpy as np
+
+from indexes.bm25 import Bm25Index, Bm25Params
+from indexes.catalog import Catalog, write_catalog
+from indexes.chunking import DEFAULT_MAX_CHARS, chunk_documents
+from indexes.corpus import ADMIN_ONLY, discover, load_documents
+from indexes.dense import DenseIndex
+from indexes.embedder import Embedder
+from indexes.snapshot_load import CURRENT, FORMAT_VERSION, current_snapshot_path, read_manifest, verify_files
+from indexes.tables import TableSource, file_digest, plan_tables
+from retrieval.errors import IngestError, RetrievalError, SnapshotError, StorageError
+from retrieval.types import Chunk, Document
+
+log = logging.getLogger("quarry.ingest")
+
+Progress = Callable[[str, int, int], None]  # (stage, done, total)
+
+
+@dataclass(frozen=True)
+class BuildOptions:
+    default_acl: tuple[str, ...] = ADMIN_ONLY
+    max_chars: int = DEFAULT_MAX_CHARS
+    bm25: Bm25Params = Bm25Params()
+    reuse_embeddings: bool = True  # reuse vectors of unchanged chunk texts from the current snapshot
+    reuse_from: Path | None = None  # another index directory to reuse vectors from (default: this one)
+
+
+def index_text(doc: Document, chunk: Chunk) -> str:
+    """What BM25 and the embedder see: the title gives every chunk its document's context."""
+    return f"{doc.title}\n{chunk.text}" if doc.title else chunk.text
+
+
+def content_hash(docs: Sequence[Document], tables: Sequence[TableSource] = ()) -> str:
+    """Identifies the corpus: documents (all fields) and table files with their ACLs."""
+    h = hashlib.sha256()
+    for t in tables:
+        h.update(json.dumps({"table": t.name, "sha256": file_digest(t.path), "acl": list(t.acl),
+                             **({"types": [list(p) for p in t.types], "key": t.key} if t.types or t.key else {})}).encode())
+    for d in docs:
+        record = {"id": d.id, "text": d.text, "title": d.title, "source": d.source,
+                  "date": d.date.isoformat() if d.date else None, "metadata": dict(d.metadata), "acl": list(d.acl)}
+        h.update(json.dumps(record, sort_keys=True, ensure_ascii=False).encode("utf-8"))
+        h.update(b"\n")
+    return h.hexdigest()
+
+
+def corpus_digest(sources: Sequence[Path], default_acl: tuple[str, ...] = ADMIN_ONLY) -> str:
+    """The content hash an ingest of `sources` would record (to skip an unneeded rebuild)."""
+    docs = [ld.doc for ld in load_documents(sources, default_acl)]
+    return content_hash(docs, plan_tables(discover(sources)[1], default_acl))
+
+
+def _snapshot_files(root: Path) -> dict[str, dict[str, Any]]:
+    files = sorted(p for p in root.rglob("*") if p.is_file() and p.name != "manifest.json")
+    return {p.relative_to(root).as_posix(): {"bytes": p.stat().st_size, "sha256": file_digest(p)} for p in files}
+
+
+def _fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+# The OS's words for a write the storage refuses; DuckDB and FAISS carry them in their messages.
+STORAGE_FAILURES = tuple(os.strerror(e) for e in (errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EROFS, errno.EIO))
+
+
+@contextmanager
+def _storage_errors() -> Iterator[None]:
+    """A write the storage refuses becomes one typed, path-free StorageError (the build's
+    folder is already removed and CURRENT untouched), not a traceback."""
+    try:
+        yield
+    except RetrievalError:
+        raise
+    except Exception as e:
+        reason = e.strerror if isinstance(e, OSError) and e.strerror else next((r for r in STORAGE_FAILURES if r in str(e)), None)
+        if reason is None:
+            raise
+        raise StorageError(f"ingest could not write the new snapshot: {reason}; CURRENT was not switched, "
+                           "so the previous snapshot (if any) keeps serving") from None
+
+
+@contextmanager
+def _build_lock(index_dir: Path) -> Iterator[None]:
+    """One build at a time per index directory (a second one fails fast, it does not queue)."""
+    index_dir.mkdir(parents=True, exist_ok=True)
+    with open(index_dir / ".build.lock", "w") as fh:
+        try:
+            fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise IngestError("another ingest is building this index", str(index_dir)) from None
+        yield
+
+
+def build_snapshot(
+    sources: Sequence[Path],
+    index_dir: Path,
+    embedder: Embedder,
+    options: BuildOptions = BuildOptions(),
+    progress: Progress | None = None,
+) -> dict[str, Any]:
+    """Ingest `sources` into a new snapshot and make it current; returns its manifest."""
+    report = progress or (lambda stage, done, total: None)
+    t0 = time.perf_counter()
+    loaded = load_documents(sources, options.default_acl)  # validation happens before any write
+    tables = plan_tables(discover(sources)[1], options.default_acl)
+    if not loaded and not tables:
+        raise IngestError("no documents or tables found", ", ".join(map(str, sources)))
+    docs = [ld.doc for ld in loaded]
+    chunks = chunk_documents(docs, options.max_chars)
+    by_id = {d.id: d for d in docs}
+    texts = [index_text(by_id[c.doc_id], c) for c in chunks]
+    t_load = time.perf_counter() - t0
+
+    with _storage_errors(), _build_lock(index_dir):
+        snapshots = index_dir / "snapshots"
+        snapshots.mkdir(exist_ok=True)
+        for stale in snapshots.glob(".building-*"):
+            shutil.rmtree(stale, ignore_errors=True)
+        digest = content_hash(docs, tables)
+        name = f"{datetime.now(timezone.utc):%Y%m%dT%H%M%S}-{digest[:8]}-{uuid.uuid4().hex[:6]}"
+        work = snapshots / f".building-{name}"
+        work.mkdir()
+        try:
+            reuse = previous_vectors(options.reuse_from or index_dir, embedder.model_id) if options.reuse_embeddings else {}
+            manifest = _build_into(work, name, digest, loaded, docs, chunks, texts, tables, embedder, options, report, reuse)
+        except BaseException:
+            shutil.rmtree(work, ignore_errors=True)  # a failed build leaves nothing behind
+            raise
+        manifest["timings_s"]["load_and_chunk"] = round(t_load, 3)
+        (work / "manifest.json").write_text(json.dumps(manifest, indent=2))
+        _fsync_dir(work)
+        serving = _current_name(index_dir)  # read before the switch: the snapshot that was serving
+        final = snapshots / name
+        work.rename(final)
+        _fsync_dir(snapshots)
+        pointer = index_dir / f"{CURRENT}.tmp"
+        pointer.write_text(name + "\n")
+        with pointer.open("rb") as f:
+            os.fsync(f.fileno())
+        os.replace(pointer, index_dir / CURRENT)  # the atomic switch
+        _fsync_dir(index_dir)
+        _prune(snapshots, keep=name, previous=serving)
+    return manifest
+
+
+def embed_key(text: str) -> str:
+    return hashlib.sha1(text.encode("utf-8")).hexdigest()
+
+
+def previous_vectors(index_dir: Path, model_id: str) -> dict[str, np.ndarray]:
+    """Vectors of the current snapshot by text hash, when it was built with the same model."""
+    try:
+        path = current_snapshot_path(index_dir)
+        manifest = read_manifest(path)
+    except SnapshotError:
+        return {}
+    if manifest.get("model", {}).get("id") != model_id or manifest.get("format_version") != FORMAT_VERSION:
+        return {}
+    try:
+        # A snapshot the server would refuse gives nothing to reuse: its vectors are recomputed.
+        verify_files(path, manifest, ("catalog.duckdb", "dense.faiss"))
+        catalog = Catalog(path / "catalog.duckdb")
+        try:
+            keys = catalog.embed_keys()
+        finally:
+            catalog.close()
+        dense = DenseIndex.load(path / "dense.faiss")
+    except Exception:  # noqa: BLE001 - an unreadable or altered old snapshot only means nothing to reuse
+        log.warning("previous snapshot %s fails its checks; every vector is computed again", path.name)
+        return {}
+    if dense.size != len(keys):
+        return {}
+    vectors = dense.vectors(np.arange(len(keys), dtype=np.int64))
+    # Only finite, unit-length vectors are reused (8-bit indexes store them to about 1e-2).
+    norms = np.linalg.norm(vectors, axis=1)
+    sound = np.isfinite(vectors).all(axis=1) & (np.abs(norms - 1.0) <= 0.05)
+    return {k: vectors[i] for i, k in enumerate(keys) if k and sound[i]}
+
+
+def _build_into(work: Path, name: str, digest: str, loaded, docs, chunks, texts, tables, embedder: Embedder,
+                options: BuildOptions, report: Progress, reuse: dict[str, np.ndarray]) -> dict[str, Any]:
+    """Write catalog, BM25 and FAISS files into `work`; returns the manifest (not yet written)."""
+    keys = [embed_key(t) for t in texts]
+    t1 = time.perf_counter()
+    infos = write_catalog(work / "catalog.duckdb", docs, [ld.origin for ld in loaded], chunks, tables, keys)
+    t_catalog = time.perf_counter() - t1
+    report("catalog", 1, 1)
+
+    t1 = time.perf_counter()
+    Bm25Index.build(texts, options.bm25).save(work / "bm25")
+    t_bm25 = time.perf_counter() - t1
+    report("bm25", 1, 1)
+
+    t1 = time.perf_counter()
+    dim = embedder.dim or embedder.load().dim
+    vectors = np.zeros((len(texts), dim), dtype=np.float32)
+    todo = [i for i, k in enumerate(keys) if k not in reuse]
+    for i, k in enumerate(keys):
+        if k in reuse:
+            vectors[i] = reuse[k]
+    done = [len(texts) - len(todo)]  # reused vectors count as done, so the bar ends at the total
+
+    def on_batch(n: int) -> None:
+        done[0] += n
+        report("embed", done[0], len(texts))
+
+    report("embed", done[0], len(texts))  # before the first batch, so rate and ETA time the whole stage
+    if todo:
+        vectors[todo] = embedder.encode([texts[i] for i in todo], progress=on_batch)
+    t_embed = time.perf_counter() - t1
+
+    t1 = time.perf_counter()
+    DenseIndex.build(vectors).save(work / "dense.faiss")
+    t_faiss = time.perf_counter() - t1
+
+    t1 = time.perf_counter()
+    manifest = {
+        "format_version": FORMAT_VERSION,
+        "snapshot": name,
+        "built_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "model": {"id": embedder.model_id, "dim": embedder.dim},
+        "counts": {"documents": len(docs), "chunks": len(chunks), "tables": len(infos)},
+        "embeddings": {"computed": len(todo), "reused": len(texts) - len(todo)},
+        "tables": {t.name: {"rows": t.rows, "acl": list(t.acl), "row_acl": t.row_acl} for t in infos},
+        "content_hash": digest,
+        "options": {"default_acl": list(options.default_acl), "max_chars": options.max_chars, "bm25": asdict(options.bm25)},
+        "files": _snapshot_files(work),
+    }
+    manifest["timings_s"] = {
+        "catalog": round(t_catalog, 3), "bm25": round(t_bm25, 3), "embed": round(t_embed, 3),
+        "faiss": round(t_faiss, 3), "manifest": round(time.perf_counter() - t1, 3),
+    }
+    return manifest
+
+
+def _current_name(index_dir: Path) -> str | None:
+    try:
+        return current_snapshot_path(index_dir).name
+    except SnapshotError:
+        return None
+
+
+def _prune(snapshots: Path, keep: str, previous: str | None) -> None:
+    """Keep the new snapshot and the one CURRENT named before the switch (for a quick
+    rollback), whatever their names sort as: a build that died between renaming its folder
+    and switching CURRENT leaves a newer folder that never served, and that one goes. Without
+    a readable previous CURRENT, the newest other snapshot is kept instead."""
+    done = sorted((p for p in snapshots.iterdir() if p.is_dir() and not p.name.startswith(".")), key=lambda p: p.name)
+    names = {p.name for p in done}
+    kept = {keep, previous} if previous in names else {keep, *[p.name for p in done if p.name != keep][-1:]}
+    for p in done:
+        if p.name not in kept:
+            shutil.rmtree(p, ignore_errors=True)

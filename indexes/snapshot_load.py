@@ -1,0 +1,116 @@
+"""Loading a snapshot: the CURRENT pointer, the manifest and its checks, the files' sizes and
+hashes, then the catalog and in-memory indexes. A snapshot this code or the configured
+embedding model cannot serve correctly is refused with a clear message, never loaded.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Sequence
+
+from indexes.bm25 import Bm25Index
+from indexes.catalog import Catalog
+from indexes.dense import DenseIndex
+from indexes.embedder import Embedder
+from indexes.tables import file_digest
+from retrieval.access import ChunkTable
+from retrieval.errors import NoSnapshot, SnapshotError
+
+FORMAT_VERSION = 2  # 2: internal tables in schema quarry, user tables, per-chunk embed keys, BM25 lengths
+CURRENT = "CURRENT"
+
+
+@dataclass
+class Snapshot:
+    """A loaded snapshot: the catalog plus the in-memory indexes built from it."""
+
+    path: Path
+    manifest: dict[str, Any]
+    catalog: Catalog
+    chunks: ChunkTable
+    bm25: Bm25Index
+    dense: DenseIndex
+
+    def close(self) -> None:
+        self.catalog.close()
+
+
+def current_snapshot_path(index_dir: Path) -> Path:
+    pointer = index_dir / CURRENT
+    if not pointer.is_file():
+        raise NoSnapshot(f"{index_dir} holds no index snapshot; run `quarry ingest SOURCES --index {index_dir}`")
+    try:
+        name = pointer.read_bytes().decode("utf-8").strip()
+    except UnicodeDecodeError:
+        raise SnapshotError("the index's CURRENT file is not a snapshot name (it is not text); "
+                            "run `quarry ingest` again to write a new snapshot") from None
+    except OSError as e:
+        raise SnapshotError(f"the index's CURRENT file cannot be read: {e.strerror or type(e).__name__}") from None
+    path = index_dir / "snapshots" / name
+    if not name or name.startswith(".") or "/" in name or "\0" in name or len(name) > 255 or not path.is_dir():
+        raise SnapshotError(f"the index's CURRENT file names a missing snapshot {name[:80]!r}")
+    return path
+
+
+def read_manifest(path: Path) -> dict[str, Any]:
+    try:
+        return json.loads((path / "manifest.json").read_text())
+    except (OSError, json.JSONDecodeError) as e:
+        raise SnapshotError(f"snapshot {path} has no readable manifest ({e})") from None
+
+
+def check_manifest(manifest: dict[str, Any], model_id: str, dim: int) -> None:
+    """Refuse a snapshot this code or this embedding model cannot serve correctly."""
+    version = manifest.get("format_version")
+    if version != FORMAT_VERSION:
+        raise SnapshotError(
+            f"snapshot format version {version!r} is not supported (this Quarry reads {FORMAT_VERSION}); rebuild it with `quarry ingest`"
+        )
+    model = manifest.get("model") or {}
+    if model.get("id") != model_id or model.get("dim") != dim:
+        raise SnapshotError(
+            f"snapshot was built with model {model.get('id')!r} ({model.get('dim')}-d) but the service loads "
+            f"{model_id!r} ({dim}-d); rebuild the index or configure the same model"
+        )
+
+
+def load_snapshot(index_dir: Path, embedder: Embedder, verify_hashes: bool = True,
+                  mask_cache_size: int = 512) -> Snapshot:
+    """Load the current snapshot of `index_dir` after checking its manifest and files; its
+    chunk table keeps up to `mask_cache_size` access masks."""
+    path = current_snapshot_path(index_dir)
+    manifest = read_manifest(path)
+    if embedder.dim is None:
+        embedder.load()
+    check_manifest(manifest, embedder.model_id, embedder.dim)
+    if verify_hashes:
+        verify_files(path, manifest)
+    else:
+        for rel, meta in (manifest.get("files") or {}).items():
+            if not (path / rel).is_file() or (path / rel).stat().st_size != meta["bytes"]:
+                raise SnapshotError(f"snapshot file {path / rel} is missing or differs from its manifest; rebuild the index")
+    catalog = Catalog(path / "catalog.duckdb")
+    try:
+        counts = catalog.counts()
+        if counts != manifest["counts"]:
+            raise SnapshotError(f"catalog counts {counts} differ from the manifest {manifest['counts']}")
+        chunks = catalog.chunk_table(mask_cache_size)
+        bm25 = Bm25Index.load(path / "bm25")
+        dense = DenseIndex.load(path / "dense.faiss")
+        if bm25.size != len(chunks) or dense.size != len(chunks) or dense.dim != embedder.dim:
+            raise SnapshotError(f"snapshot {path} indexes disagree with its catalog; rebuild the index")
+    except Exception:
+        catalog.close()
+        raise
+    return Snapshot(path, manifest, catalog, chunks, bm25, dense)
+
+
+def verify_files(path: Path, manifest: dict[str, Any], only: Sequence[str] | None = None) -> None:
+    """Every file the manifest lists (or the `only` ones) exists with its size and SHA-256."""
+    files = manifest.get("files") or {}
+    for rel in (files if only is None else only):
+        meta, f = files.get(rel), path / rel
+        if meta is None or not f.is_file() or f.stat().st_size != meta["bytes"] or file_digest(f) != meta["sha256"]:
+            raise SnapshotError(f"snapshot file {f} is missing or differs from its manifest; rebuild the index")

@@ -1,0 +1,253 @@
+"""Schema linking: the table a question is about, and the categorical values, identifiers,
+dates and numeric comparisons it names, as typed filters.
+
+Everything is read from the tables one principal may read and from their `ColumnProfile`s
+(the categorical values and identifier prefixes of the rows that principal may read), so a
+value the caller cannot see never links. Linking also records which of the question's
+words it explained; the translator declines a question with a content word left over.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from datetime import date
+from typing import Literal, Mapping, Sequence
+
+from retrieval.dates import find_dates
+from retrieval.sql.plan import Compare, CompareOp, DateWithin, Decline, Equals, Filter
+from retrieval.sql.schema import ColumnInfo, ColumnProfile, TableInfo
+from retrieval.sql.words import WORD, WORD_NUMBERS, column_words, matches, value_forms, words_in
+from retrieval.text import stem
+
+COMPARE = re.compile(
+    r"\b(more than|over|greater than|above|at least|no less than|fewer than|less than|under|below|at most|"
+    r"no more than|exactly|equal to|longer than|shorter than|faster than|quicker than|slower than|higher than|"
+    r"lower than|bigger than|smaller than|exceeding|beyond|within)\s+(\d+(?:\.\d+)?|an?|one|two|three|four|five|six|seven|eight|nine|ten)\b"
+)
+OPS: dict[str, CompareOp] = {
+    "more than": ">", "over": ">", "greater than": ">", "above": ">", "at least": ">=", "no less than": ">=",
+    "fewer than": "<", "less than": "<", "under": "<", "below": "<", "at most": "<=", "no more than": "<=",
+    "exactly": "=", "equal to": "=", "longer than": ">", "shorter than": "<", "faster than": "<",
+    "quicker than": "<", "slower than": ">", "higher than": ">", "lower than": "<", "bigger than": ">",
+    "smaller than": "<", "exceeding": ">", "beyond": ">", "within": "<=",
+}
+# Verbs that name a date column by the start of its name ("shipped" -> deployed_at).
+DATE_VERBS = {"opened": "open", "open": "open", "resolved": "resolv", "closed": "close", "deployed": "deploy",
+              "released": "deploy", "shipped": "deploy", "ship": "deploy", "rolled out": "deploy", "created": "creat"}
+# Where a categorical value word is a verb, not a value: ending a clause that an auxiliary
+# opened ("did radiology open in Q1"); where it is a value: right after a copula or "still"
+# ("tickets that are open"), or before the noun it modifies ("open tickets").
+# ("does finance have": a word right after the auxiliary is its subject, not the verb; and a
+# verb ends its clause: "did radiology open in Q1", "did they close?")
+_VERB_BEFORE = re.compile(r"\b(?:did|do|does|didn't|don't|doesn't|will|won't|would|can|could|should|shall|"
+                          r"was|were|is|are|has|have|had)\s+(?:[\w-]+\s+){1,2}$")
+_CLAUSE_END = frozenset("in on at during before after since between from by for over within last this so".split())
+_VALUE_BEFORE = re.compile(r"\b(?:is|are|was|were|be|been|being|still|currently|remain|remains|remained|status|marked|as|not|the|a|an|"
+                           r"to|by|of|for|with|from|in|on|at|than)\s+$")
+
+
+@dataclass
+class Link:
+    """What linking found in one question, and the words explained so far (shaping the
+    SELECT explains more). Mutable working state of one translation."""
+
+    table: TableInfo
+    text: str
+    words: set[str]
+    filters: list[Filter] = field(default_factory=list)
+    consumed: set[str] = field(default_factory=set)
+    value_forms: set[str] = field(default_factory=set)
+    lookup_column: str | None = None  # the key column an identifier pins: the question names one record
+
+    def consume_column(self, col: ColumnInfo) -> None:
+        """The question's words that name `col` are explained."""
+        self.consumed |= {w for w in self.words if matches(w, column_words(col))}
+
+
+class SchemaLinker:
+    """Links question text to the tables one principal may read and to their profiles."""
+
+    def __init__(self, tables: Sequence[TableInfo], profiles: Mapping[tuple[str, str], ColumnProfile]) -> None:
+        self.tables = {t.name: t for t in tables}
+        self.profiles = profiles
+
+    def link(self, text: str, idents: Sequence[str], today: date) -> Link | Decline:
+        """Table and filters of a normalised question (`idents`: its identifiers, as written)."""
+        t = self.pick_table(text, idents)
+        if t is None:
+            return Decline("no readable table matches the question")
+        link = Link(t, text, words_in(text))
+        table_words = self.table_words(t)
+        link.consumed |= {w for w in link.words if w in table_words or stem(w) in table_words}
+        # values first: an identifier that is also a categorical value is linked as the value
+        decline = (self._link_values(link) or self._link_identifiers(link, idents)
+                   or self._link_dates(link, idents, today) or self._link_comparisons(link))
+        return link if decline is None else decline
+
+    def _link_values(self, link: Link) -> Decline | None:
+        """Categorical values present in the readable rows, where the question uses them as values."""
+        t, text = link.table, link.text
+        for col, value, form in self.value_hits(t, text):
+            reading = self.value_reading(t, text, col, form)
+            if reading == "verb":
+                continue  # "did radiology open": the word names an event (a date column), not a status
+            if reading == "ambiguous":
+                return Decline(f"{form!r} could be a value of {col} or name another column; say which", (form,))
+            link.filters.append(Equals(col, value))
+            link.value_forms |= value_forms(value)
+            link.consumed |= set(WORD.findall(form))
+            column = t.column(col)
+            if column is not None:
+                link.consume_column(column)
+        return None
+
+    def _link_identifiers(self, link: Link, idents: Sequence[str]) -> Decline | None:
+        """Identifiers -> equality on the column whose values have that shape."""
+        t = link.table
+        for ident in idents:
+            if ident.lower() in link.value_forms:
+                continue
+            if t.column(ident.lower()) is not None:  # a column named literally, e.g. cost_usd
+                link.consumed.add(ident.lower())
+                continue
+            cols = self.id_columns(t, ident)
+            if not cols:
+                return Decline(f"identifier {ident} does not match any column of {t.name}", (ident,))
+            col = t.id_column if t.id_column in cols else cols[0]
+            link.filters.append(Equals(col, ident))
+            link.consumed.add(ident.lower())
+            if col == t.id_column:
+                link.lookup_column = col
+        return None
+
+    def _link_dates(self, link: Link, idents: Sequence[str], today: date) -> Decline | None:
+        """Dates -> a range on the date column the verb names."""
+        t, text = link.table, link.text
+        spans = [(m.start(), m.end()) for i in idents for m in re.finditer(re.escape(i.lower()), text)]
+        spans += [(m.start(), m.end()) for m in COMPARE.finditer(text)]  # "over 2000 dollars" is no year
+        ranges = find_dates(text, today, exclude=spans, strict=True)
+        if ranges:
+            dcol = self.date_column(t, text)
+            if dcol is None:
+                return Decline(f"{t.name} has no date column for {ranges[0].text!r}")
+            for r in ranges:
+                if r.start is not None or r.end is not None:
+                    link.filters.append(DateWithin(dcol.name, r.start, r.end))
+                link.consumed |= set(WORD.findall(r.text.lower()))
+            link.consumed |= {"so", "far", "since", "before", "after", "during"}
+        # verbs naming a date column explain themselves ("shipped" for deployed_at)
+        dates = [c.name for c in t.visible_columns() if c.kind in ("date", "timestamp")]
+        for verb, root in DATE_VERBS.items():
+            if re.search(rf"\b{verb}\b", text) and any(d.startswith(root) for d in dates):
+                link.consumed |= set(verb.split())
+        return None
+
+    def _link_comparisons(self, link: Link) -> Decline | None:
+        """Numeric comparisons: "more than 30 changes"."""
+        t, text = link.table, link.text
+        for m in COMPARE.finditer(text):
+            value = float(WORD_NUMBERS.get(m.group(2), m.group(2)))
+            near = words_in(text[m.end() : m.end() + 40]) | words_in(text[max(0, m.start() - 40) : m.start()])
+            col = self.column_mentioned(t, ("number",), near)
+            if col is None:
+                return Decline(f"cannot tell which column {m.group(0)!r} compares")
+            link.filters.append(Compare(col.name, OPS[m.group(1)], value))
+            link.consumed |= set(WORD.findall(m.group(0)))
+            link.consume_column(col)
+        return None
+
+    # -- what the schema and the profiles say ---------------------------------------------
+    def table_words(self, t: TableInfo) -> set[str]:
+        """Words that name a table: its name, and the noun of its key (`release_id` -> release)."""
+        words = {t.name, stem(t.name)}
+        if t.id_column:
+            noun = t.id_column[: -len("_id")]
+            words |= {noun, noun + "s", stem(noun)}
+        return words
+
+    def value_hits(self, t: TableInfo, text: str) -> list[tuple[str, str, str]]:
+        """(column, value, surface form) for categorical values present as whole words."""
+        hits = []
+        for col in t.visible_columns():
+            if col.name.endswith("_id") or col.name == t.doc_column:
+                continue  # keys are linked as identifiers, not as categories
+            profile = self.profiles.get((t.name, col.name))
+            for value in profile.values if profile else ():
+                for form in sorted(value_forms(value), key=len, reverse=True):
+                    if len(form) > 1 and re.search(rf"(?<![\w-]){re.escape(form)}(?![\w-])", text):
+                        hits.append((col.name, value, form))
+                        break
+        return hits
+
+    def value_reading(self, t: TableInfo, text: str, col: str, form: str) -> Literal["value", "verb", "ambiguous"]:
+        """How the question uses a categorical value's words: as the value (after a copula,
+        or modifying a noun), as a verb (ending a clause an auxiliary opened), or either (the
+        words also name another column, "open" ~ opened_on, and nothing around them tells):
+        then the translator declines rather than guesses."""
+        m = re.search(rf"(?<![\w-]){re.escape(form)}(?![\w-])", text)
+        if m is None:
+            return "value"
+        words = WORD.findall(form)
+        if not any(c.name != col and any(matches(w, column_words(c)) for w in words) for c in t.visible_columns()):
+            return "value"  # no other reading: the words name no other column
+        before, after = text[: m.start()], WORD.findall(text[m.end() :])[:1]
+        if _VALUE_BEFORE.search(before) or (after and after[0] not in _CLAUSE_END):
+            return "value"  # "are open", "open tickets", "closed p2 tickets"
+        if _VERB_BEFORE.search(before):
+            return "verb"  # "did radiology open in Q1", "when was ticket FIN-307 closed?"
+        return "ambiguous"
+
+    def id_columns(self, t: TableInfo, ident: str) -> list[str]:
+        """Columns whose values share the identifier's shape (same prefix before the digits)."""
+        prefix = re.match(r"[A-Za-z]+[-_]?", ident)
+        out = []
+        for col in t.visible_columns():
+            if col.name == t.doc_column:
+                continue
+            profile = self.profiles.get((t.name, col.name))
+            if prefix and profile and prefix.group(0).upper() in profile.prefixes:
+                out.append(col.name)
+        return out
+
+    def pick_table(self, text: str, idents: Sequence[str]) -> TableInfo | None:
+        """The table the question's words, identifiers and values fit best; None on a tie."""
+        scored = []
+        words = words_in(text)
+        for t in self.tables.values():
+            score = 3 * len(self.table_words(t) & words)
+            score += sum(2 + (2 if t.id_column in self.id_columns(t, i) else 0) for i in idents if self.id_columns(t, i))
+            score += sum(1 for c in t.visible_columns() if any(matches(w, column_words(c)) for w in words))
+            score += len({c for c, _, _ in self.value_hits(t, text)})
+            scored.append((score, bool(self.table_words(t) & words), t.name))
+        scored.sort(reverse=True)
+        if not scored or scored[0][0] == 0:
+            return None
+        if len(scored) > 1 and scored[0][:2] == scored[1][:2]:
+            return None  # two tables fit equally well: do not guess
+        return self.tables[scored[0][2]]
+
+    def column_mentioned(self, t: TableInfo, kinds: Sequence[str], words: set[str]) -> ColumnInfo | None:
+        """The column of one of `kinds` (not the key) that the most of `words` name."""
+        best: tuple[int, ColumnInfo] | None = None
+        for col in t.visible_columns():
+            if col.kind in kinds and col.name != t.id_column:
+                overlap = sum(1 for w in words if matches(w, column_words(col)))
+                if overlap and (best is None or overlap > best[0]):
+                    best = (overlap, col)
+        return best[1] if best else None
+
+    def date_column(self, t: TableInfo, text: str) -> ColumnInfo | None:
+        """The date column the question's verb names: a column whose name the words match
+        ("close" ~ closed_on, "decided" ~ decided_on), else a known synonym, else the first."""
+        dates = [c for c in t.visible_columns() if c.kind in ("date", "timestamp")]
+        words = words_in(text)
+        named = [c for c in dates if any(matches(w, column_words(c)) for w in words)]
+        if len(named) == 1:
+            return named[0]
+        for verb, root in DATE_VERBS.items():
+            if re.search(rf"\b{verb}\b", text):
+                for c in dates:
+                    if c.name.lower().startswith(root):
+                        return c
+        return dates[0] if dates else None

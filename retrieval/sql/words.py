@@ -1,0 +1,92 @@
+"""How the SQL translator reads a question's words: the normalised text, general filler that
+carries no schema meaning, number words, and when a word names a column."""
+
+from __future__ import annotations
+
+import re
+from functools import lru_cache
+
+from retrieval.sql.schema import ColumnInfo
+from retrieval.text import stem
+
+# General English that carries no schema meaning in a record question.
+FILLER = frozenset("""
+a an the of in on at to for from with by and or is are was were be been being has have had do does did
+what which who whom whose when where how there their its it this that these those any all each every
+me my we our us you your i show list give tell find get display return please much many so far
+total overall ever recorded record records single one value values table data number numbers
+took take taken takes spent needed currently still now amount among first assigned then than went go gone
+up down out along across over into onto about around within during after before since until ever
+include including included includes put puts shows show shown showed appear appears appeared ended end ends
+happen happened happens occur occurred affect affected affects involve involved involving belong belonged
+got get gets go goes going come came make made give given gave see saw seen often times time whole overall
+both also only just very all any some such other same own per across so far yet again too
+as owned owns own handled handle handles
+hey hi hello could would can will please provide tell know want like need curious m fine just well kindly
+level hit hits
+""".split())
+
+WORD = re.compile(r"[a-z0-9][a-z0-9_.$-]*")
+NUM = r"(\d+|two|three|four|five|six|seven|eight|nine|ten)"  # a count in digits or words
+WORD_NUMBERS = {"one": 1, "a": 1, "an": 1, "two": 2, "three": 3, "four": 4, "five": 5, "six": 6, "seven": 7,
+                "eight": 8, "nine": 9, "ten": 10}
+# Words that name a column by its unit ("cost_usd" is what "dollars" asks for).
+UNIT_SYNONYMS = {"usd": ("dollar", "dollars", "usd", "$"), "hours": ("hour", "hours", "time", "duration"), "count": ("number",)}
+
+
+def normalise_question(question: str) -> str:
+    """Lower case, contractions and possessives undone, punctuation to spaces, one space apart."""
+    text = question.lower().replace("\u2019", "'")
+    text = re.sub(r"\b(what|who|where|when|how|that|it|there)'s\b", r"\1 is", text)
+    text = re.sub(r"'s\b|s'(?=\s)", "", text)
+    return " ".join(re.sub(r"[?,;:!()]|\.(?=\s|$)", " ", text).split())
+
+
+def words_in(text: str) -> set[str]:
+    return set(WORD.findall(text))
+
+
+def number_value(token: str) -> int:
+    """A count written in digits or as a word ("three")."""
+    return int(WORD_NUMBERS.get(token, token))
+
+
+def root(word: str) -> str:
+    """A crude stem for linking verbs and nouns to column names: resolve ~ resolution."""
+    for suf in ("ations", "ation", "ions", "ion", "ing", "ed", "es", "ee", "s", "e"):
+        if word.endswith(suf) and len(word) - len(suf) >= 3:
+            word = word[: -len(suf)]
+            break
+    return word[:5]
+
+
+def matches(word: str, column_words: frozenset[str]) -> bool:
+    """Does a question word name the column these are the words of?"""
+    return word in column_words or stem(word) in column_words or (len(word) >= 4 and root(word) in _roots(column_words))
+
+
+def value_forms(value: str) -> set[str]:
+    """The ways a categorical value may be written in a question ("in_progress", "in progress")."""
+    v = value.lower()
+    return {v, v.replace("_", " "), v.replace("-", " "), v.replace("_", " ").replace("-", " ")}
+
+
+def column_words(col: ColumnInfo) -> frozenset[str]:
+    """The words that name a column: its name's parts, their stems and its unit's synonyms."""
+    return _name_words(col.name)
+
+
+# Pure functions of a column name, asked for every (word, column) pair of every question:
+# remembered, like the `re` module's compiled patterns.
+@lru_cache(maxsize=4096)
+def _name_words(name: str) -> frozenset[str]:
+    parts = name.lower().split("_")
+    words = set(parts) | {stem(p) for p in parts} | {name.lower()}
+    for p in parts:
+        words.update(UNIT_SYNONYMS.get(p, ()))
+    return frozenset(words - {"id", "at", "on"})
+
+
+@lru_cache(maxsize=4096)
+def _roots(words: frozenset[str]) -> frozenset[str]:
+    return frozenset(root(c) for c in words if len(c) >= 4)

@@ -1,0 +1,138 @@
+"""`quarry tune`: fit fusion, router and grader on labeled questions, read through the
+loop's own first step, and save them as the index's tuned.json."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from datetime import date
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+from retrieval.constraints import Constraints
+from retrieval.evaluate import Label
+from retrieval.fusion import rrf
+from retrieval.grader import evidence_features
+from retrieval.metrics import doc_ranking, mean, ndcg_at_k
+from retrieval.retrievers.hybrid import FusionParams
+from retrieval.router import features
+from retrieval.tune import best_fusion, fit_grader, fit_router
+from retrieval.types import Filters, Hit, Principal
+from routes.engine import TUNED_CONFIG, Engine, Policies, open_engine
+
+TUNED_BACKUP = TUNED_CONFIG + ".bak"
+MIN_TRAIN_QUESTIONS = 50  # below this, tuned parameters mostly fit noise: `tune` warns
+FUSION_GRID = [(k, w) for k in (10, 30, 60, 100) for w in (0.6, 0.8, 1.0, 1.25, 1.5)]
+
+
+def _fusion_scores(engine: Engine, labels: Sequence[Label]) -> dict[tuple[int, float], float]:
+    ranked = [lb for lb in labels if lb.answerable and lb.relevant]
+    lists = []
+    for lb in ranked:
+        p = lb.principal_obj()
+        lists.append((engine.retrievers["bm25"].search(lb.question, p, 100, Filters()),
+                      engine.retrievers["dense"].search(lb.question, p, 100, Filters()), lb))
+    scores = {}
+    for rrf_k, w in FUSION_GRID:
+        scores[(rrf_k, w)] = mean(ndcg_at_k(doc_ranking(rrf({"bm25": b, "dense": d}, k=rrf_k, weights={"bm25": w, "dense": 1.0},
+                                                            limit=100)), {x: 1.0 for x in lb.relevant}, 10)
+                                  for b, d, lb in lists) if lists else 0.0
+    return scores
+
+
+def question_features(engine: Engine, question: str, principal: Principal, today: date | None = None
+                      ) -> tuple[Constraints, dict[str, float]]:
+    """A question's constraints and route features, read by the loop's own first step
+    (relative dates against `today`, else the engine's date)."""
+    read = engine.understand(question, principal, today)
+    i = read.inputs
+    return read.constraints, features(i.question, i.constraints, i.sql_linked, i.term_stats)
+
+
+def first_attempt_evidence(engine: Engine, question: str, principal: Principal, k: int = 8, today: date | None = None
+                           ) -> tuple[Constraints, list[Hit]]:
+    """The passages a question's first attempt is graded on, from a one-attempt run of the
+    loop itself (route, retrieval, date order, signals); none when rows answered it."""
+    result = engine.query(question, principal, k=k, max_attempts=1, deadline_ms=engine.limits.max_deadline_ms, today=today)
+    first = next((a for a in result.attempts if not a.rejected), None)
+    if first is None or first.rows is not None:
+        return result.constraints, []
+    return result.constraints, list(first.hits)
+
+
+def _route_rows(engine: Engine, labels: Sequence[Label]) -> tuple[list[dict[str, float]], list[str]]:
+    labeled = [lb for lb in labels if lb.route]
+    return [question_features(engine, lb.question, lb.principal_obj(), lb.today)[1] for lb in labeled], [lb.route for lb in labeled]
+
+
+def _grade_rows(engine: Engine, labels: Sequence[Label], sufficient_of: Callable[[Label, list[str]], bool]
+                ) -> tuple[list[dict[str, float]], list[bool]]:
+    """Evidence features of each question's first attempt on its routed text retriever."""
+    rows, ys = [], []
+    for lb in labels:
+        if lb.route == "sql" or lb.answer_rows is not None:
+            continue
+        constraints, hits = first_attempt_evidence(engine, lb.question, lb.principal_obj(), today=lb.today)
+        if not hits:
+            continue
+        rows.append(evidence_features(lb.question, hits, constraints))
+        ys.append(sufficient_of(lb, [h.doc_id for h in hits]))
+    return rows, ys
+
+
+def fit_policies(engine: Engine, train: Sequence[Label], seed: int, tune_router: bool = True,
+                 grader_engine: Engine | None = None, sufficient_of: Callable[[Label, list[str]], bool] | None = None,
+                 grader_labels: Sequence[Label] | None = None) -> tuple[Policies, dict[str, Any]]:
+    """Fusion, then router, then grader (each fitted with the previous ones in place).
+    `notes["warnings"]` says when the training set is too small to trust the fits."""
+    notes: dict[str, Any] = {}
+    if len(train) < MIN_TRAIN_QUESTIONS:
+        notes["warnings"] = [f"only {len(train)} training questions (fewer than {MIN_TRAIN_QUESTIONS}): "
+                             "the tuned parameters may fit noise; label more questions before trusting them"]
+    scores = _fusion_scores(engine, train)
+    rrf_k, w = best_fusion(scores)
+    fusion = FusionParams(rrf_k=rrf_k, depth=100, weights={"bm25": w, "dense": 1.0})
+    notes["fusion"] = {"rrf_k": rrf_k, "bm25_weight": w, "train_ndcg@10": round(scores[(rrf_k, w)], 4),
+                       "train_ndcg@10_default": round(scores.get((60, 1.0), 0.0), 4)}
+    router = engine.policies.router
+    if tune_router:
+        rows, routes = _route_rows(engine, train)
+        if rows:
+            router = fit_router(rows, routes, seed)
+            notes["router_train_examples"] = len(rows)
+    policies = Policies(router, engine.policies.grader, fusion)
+    g_engine = grader_engine or engine
+    tuned_g = open_engine(g_engine.snapshot.path.parent.parent, g_engine.embedder, g_engine.limits, g_engine.today, policies)
+    try:
+        suff = sufficient_of or (lambda lb, docs: lb.answerable and bool(set(lb.relevant) & set(docs)))
+        rows, ys = _grade_rows(tuned_g, grader_labels or train, suff)
+    finally:
+        tuned_g.close()
+    fit = fit_grader(rows, ys, engine.policies.grader, seed)
+    notes["grader"] = {"train_examples": len(ys), "train_sufficient": int(sum(ys)),
+                       "train_balanced_accuracy": round(fit.train_balanced_accuracy, 4), "threshold": fit.config.threshold}
+    return Policies(router, fit.config, fusion), notes
+
+
+def save_policies(index_dir: Path, policies: Policies, notes: dict[str, Any], seed: int) -> Path:
+    """Write tuned.json atomically; serve, query and mcp load it from the index directory.
+    A previous tuned.json is kept as tuned.json.bak (copy it back to undo a tuning run)."""
+    data = {"router": policies.router.to_json(), "grader": policies.grader.to_json(),
+            "fusion": {"rrf_k": policies.fusion.rrf_k, "depth": policies.fusion.depth, "weights": dict(policies.fusion.weights)},
+            "seed": seed, "notes": notes}
+    path = index_dir / TUNED_CONFIG
+    if path.is_file():  # tuned.json stays in place until the new one replaces it
+        backup = path.with_name(TUNED_BACKUP)
+        shutil.copyfile(path, backup.with_suffix(".tmp"))
+        os.replace(backup.with_suffix(".tmp"), backup)
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(data, indent=2))
+    os.replace(tmp, path)
+    return path
+
+
+def split_labels(labels: Sequence[Label]) -> tuple[list[Label], list[Label]]:
+    train = [lb for lb in labels if lb.split in (None, "train")]
+    test = [lb for lb in labels if lb.split == "test"]
+    return train, test

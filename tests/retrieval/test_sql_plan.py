@@ -1,0 +1,68 @@
+"""Query plans rendered to SQL: names and values are quoted by construction, and the SQL
+runs in DuckDB and passes the guard whatever characters the names and values hold."""
+
+from __future__ import annotations
+
+from datetime import date
+
+import duckdb
+from hypothesis import given, settings, strategies as st
+
+from retrieval.sql.guard import guard_sql
+from retrieval.sql.plan import Aggregate, Compare, DateWithin, Equals, Order, QueryPlan
+from retrieval.sql.render import render_sql
+from retrieval.sql.schema import ColumnInfo, TableInfo
+from retrieval.types import Principal
+
+ROWS = [("a-1", "O'Brien", 5.0, date(2025, 1, 10)), ("a-2", "O'Brien", 12.5, date(2025, 3, 2)),
+        ("a-3", 'say "hi"; DROP', 30.0, date(2025, 6, 1))]
+
+
+def _table(column: str) -> duckdb.DuckDBPyConnection:
+    con = duckdb.connect()
+    con.execute(f'CREATE TABLE "order" (order_id VARCHAR, "{column}" VARCHAR, "cost usd" DOUBLE, placed_on DATE)')
+    con.executemany('INSERT INTO "order" VALUES (?, ?, ?, ?)', ROWS)
+    return con
+
+
+def test_a_plan_on_a_reserved_table_name_with_odd_columns_and_quoted_values_runs_as_planned():
+    plan = QueryPlan("order", "list", ("order_id", "owner (name)"),
+                     filters=(Equals("owner (name)", "O'Brien"), Compare("cost usd", ">", 6.0),
+                              DateWithin("placed_on", date(2025, 2, 1), None)),
+                     order_by=(Order("placed_on", True),), limit=5)
+    sql = render_sql(plan)
+    assert sql.startswith('SELECT "order_id", "owner (name)" FROM "order" WHERE')
+    assert _table("owner (name)").execute(sql).fetchall() == [("a-2", "O'Brien")]
+
+
+def test_grouped_top_orders_by_the_aggregate_value_then_the_group():
+    plan = QueryPlan("order", "grouped top", ("owner",), Aggregate("sum", "cost usd"), group_by="owner",
+                     order_by=(Order(None, True), Order("owner")), limit=1)
+    sql = render_sql(plan)
+    assert sql.endswith('GROUP BY "owner" ORDER BY value DESC, "owner" LIMIT 1')
+    assert _table("owner").execute(sql).fetchall() == [('say "hi"; DROP', 30.0)]
+    assert plan.ordered and plan.columns_used() == {"owner", "cost usd"}
+
+
+@given(st.text(st.characters(blacklist_categories=("Cs",), blacklist_characters="\x00"), min_size=1, max_size=20))
+@settings(max_examples=60, deadline=None)
+def test_any_value_renders_as_one_string_literal_the_guard_accepts(value):
+    table = TableInfo("order", (ColumnInfo("order_id", "VARCHAR"), ColumnInfo("owner", "VARCHAR")), ("public",))
+    sql = render_sql(QueryPlan("order", "count", aggregate=Aggregate("count"), filters=(Equals("owner", value),)))
+    guarded = guard_sql(sql, {"order": table}, Principal("anyone"))
+    assert guarded.tables == ("order",)
+    con = duckdb.connect()
+    con.execute('CREATE SCHEMA data; CREATE TABLE data."order" (order_id VARCHAR, owner VARCHAR)')
+    con.execute('INSERT INTO data."order" VALUES (?, ?), (?, ?)', ["x-1", value, "x-2", value + "!"])
+    assert con.execute(guarded.sql).fetchall() == [(1,)]
+
+
+def test_a_compared_number_is_written_exactly_not_rounded():
+    con = duckdb.connect()
+    con.execute('CREATE TABLE "order" (order_id VARCHAR, "cost usd" DOUBLE)')
+    con.executemany('INSERT INTO "order" VALUES (?, ?)', [("big", 1234567.0), ("bigger", 1234568.0), ("tiny", 0.125)])
+    for value, expected in ((1234567.0, [("bigger",)]), (0.1, [("big",), ("bigger",), ("tiny",)]), (20.0, [("big",), ("bigger",)])):
+        sql = render_sql(QueryPlan("order", "list", ("order_id",), filters=(Compare("cost usd", ">", value),),
+                                   order_by=(Order("order_id"),)))
+        assert con.execute(sql).fetchall() == expected, sql
+    assert "> 20 " in render_sql(QueryPlan("order", "list", ("order_id",), filters=(Compare("cost usd", ">", 20.0),))) + " "
