@@ -123,15 +123,18 @@ def _points(text: str, today: date, strict: bool = False) -> list[tuple[int, int
     """Non-overlapping date mentions: (char start, char end, first day, last day). `strict`
     refuses a calendar day that does not exist instead of reading it as no date."""
     taken: list[tuple[int, int, date, date]] = []
+    void: list[tuple[int, int]] = []  # impossible days read leniently: no date, and no month or year inside them either
     for pattern, kind in _POINTS:
         for m in pattern.finditer(text):
-            if any(s < m.end() and m.start() < e for s, e, _, _ in taken):
+            if any(s < m.end() and m.start() < e for s, e, _, _ in taken) or any(s < m.end() and m.start() < e for s, e in void):
                 continue
             span = _resolve(kind, m, today)
             if span:
                 taken.append((m.start(), m.end(), *span))
-            elif strict and kind in _CALENDAR_DAYS:
-                raise InvalidRequest(f"{m.group(0)!r} is not a valid date")
+            elif kind in _CALENDAR_DAYS:
+                if strict:
+                    raise InvalidRequest(f"{m.group(0)!r} is not a valid date")
+                void.append((m.start(), m.end()))
     return sorted(taken)
 
 
@@ -155,7 +158,7 @@ def find_dates(text: str, today: date, exclude: list[tuple[int, int]] | None = N
         between = re.search(r"\b(between|from)\s+$", before, re.I)
         if between and i + 1 < len(points) and re.fullmatch(r"\s+(?:and|to|until|through|-)\s+", text[e : points[i + 1][0]], re.I):
             s2, e2, _, last2 = points[i + 1]
-            out.append(DateRange(first, last2, text[s - len(between.group(0)) + between.start() : e2].strip()))
+            out.append(DateRange(first, last2, text[s - len(before) + between.start() : e2].strip()))
             i += 2
             continue
         op = _OPERATOR.search(before)

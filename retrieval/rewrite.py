@@ -179,8 +179,10 @@ def _date_filter(ctx: RewriteContext, history: Sequence[Tried], last: Tried | No
     yield Plan("date_filter", route, (ctx.question,), filters, reason="documents dated inside the question's range")
 
 
-_SPLIT_ALTERNATIVES = re.compile(r"^(?P<base>.*?)[,:]?\s*(?:between\s+)?(?P<a>[^,]+?)\s+(?:or|and|vs\.?|versus)\s+(?P<b>[^,?]+?)\s*\??$", re.I)
+_LAST_ALTERNATIVE = re.compile(r"^(?P<head>.+)\s+(?:or|and|vs\.?|versus)\s+(?P<b>[^,?]+?)\s*\??$", re.I)
 _COMPARE = re.compile(r"\b(compare|compared|difference between|which|who|whose|both|either)\b", re.I)
+_ITEM_START = re.compile(r".*(?:[,:;]\s*|\bbetween\s+)", re.I | re.S)  # what precedes the first item, when marked
+_FILLER = {"which", "who", "whose", "compare", "between"}
 
 
 def split_question(question: str) -> tuple[str, ...]:
@@ -193,13 +195,22 @@ def split_question(question: str) -> tuple[str, ...]:
             return (left.rstrip(" ,"), right)
     if not _COMPARE.search(q):
         return ()
-    m = _SPLIT_ALTERNATIVES.match(q)
+    m = _LAST_ALTERNATIVE.match(q)
     if not m:
         return ()
-    base, a, b = m.group("base").strip(), m.group("a").strip(), m.group("b").strip()
+    head, b = m.group("head").strip(), m.group("b").strip()
+    marked = _ITEM_START.match(head)
+    if marked:  # "..., X or Y", "...: X or Y", "... between X and Y": the first item starts after the mark
+        base, a = head[: marked.end()], head[marked.end():]
+    else:  # unmarked: the first item is as long as the second ("compare the night shift and the day shift")
+        words = head.split()
+        base, a = " ".join(words[: -len(b.split())]), " ".join(words[-len(b.split()):])
+    a = a.strip()
     if not a or not b or len(a.split()) > 8 or len(b.split()) > 8:
         return ()
-    base_terms = " ".join(w for w in re.findall(r"[\w'-]+", base) if w.lower() not in {"which", "who", "whose", "compare", "between"})
+    # the shared part word by word as written (an identifier such as 3.1.2 stays whole), without filler
+    shared = [w.strip(",:;?") for w in base.split()]
+    base_terms = " ".join(w for w in shared if w and w.lower() not in _FILLER)
     return (f"{a} {base_terms}".strip(), f"{b} {base_terms}".strip())
 
 
