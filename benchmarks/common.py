@@ -45,7 +45,7 @@ def make_embedder() -> Any:
     QUARRY_CACHE_DIR and QUARRY_MODEL_PATH apply to benchmarks too."""
     from routes.settings import Settings
 
-    return Settings().with_env().embedder()
+    return Settings.load().embedder()
 
 
 def timed(fn: Callable[[], Any]) -> tuple[Any, float]:

@@ -168,8 +168,9 @@ class Catalog:
         tables = cur.execute("SELECT count(*) FROM quarry.tables").fetchall()[0][0]
         return {"documents": int(docs), "chunks": int(chunks), "tables": int(tables)}
 
-    def chunk_table(self) -> ChunkTable:
-        """Load the per-chunk columns that access checks and hit building need."""
+    def chunk_table(self, mask_cache_size: int = 512) -> ChunkTable:
+        """Load the per-chunk columns that access checks and hit building need; the table
+        keeps up to `mask_cache_size` access masks."""
         rows = self.cursor().execute(
             f"""SELECT c.chunk_id, c.doc_id, c.text, c.start_offset, c.end_offset,
                       d.title, d.source, CAST(d.date AS VARCHAR) AS date_s, d.acl, {META_TEXT} AS meta
@@ -186,6 +187,7 @@ class Catalog:
             dates=_none_list(rows["date_s"]),
             acls=[tuple(a) for a in rows["acl"].tolist()],
             metas=_none_list(rows["meta"]),
+            cache_size=mask_cache_size,
         )
 
     def embed_keys(self) -> list[str]:

@@ -77,8 +77,10 @@ def check_manifest(manifest: dict[str, Any], model_id: str, dim: int) -> None:
         )
 
 
-def load_snapshot(index_dir: Path, embedder: Embedder, verify_hashes: bool = True) -> Snapshot:
-    """Load the current snapshot of `index_dir` after checking its manifest and files."""
+def load_snapshot(index_dir: Path, embedder: Embedder, verify_hashes: bool = True,
+                  mask_cache_size: int = 512) -> Snapshot:
+    """Load the current snapshot of `index_dir` after checking its manifest and files; its
+    chunk table keeps up to `mask_cache_size` access masks."""
     path = current_snapshot_path(index_dir)
     manifest = read_manifest(path)
     check_manifest(manifest, embedder.model_id, embedder.dimension())
@@ -93,7 +95,7 @@ def load_snapshot(index_dir: Path, embedder: Embedder, verify_hashes: bool = Tru
         counts = catalog.counts()
         if counts != manifest["counts"]:
             raise SnapshotError(f"catalog counts {counts} differ from the manifest {manifest['counts']}")
-        chunks = catalog.chunk_table()
+        chunks = catalog.chunk_table(mask_cache_size)
         bm25 = Bm25Index.load(path / "bm25")
         dense = DenseIndex.load(path / "dense.faiss")
         if bm25.size != len(chunks) or dense.size != len(chunks) or dense.dim != embedder.dim:

@@ -1,14 +1,24 @@
-"""Domain errors. The edges (HTTP, MCP, CLI) map `code` to a status; nothing here knows HTTP."""
+"""Domain errors. Each class says once how every edge reports it: `code` (the wire name of
+HTTP and CLI error bodies), `http_status`, `tool_code` (the code of an MCP / function-tool
+error result) and `exit_code` (the CLI's). The edges derive their tables from these classes
+(`all_error_classes`) and never keep their own; the core only raises.
+"""
 
 from __future__ import annotations
 
 from typing import Any
+
+CALLER_MISTAKE_EXIT = 2  # the CLI's exit code of an error the caller can fix (a 4xx)
+SERVER_FAULT_EXIT = 1  # ... and of one it cannot (a 5xx, retryable or not)
 
 
 class RetrievalError(Exception):
     """Base of every error Quarry reports to a caller; `code` is the stable wire name."""
 
     code: str = "internal"
+    http_status: int = 500
+    tool_code: str = "internal"
+    exit_code: int = SERVER_FAULT_EXIT
     retryable: bool = False
 
     def __init__(self, message: str, **context: Any) -> None:
@@ -35,42 +45,69 @@ class StorageError(ServerFault):
 
 class InvalidRequest(RetrievalError):
     code = "invalid_request"
+    http_status = 400
+    tool_code = "invalid_arguments"
+    exit_code = CALLER_MISTAKE_EXIT
 
 
 class Unauthenticated(RetrievalError):
     code = "unauthenticated"
+    http_status = 401
+    tool_code = "unauthenticated"
+    exit_code = CALLER_MISTAKE_EXIT
 
 
 class Forbidden(RetrievalError):
     code = "forbidden"
+    http_status = 403
+    tool_code = "access_denied"
+    exit_code = CALLER_MISTAKE_EXIT
 
 
 class NotFound(RetrievalError):
     """Also raised for documents the caller may not read, so both look the same."""
 
     code = "not_found"
+    http_status = 404
+    tool_code = "not_found"
+    exit_code = CALLER_MISTAKE_EXIT
 
 
 class PayloadTooLarge(RetrievalError):
     code = "payload_too_large"
+    http_status = 413
+    tool_code = "invalid_arguments"
+    exit_code = CALLER_MISTAKE_EXIT
 
 
 class SqlRejected(RetrievalError):
     code = "sql_rejected"
+    http_status = 400
+    tool_code = "sql_rejected"
+    exit_code = CALLER_MISTAKE_EXIT
 
 
 class RateLimited(RetrievalError):
     code = "rate_limited"
-    retryable = True
-
-
-class RetrievalTimeout(RetrievalError):
-    code = "retrieval_timeout"
+    http_status = 429
+    tool_code = "rate_limited"
+    exit_code = CALLER_MISTAKE_EXIT
     retryable = True
 
 
 class RetrievalUnavailable(RetrievalError):
     code = "retrieval_unavailable"
+    http_status = 503
+    tool_code = "retrieval_unavailable"
+    exit_code = SERVER_FAULT_EXIT
+    retryable = True
+
+
+class RetrievalTimeout(RetrievalError):
+    code = "retrieval_timeout"
+    http_status = 503
+    tool_code = "retrieval_unavailable"
+    exit_code = SERVER_FAULT_EXIT
     retryable = True
 
 
@@ -95,3 +132,18 @@ class NoSnapshot(SnapshotError):
     has not ingested, so it reads as `not_found`."""
 
     code = "not_found"
+    http_status = 404
+    tool_code = "not_found"
+    exit_code = CALLER_MISTAKE_EXIT
+
+
+def all_error_classes() -> list[type[RetrievalError]]:
+    """`RetrievalError` and every subclass, parents before children, in definition order."""
+    out: list[type[RetrievalError]] = []
+    stack: list[type[RetrievalError]] = [RetrievalError]
+    while stack:
+        cls = stack.pop(0)
+        if cls not in out:
+            out.append(cls)
+            stack[:0] = cls.__subclasses__()
+    return out

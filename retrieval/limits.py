@@ -1,8 +1,9 @@
-"""Request limits and budgets: named, with defaults and help. The edges fill them from settings."""
+"""Request limits and budgets, as the core checks them. The edges build them from the settings
+(routes/settings.py), which name each one with its default and a line of help."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 
 from retrieval.errors import InvalidRequest
 from retrieval.types import Filters
@@ -19,20 +20,6 @@ class Limits:
     max_deadline_ms: int = 30000
     call_timeout_ms: int = 1500
     max_filter_values: int = 100
-
-
-HELP = {
-    "max_query_chars": "Longest accepted question or query, in characters.",
-    "default_k": "Passages returned when the caller does not say.",
-    "max_k": "Most passages a caller may ask for.",
-    "default_attempts": "Retrieval attempts the loop may make when the caller does not say.",
-    "max_attempts": "Server cap on attempts per question.",
-    "default_deadline_ms": "Time budget of one question when the caller does not say.",
-    "max_deadline_ms": "Largest deadline a caller may ask for.",
-    "call_timeout_ms": "Timeout of one retriever call inside the loop.",
-    "max_filter_values": "Most values in one filter list (sources, doc_ids).",
-}
-assert set(HELP) == {f.name for f in fields(Limits)}
 
 
 def check_query(query: object, limits: Limits) -> str:

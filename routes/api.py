@@ -8,7 +8,7 @@ re-validating every answer on the way out.
 from __future__ import annotations
 
 import uuid
-from typing import Any, Literal
+from typing import Any, Callable, Literal, TypeVar
 
 from fastapi import APIRouter, Depends, Request, Security
 from fastapi.responses import JSONResponse
@@ -22,9 +22,8 @@ from retrieval.sql.translate import Decline
 from retrieval.types import Filters
 from routes.audit import answer_fields, tool_fields
 from routes.auth import Caller, caller_from_header, require_scope
-from routes.schemas import (Answer, DocumentOut, QueryIn, SearchIn, SearchOut, SqlIn, SqlOut, ToolCallIn, ToolCallOut,
+from routes.schemas import (Answer, DocumentOut, RequestModels, SearchOut, SqlOut, ToolCallIn, ToolCallOut,
                             error_responses)
-from routes.tools import anthropic_tools, call_tool, openai_tools
 
 ERRORS = error_responses(400, 401, 403, 413, 422, 429, 503)
 # Declares the bearer scheme in OpenAPI (so /docs can send a key); the check itself is
@@ -42,12 +41,26 @@ def _filters(f: Any) -> Filters:
     return f.to_filters() if f is not None else Filters()
 
 
-def build_router() -> APIRouter:
+Endpoint = TypeVar("Endpoint", bound=Callable[..., Any])
+
+
+def _body(model: type) -> Callable[[Endpoint], Endpoint]:
+    """Declare the endpoint's `body` as `model`, a class built at run time from the limits
+    (a string annotation could only name a module-level class)."""
+    def declare(endpoint: Endpoint) -> Endpoint:
+        endpoint.__annotations__["body"] = model
+        return endpoint
+    return declare
+
+
+def build_router(models: RequestModels) -> APIRouter:
+    """The retrieval endpoints, validating bodies with `models` (see `request_models`)."""
     router = APIRouter(prefix="/v1", tags=["retrieval"])
 
     @router.post("/query", response_model=Answer, responses=ERRORS,
                  summary="Answer a question: an answer context or a typed evidence gap")
-    async def query(body: QueryIn, request: Request, caller: Caller = Depends(current_caller)) -> JSONResponse:
+    @_body(models.query)
+    async def query(body: Any, request: Request, caller: Caller = Depends(current_caller)) -> JSONResponse:
         require_scope(caller, "query")
         state = request.app.state.quarry
         with state.gate.enter(caller.key_id):
@@ -61,7 +74,8 @@ def build_router() -> APIRouter:
         return JSONResponse(out)
 
     @router.post("/search", response_model=SearchOut, responses=ERRORS, summary="Run one retriever")
-    async def search_one(body: SearchIn, request: Request, caller: Caller = Depends(current_caller)) -> JSONResponse:
+    @_body(models.search)
+    async def search_one(body: Any, request: Request, caller: Caller = Depends(current_caller)) -> JSONResponse:
         require_scope(caller, "query")
         state = request.app.state.quarry
         with state.gate.enter(caller.key_id):
@@ -73,7 +87,8 @@ def build_router() -> APIRouter:
 
     @router.post("/sql", response_model=SqlOut, responses=ERRORS,
                  summary="Run one read-only SELECT (sql scope) or translate a question to SQL")
-    async def sql(body: SqlIn, request: Request, caller: Caller = Depends(current_caller)) -> dict:
+    @_body(models.sql)
+    async def sql(body: Any, request: Request, caller: Caller = Depends(current_caller)) -> dict:
         state = request.app.state.quarry
         trace = uuid.uuid4().hex
         with state.gate.enter(caller.key_id):
@@ -119,7 +134,7 @@ def build_tools_router() -> APIRouter:
                          caller: Caller = Depends(current_caller)) -> JSONResponse:
         state = request.app.state.quarry
         with state.gate.enter(caller.key_id):
-            render = openai_tools if format == "openai" else anthropic_tools
+            render = state.tools.openai if format == "openai" else state.tools.anthropic
             tools = await run_in_threadpool(render, state.engine, caller.principal)
         return JSONResponse({"format": format, "tools": tools})
 
@@ -128,7 +143,7 @@ def build_tools_router() -> APIRouter:
     async def call(body: ToolCallIn, request: Request, caller: Caller = Depends(current_caller)) -> JSONResponse:
         state = request.app.state.quarry
         with state.gate.enter(caller.key_id):
-            done = await run_in_threadpool(call_tool, state.engine, caller.principal, body.name, body.arguments)
+            done = await run_in_threadpool(state.tools.call, state.engine, caller.principal, body.name, body.arguments)
         request.state.audit = tool_fields(done)
         state.metrics.count_tool(done)
         return JSONResponse({"call_id": body.call_id, **done.to_dict()})

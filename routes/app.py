@@ -21,6 +21,7 @@ from fastapi.responses import PlainTextResponse
 from starlette.concurrency import run_in_threadpool
 from starlette.types import ASGIApp, Receive, Scope, Send
 
+from retrieval.errors import PayloadTooLarge, RetrievalUnavailable
 from retrieval.types import Filters, Principal
 from starlette.routing import Route
 
@@ -30,12 +31,13 @@ from routes.audit import AuditLog, AuditRecord
 from routes.docs import install_docs
 from routes.auth import Caller, Gate, caller_from_header, require_scope
 from routes.engine import Engine, open_engine
+from routes.errors import error_code, install_error_handlers
 from routes.plugins import load_policy
-from routes.errors import error_body, error_code, install_error_handlers
 from routes.keys import KeyStore
 from routes.metrics import Metrics
-from routes.schemas import ErrorOut, error_responses
+from routes.schemas import ErrorOut, error_responses, request_models
 from routes.settings import Settings
+from routes.tools import Toolset
 
 log = logging.getLogger("quarry.http")
 MAX_ERROR_BODY = 64 * 1024  # error bodies are read back for their code; none is near this
@@ -53,6 +55,7 @@ class AppState:
     engine: Engine | None
     keys: KeyStore | None
     gate: Gate
+    tools: Toolset
     metrics: Metrics = field(default_factory=Metrics)
     audit: AuditLog | None = None
     extra: dict[str, Any] = field(default_factory=dict)
@@ -100,10 +103,11 @@ class Observe:
                 if self.fail_closed and self._audited(scope):
                     audited_early = True
                     if not await self._write_now(scope, status, time.perf_counter() - started, trace):
-                        refused, status = True, 503
-                        body = json.dumps(error_body("retrieval_unavailable", AUDIT_REFUSAL, True)).encode()
+                        refusal = RetrievalUnavailable(AUDIT_REFUSAL)
+                        refused, status = True, refusal.http_status
+                        body = json.dumps(refusal.to_dict()).encode()
                         error.extend(body)
-                        await send({"type": "http.response.start", "status": 503,
+                        await send({"type": "http.response.start", "status": status,
                                     "headers": [(b"content-type", b"application/json"),
                                                 (b"content-length", str(len(body)).encode())]})
                         await send({"type": "http.response.body", "body": body})
@@ -208,8 +212,9 @@ class BodyLimit:
 
     async def _reject(self, send: Send) -> None:
 
-        body = json.dumps(error_body("payload_too_large", f"request body exceeds {self.max_bytes} bytes")).encode()
-        await send({"type": "http.response.start", "status": 413,
+        too_large = PayloadTooLarge(f"request body exceeds {self.max_bytes} bytes")
+        body = json.dumps(too_large.to_dict()).encode()
+        await send({"type": "http.response.start", "status": too_large.http_status,
                     "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]})
         await send({"type": "http.response.body", "body": body})
 
@@ -217,7 +222,7 @@ class BodyLimit:
 def engine_for(settings: Settings) -> Engine:
     """The engine over the current snapshot of `settings.index_dir`, built once, with the
     policies the settings name (routes/plugins.py); a policy that fails to load stops here."""
-    engine = open_engine(settings.index_dir, settings.embedder(), settings.limits, settings.today, None, settings.workers)
+    engine = open_engine(settings.index_dir, settings=settings)
     try:
         assert engine.policy is not None
         return engine.with_policy(load_policy(settings, engine, engine.policy))
@@ -227,10 +232,15 @@ def engine_for(settings: Settings) -> Engine:
 
 
 def create_app(settings: Settings, engine: Engine | None = None, keys: KeyStore | None = None) -> FastAPI:
-    """Build the app. Without `engine`, the lifespan loads the index of `settings` once."""
+    """Build the app. Without `engine`, the lifespan loads the index of `settings` once. The
+    request bodies, the tools and so the OpenAPI document are bounded by `settings.limits`;
+    a ready `engine` must check the same limits."""
+    limits = settings.limits
+    if engine is not None and engine.limits != limits:
+        raise ValueError(f"the engine's limits {engine.limits} differ from the settings' {limits}")
     state = AppState(settings, engine,
                      keys if keys is not None else (KeyStore(settings.keys_file) if settings.keys_file else None),
-                     Gate(settings.rate_per_second, settings.burst, settings.max_concurrent_per_key))
+                     Gate(settings.rate_per_second, settings.burst, settings.max_concurrent_per_key), Toolset(limits))
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -253,7 +263,7 @@ def create_app(settings: Settings, engine: Engine | None = None, keys: KeyStore 
     app.state.quarry = state
     app.add_middleware(BodyLimit, max_bytes=settings.max_body_bytes)
     install_error_handlers(app)
-    app.include_router(build_router())
+    app.include_router(build_router(request_models(limits)))
     app.include_router(build_tools_router())
     _add_ops_routes(app, state)
     install_docs(app)
@@ -304,8 +314,8 @@ def _add_ops_routes(app: FastAPI, state: AppState) -> None:
             await run_in_threadpool(engine.retrievers["bm25"].search, "readiness", READINESS_PROBE, 1, Filters())
         except Exception as exc:  # noqa: BLE001 - readiness reports, it does not raise
             log.warning("readiness probe failed: %s", type(exc).__name__)
-            return Response(json.dumps(error_body("retrieval_unavailable", "index not answering", True)),
-                            status_code=503, media_type="application/json")
+            down = RetrievalUnavailable("index not answering")
+            return Response(json.dumps(down.to_dict()), status_code=down.http_status, media_type="application/json")
         body: dict[str, Any] = {"status": "ready"}
         if caller is not None and "admin" in caller.principal.scopes:
             body |= {"snapshot": engine.snapshot.manifest["snapshot"], "counts": engine.snapshot.manifest["counts"]}

@@ -1,7 +1,9 @@
 """The `quarry` command line. JSON on stdout for machines; `--table` for people.
 
-Errors print the same `{"error": {...}}` JSON as the HTTP API, on one line, and exit
-non-zero: 2 for a caller's mistake (a code whose HTTP status is 4xx), 1 otherwise.
+Every command builds from the settings (routes/settings.py): defaults, then `QUARRY_*`
+variables, then its flags and `--set NAME=VALUE`; `quarry settings` shows the result.
+Errors print the same `{"error": {...}}` JSON as the HTTP API, on one line, and exit with
+the error class's exit code: 2 for a caller's mistake, 1 for a server fault.
 """
 
 from __future__ import annotations
@@ -9,14 +11,17 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from dataclasses import replace
 from datetime import date
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 from retrieval.errors import InvalidRequest, RetrievalError
+from retrieval.limits import check_k
 from retrieval.registry import SEARCH_ROUTES
 from retrieval.types import Filters, Principal
+
+if TYPE_CHECKING:
+    from routes.settings import Settings
 
 RETRIEVERS = SEARCH_ROUTES
 
@@ -96,26 +101,55 @@ def default_acl(entries: Sequence[str] | None) -> tuple[str, ...]:
     return check_acl(list(entries))
 
 
-def cmd_ingest(args: argparse.Namespace) -> int:
-    from indexes.snapshot import BuildOptions, build_snapshot
+# Command-line flags that set a setting: argparse dest -> setting name. A flag left out
+# (None) leaves the setting to the environment and the defaults.
+FLAG_SETTINGS = {"index": "index_dir", "model_path": "model_path", "host": "host", "port": "port",
+                 "keys": "keys_file", "today": "today", "default_acl": "default_acl",
+                 "reuse_embeddings": "reuse_embeddings"}
 
-    acl = default_acl(args.default_acl)
+
+def load_settings(args: argparse.Namespace, env: dict[str, str] | None = None) -> Settings:
+    """The settings of this run: defaults, then `QUARRY_*` variables, then `--set NAME=VALUE`
+    and this command's own flags."""
+    from routes.settings import Settings
+
+    flags: dict[str, Any] = {}
+    for item in getattr(args, "set", None) or ():
+        name, sep, value = item.partition("=")
+        if not sep or not name.strip():
+            raise InvalidRequest(f"--set {item!r}: expected NAME=VALUE (see `quarry settings`)")
+        flags[name.strip()] = value
+    flags |= {name: getattr(args, dest) for dest, name in FLAG_SETTINGS.items() if getattr(args, dest, None) is not None}
+    return Settings.load(env, flags)
+
+
+def _index(settings: Settings) -> Path:
+    """The index directory a command works on: --index, or QUARRY_INDEX_DIR."""
+    if settings.source("index_dir") == "default":
+        raise InvalidRequest(f"--index is required (or set {settings.env_name('index_dir')})")
+    return settings.index_dir
+
+
+def cmd_ingest(args: argparse.Namespace, settings: Settings) -> int:
+    from indexes.snapshot import build_snapshot
+
+    acl = default_acl(settings.default_acl)
     meaning = {("public",): " (everyone)", ("group:admin",): " (admins only)"}.get(acl, "")
     print(f"default ACL of documents and tables without one: {' '.join(acl)}{meaning}", file=sys.stderr)
-    embedder = _embedder(args)
-    manifest = build_snapshot([Path(s) for s in args.sources], Path(args.index), embedder,
-                              BuildOptions(default_acl=acl, reuse_embeddings=not args.no_reuse), progress=_progress_bar())
+    manifest = build_snapshot([Path(s) for s in args.sources], _index(settings), settings.embedder(),
+                              settings.build_options(acl), progress=_progress_bar())
     _emit({k: manifest[k] for k in ("snapshot", "counts", "embeddings", "model", "content_hash", "timings_s")})
     return 0
 
 
-def cmd_search(args: argparse.Namespace) -> int:
+def cmd_search(args: argparse.Namespace, settings: Settings) -> int:
     from retrieval.answer import hits_json
     from retrieval.search import search
     from routes.engine import open_engine
 
     principal = _principal(args)
-    engine = open_engine(Path(args.index), _embedder(args), warm=args.retriever in ("dense", "hybrid"))
+    check_k(args.k, settings.limits)  # before the index and model load
+    engine = open_engine(_index(settings), settings=settings, warm=args.retriever in ("dense", "hybrid"))
     try:
         hits = search(engine.retrievers, args.retriever, args.query, principal, args.k, _filters(args), engine.limits)
     finally:
@@ -128,13 +162,14 @@ def cmd_search(args: argparse.Namespace) -> int:
     return 0
 
 
-def cmd_query(args: argparse.Namespace) -> int:
+def cmd_query(args: argparse.Namespace, settings: Settings) -> int:
     """The loop for one question: an answer context or an evidence gap, as JSON."""
     from retrieval.answer import result_json
     from routes.engine import open_engine
 
     principal = _principal(args)
-    engine = open_engine(Path(args.index), _embedder(args), today=args.today)
+    check_k(args.k, settings.limits)  # before the index and model load
+    engine = open_engine(_index(settings), settings=settings)
     try:
         result = engine.query(args.question, principal, k=args.k, max_attempts=args.max_attempts,
                               deadline_ms=args.deadline_ms, filters=_filters(args))
@@ -157,13 +192,13 @@ def cmd_query(args: argparse.Namespace) -> int:
     return 0
 
 
-def cmd_sql(args: argparse.Namespace) -> int:
+def cmd_sql(args: argparse.Namespace, settings: Settings) -> int:
     """Run SQL (the CLI caller holds the `sql` scope), or translate a question with --question."""
     from retrieval.sql.translate import Decline
     from routes.engine import open_engine
 
     principal = _principal(args, scopes=("query", "sql"))
-    engine = open_engine(Path(args.index), _embedder(args), today=args.today, warm=False)
+    engine = open_engine(_index(settings), settings=settings, warm=False)
     try:
         if args.question:
             out = engine.sql.answer(args.statement, principal)
@@ -178,33 +213,22 @@ def cmd_sql(args: argparse.Namespace) -> int:
     return 0
 
 
-def _settings(args: argparse.Namespace, **extra: Any):
-    from routes.settings import Settings
-
-    s = Settings().with_env()
-    changes = {"index_dir": Path(args.index), "host": args.host, "port": args.port, **extra}
-    if getattr(args, "keys", None):
-        changes["keys_file"] = Path(args.keys)
-    if getattr(args, "model_path", None):
-        changes["model_path"] = Path(args.model_path)
-    return replace(s, **changes)
-
-
-def cmd_serve(args: argparse.Namespace) -> int:
+def cmd_serve(args: argparse.Namespace, settings: Settings) -> int:
     from routes.server import serve
 
-    serve(_settings(args))
+    _index(settings)
+    serve(settings)
     return 0
 
 
-def cmd_demo(args: argparse.Namespace) -> int:
+def cmd_demo(args: argparse.Namespace, settings: Settings) -> int:
     from routes.demo import run_demo
 
-    run_demo(_settings(args))
+    run_demo(settings)
     return 0
 
 
-def cmd_mcp(args: argparse.Namespace) -> int:
+def cmd_mcp(args: argparse.Namespace, settings: Settings) -> int:
     """MCP over stdio for one principal, fixed here by the launching configuration."""
     import anyio
 
@@ -212,7 +236,7 @@ def cmd_mcp(args: argparse.Namespace) -> int:
     from routes.mcp_server import run_stdio
 
     principal = _principal(args, scopes=args.scopes)
-    engine = open_engine(Path(args.index), _embedder(args), today=args.today)
+    engine = open_engine(_index(settings), settings=settings)
     if engine.deps.tables is not None and engine.deps.tables.readable(principal):
         engine.sql.profile_ready(principal, 30.0)  # one principal: its table profiles are built before the first question
     try:
@@ -222,40 +246,42 @@ def cmd_mcp(args: argparse.Namespace) -> int:
     return 0
 
 
-def _eval_target(args: argparse.Namespace, progress: Callable[[str, int, int], None] | None):
+BEIR_K = 20  # eval's context size on a BEIR folder when --k is not given (nDCG@10 needs at least 10)
+
+
+def _eval_target(args: argparse.Namespace, settings: Settings, progress: Callable[[str, int, int], None] | None):
     """(engine, labels, k, beir root or None, index) for a labels file or a BEIR folder. A BEIR
-    corpus is indexed into --index when that holds no snapshot (else into --cache); a labels
-    file needs an existing index. Limits and the default date follow the settings."""
+    corpus is indexed into --index (or QUARRY_INDEX_DIR) when that holds no snapshot, else into
+    --cache; a labels file needs an existing index. The engine, its limits and the default date
+    follow the settings, and a --k over max_k is refused before any question runs."""
     from indexes.beir import is_beir_dir
     from indexes.snapshot import current_snapshot_path
     from retrieval.errors import SnapshotError
     from routes.engine import open_engine
     from routes.evaluation import beir_index, beir_labels, ensure_beir_index, load_label_file
-    from routes.settings import Settings
 
-    settings = Settings().with_env()
     target = Path(args.target)
-    today = args.today or settings.today
+    given = settings.index_dir if settings.source("index_dir") != "default" else None
     if target.is_dir() and is_beir_dir(target):
-        embedder = _embedder(args)
-        index = (ensure_beir_index(target, embedder, Path(args.index), progress) if args.index
+        k = check_k(args.k or BEIR_K, settings.limits)
+        embedder = settings.embedder()
+        index = (ensure_beir_index(target, embedder, given, progress) if given
                  else beir_index(target, embedder, Path(args.cache), progress))
         split = args.split if args.split != "all" else "test"
-        engine = open_engine(index, embedder, settings.limits, today=today)
-        return engine, beir_labels(target, split), args.k or 20, target, index
+        return open_engine(index, embedder, settings=settings), beir_labels(target, split), k, target, index
     if not target.is_file():
         raise InvalidRequest(f"{target}: no labels file or BEIR folder (corpus.jsonl, queries.jsonl, qrels/) there")
-    if not args.index:
-        raise InvalidRequest("--index is required with a labels file")
-    index = Path(args.index)
+    if given is None:
+        raise InvalidRequest(f"--index (or {settings.env_name('index_dir')}) is required with a labels file")
+    k = check_k(args.k, settings.limits)
     try:
-        current_snapshot_path(index)
+        current_snapshot_path(given)
     except SnapshotError as e:
         raise InvalidRequest(e.message) from None
     labels = load_label_file(target)
     if args.split != "all":
         labels = [lb for lb in labels if (lb.split or "train") == args.split]
-    return open_engine(index, _embedder(args), settings.limits, today=today), labels, args.k or 8, None, index
+    return open_engine(given, settings=settings), labels, k, None, given
 
 
 def _questions_progress(progress: Callable[[str, int, int], None] | None, total: int) -> Callable[[int], None] | None:
@@ -265,13 +291,13 @@ def _questions_progress(progress: Callable[[str, int, int], None] | None, total:
     return lambda done: progress("questions", done, total)
 
 
-def cmd_eval(args: argparse.Namespace) -> int:
+def cmd_eval(args: argparse.Namespace, settings: Settings) -> int:
     """Score labeled questions (or a BEIR folder): JSON on stdout, progress and the wrong
     questions on stderr, report and plots in --report."""
     from routes.evaluation import TOP, evaluate, failure_lines, write_report
 
     progress = _progress_bar(not args.no_progress)
-    engine, labels, k, _, _ = _eval_target(args, progress)
+    engine, labels, k, _, _ = _eval_target(args, settings, progress)
     try:
         result = evaluate(engine, labels, k, _questions_progress(progress, len(labels)))
     finally:
@@ -290,14 +316,14 @@ def cmd_eval(args: argparse.Namespace) -> int:
     return 0
 
 
-def cmd_tune(args: argparse.Namespace) -> int:
+def cmd_tune(args: argparse.Namespace, settings: Settings) -> int:
     """Fit fusion, router and grader on the train split; report the test split before and after."""
     from routes.engine import open_engine
     from routes.evaluation import (TOP, ablate, ablated_index, beir_labels, evaluate, fit_policies, gap_accuracy,
                                    save_policies, split_labels, unambiguous)
 
     progress = _progress_bar(not args.no_progress)
-    engine, labels, k, beir_root, index = _eval_target(args, progress)
+    engine, labels, k, beir_root, index = _eval_target(args, settings, progress)
     report: dict[str, Any] = {"seed": args.seed}
     pick = lambda r: {m: r.get(m) for m in TOP if r.get(m) is not None}  # noqa: E731
     try:
@@ -311,7 +337,7 @@ def cmd_tune(args: argparse.Namespace) -> int:
             hidden_train, hidden_docs = ablate(train, args.seed)
             ab_index = ablated_index(beir_root, hidden_docs, engine.embedder,
                                      Path(args.cache) / f"{beir_root.name}-train-ablation", index, progress)
-            ab_engine = open_engine(ab_index, engine.embedder, engine.limits, today=engine.today)
+            ab_engine = open_engine(ab_index, engine.embedder, settings=settings)
             try:
                 policies, notes = fit_policies(engine, train, args.seed, tune_router=False, grader_engine=ab_engine,
                                                sufficient_of=lambda lb, docs: lb.id not in hidden_train,
@@ -322,14 +348,14 @@ def cmd_tune(args: argparse.Namespace) -> int:
             te_index = ablated_index(beir_root, hidden_test_docs, engine.embedder,
                                      Path(args.cache) / f"{beir_root.name}-test-ablation", index, progress)
             for name, pol in (("gaps_before", engine.policies), ("gaps_after", policies)):
-                e = open_engine(te_index, engine.embedder, engine.limits, today=engine.today, policies=pol)
+                e = open_engine(te_index, engine.embedder, policies=pol, settings=settings)
                 try:
                     report[name] = gap_accuracy(e, unambiguous(test, hidden_test, hidden_test_docs), hidden_test)
                 finally:
                     e.close()
         for warning in notes.get("warnings", ()):
             print(f"WARNING: {warning}", file=sys.stderr)
-        tuned = open_engine(index, engine.embedder, engine.limits, today=engine.today, policies=policies)
+        tuned = open_engine(index, engine.embedder, policies=policies, settings=settings)
         try:
             report["after"] = pick(evaluate(tuned, test, k, _questions_progress(progress, len(test))))
         finally:
@@ -342,11 +368,13 @@ def cmd_tune(args: argparse.Namespace) -> int:
     return 0
 
 
-def cmd_keys(args: argparse.Namespace) -> int:
+def cmd_keys(args: argparse.Namespace, settings: Settings) -> int:
     """Add, list or revoke API keys; the plain key is printed once, only its hash is stored."""
     from routes.keys import KeyStore
 
-    store = KeyStore(Path(args.keys))
+    if settings.keys_file is None:
+        raise InvalidRequest(f"--keys is required (or set {settings.env_name('keys_file')})")
+    store = KeyStore(settings.keys_file)
     if args.keys_command == "add":
         token, rec = store.add(args.principal, args.groups or [], args.scopes or ["query"])
         _emit({"key": token, **rec.public(), "note": "store this key now: it is not shown again"})
@@ -357,21 +385,35 @@ def cmd_keys(args: argparse.Namespace) -> int:
     return 0
 
 
-def _embedder(args: argparse.Namespace):
-    from routes.settings import Settings
-
-    model = getattr(args, "model_path", None)
-    settings = Settings().with_env()
-    return (replace(settings, model_path=Path(model)) if model else settings).embedder()
+def cmd_settings(args: argparse.Namespace, settings: Settings) -> int:
+    """Every setting with its value, where it came from and its help (secrets never shown)."""
+    described = settings.describe()
+    if args.json:
+        _emit(described)
+        return 0
+    group = None
+    for name, item in described.items():
+        if item["group"] != group:
+            group = item["group"]
+            print(f"\n[{group}]")
+        value = json.dumps(item["value"], ensure_ascii=False) if not isinstance(item["value"], str) else item["value"]
+        print(f"  {name} = {value}    ({item['source']})\n      {item['help']}")
+    return 0
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="quarry", description="Agentic retrieval service.")
+    p = argparse.ArgumentParser(prog="quarry", description="Agentic retrieval service. Every command reads the "
+                                "settings (`quarry settings` lists them): defaults, QUARRY_* variables, its flags.")
     sub = p.add_subparsers(dest="command", required=True)
+    overrides = argparse.ArgumentParser(add_help=False)
+    overrides.add_argument("--set", action="append", metavar="NAME=VALUE",
+                           help="set one setting for this run (repeatable; see `quarry settings`)")
 
-    def common(sp: argparse.ArgumentParser, index: bool = True) -> None:
-        if index:
-            sp.add_argument("--index", required=True, help="index directory (holds snapshots)")
+    def command(name: str, text: str) -> argparse.ArgumentParser:
+        return sub.add_parser(name, help=text, parents=[overrides])
+
+    def common(sp: argparse.ArgumentParser) -> None:
+        sp.add_argument("--index", default=None, help="index directory (holds snapshots; or QUARRY_INDEX_DIR)")
         sp.add_argument("--model-path", default=None,
                         help="local sentence-transformers folder (default: bundled all-MiniLM-L6-v2)")
 
@@ -385,72 +427,81 @@ def build_parser() -> argparse.ArgumentParser:
         sp.add_argument("--date-to", type=_iso_date, help="only documents dated on or before (YYYY-MM-DD)")
         sp.add_argument("--doc-id", action="append", help="only these documents (repeatable)")
 
-    sp = sub.add_parser("ingest", help="build a new index snapshot from files and folders")
+    def today(sp: argparse.ArgumentParser, text: str = "date that relative dates refer to") -> None:
+        sp.add_argument("--today", type=_iso_date, default=None, help=f"{text} (default: the today setting, else the real date)")
+
+    def serving(sp: argparse.ArgumentParser, keys_help: str) -> None:
+        sp.add_argument("--keys", default=None, help=keys_help)
+        sp.add_argument("--host", default=None, help="interface to listen on (default: the host setting, 127.0.0.1)")
+        sp.add_argument("--port", type=int, default=None, help="TCP port (default: the port setting, 8000)")
+
+    k_help = "(default: the default_k setting, 8; at most max_k, 50)"
+
+    sp = command("ingest", "build a new index snapshot from files and folders")
     sp.add_argument("sources", nargs="+", help="JSONL, Markdown/text files or folders of them")
     sp.add_argument("--default-acl", nargs="+", default=None,
                     help="ACL for documents and tables without one: 'public', 'group:NAME' or principal ids "
-                         "(default: group:admin, i.e. private to admins)")
-    sp.add_argument("--no-reuse", action="store_true",
+                         "(default: the default_acl setting, else group:admin, i.e. private to admins)")
+    sp.add_argument("--no-reuse", dest="reuse_embeddings", action="store_const", const=False, default=None,
                     help="embed every chunk again instead of reusing vectors of unchanged chunks from the current snapshot")
     common(sp)
     sp.set_defaults(func=cmd_ingest)
 
-    sp = sub.add_parser("search", help="run one retriever and print its hits")
+    sp = command("search", "run one retriever and print its hits")
     sp.add_argument("query")
     sp.add_argument("--retriever", required=True, help=f"one of {', '.join(RETRIEVERS)}")
-    sp.add_argument("-k", "--k", type=int, default=None, help="number of hits (default 8, max 50)")
+    sp.add_argument("-k", "--k", type=int, default=None, help=f"number of hits {k_help}")
     sp.add_argument("--table", action="store_true", help="print a readable table instead of JSON")
     common(sp)
     who(sp)
     filters(sp)
     sp.set_defaults(func=cmd_search)
 
-    sp = sub.add_parser("query", help="answer a question: routed, graded, rewritten within a budget")
+    sp = command("query", "answer a question: routed, graded, rewritten within a budget")
     sp.add_argument("question")
-    sp.add_argument("-k", "--k", type=int, default=None, help="passages in the answer context (default 8, max 50)")
-    sp.add_argument("--max-attempts", type=int, default=None, help="retrieval attempts (default 3, cap 6)")
-    sp.add_argument("--deadline-ms", type=int, default=None, help="time budget in ms (default 2000)")
-    sp.add_argument("--today", type=_iso_date, default=None, help="date that relative dates refer to (default: today)")
+    sp.add_argument("-k", "--k", type=int, default=None, help=f"passages in the answer context {k_help}")
+    sp.add_argument("--max-attempts", type=int, default=None, help="retrieval attempts (default 3, at most max_attempts)")
+    sp.add_argument("--deadline-ms", type=int, default=None, help="time budget in ms (default 2000, at most max_deadline_ms)")
+    today(sp)
     sp.add_argument("--table", action="store_true", help="print a readable summary instead of JSON")
     common(sp)
     who(sp)
     filters(sp)
     sp.set_defaults(func=cmd_query)
 
-    sp = sub.add_parser("sql", help="run one read-only SELECT over the tables (or translate a question)")
+    sp = command("sql", "run one read-only SELECT over the tables (or translate a question)")
     sp.add_argument("statement", help="a SELECT statement, or a question with --question")
     sp.add_argument("--question", action="store_true", help="translate a natural-language question to SQL first")
-    sp.add_argument("--today", type=_iso_date, default=None, help="date that 'last quarter' etc. refer to (default: today)")
+    today(sp, "date that 'last quarter' etc. refer to")
     common(sp)
     who(sp)
     sp.set_defaults(func=cmd_sql)
 
-    sp = sub.add_parser("serve", help="serve the HTTP API")
+    sp = command("serve", "serve the HTTP API")
     common(sp)
-    sp.add_argument("--keys", default=None,
-                    help="API keys file with at least one active key (or QUARRY_KEYS_FILE; see `quarry keys add`)")
-    sp.add_argument("--host", default="127.0.0.1")
-    sp.add_argument("--port", type=int, default=8000)
+    serving(sp, "API keys file with at least one active key (or QUARRY_KEYS_FILE; see `quarry keys add`)")
     sp.set_defaults(func=cmd_serve)
 
-    sp = sub.add_parser("mcp", help="serve MCP over stdio for one principal")
+    sp = command("mcp", "serve MCP over stdio for one principal")
     sp.add_argument("--scopes", nargs="*", default=["query"], help="scopes of the principal (add 'sql' to allow sql_query)")
-    sp.add_argument("--today", type=_iso_date, default=None, help="date that relative dates refer to")
+    today(sp)
     common(sp)
     who(sp)
     sp.set_defaults(func=cmd_mcp)
 
     for name, fn, text in (("eval", cmd_eval, "score labeled questions or a BEIR folder"),
                            ("tune", cmd_tune, "fit router, grader and fusion on the train split; save into the index")):
-        sp = sub.add_parser(name, help=text)
+        sp = command(name, text)
         sp.add_argument("target", help="labels JSONL file, or a BEIR folder (corpus.jsonl, queries.jsonl, qrels/)")
         sp.add_argument("--index", default=None,
-                        help="index directory (a BEIR corpus is ingested into it when it holds none, into --cache without it)")
+                        help="index directory (or QUARRY_INDEX_DIR; a BEIR corpus is ingested into it when it holds none, "
+                             "into --cache without it)")
         sp.add_argument("--cache", default="var/eval-cache", help="where BEIR corpora are indexed")
-        sp.add_argument("--split", default="all" if name == "eval" else "all", choices=["all", "train", "test"],
+        sp.add_argument("--split", default="all", choices=["all", "train", "test"],
                         help="labels of this split only (BEIR: qrels/<split>.tsv, default test)")
-        sp.add_argument("-k", "--k", type=int, default=None, help="context size (default 8; 20 for BEIR)")
-        sp.add_argument("--today", type=_iso_date, default=None, help="date relative dates refer to")
+        sp.add_argument("-k", "--k", type=int, default=None,
+                        help=f"context size (default: the default_k setting; {BEIR_K} for BEIR; at most max_k)")
+        today(sp)
         sp.add_argument("--model-path", default=None)
         sp.add_argument("--no-progress", action="store_true", help="no progress bars on stderr")
         if name == "eval":
@@ -460,26 +511,29 @@ def build_parser() -> argparse.ArgumentParser:
             sp.add_argument("--seed", type=int, default=0, help="seed of the deterministic fits and ablations")
         sp.set_defaults(func=fn)
 
-    sp = sub.add_parser("keys", help="manage API keys (stored hashed)")
+    sp = command("keys", "manage API keys (stored hashed)")
     ks = sp.add_subparsers(dest="keys_command", required=True)
-    add = ks.add_parser("add", help="create a key for a principal and print it once")
+    keys_help = "keys file (or QUARRY_KEYS_FILE)"
+    add = ks.add_parser("add", help="create a key for a principal and print it once", parents=[overrides])
     add.add_argument("--principal", required=True)
     add.add_argument("--groups", nargs="*", default=[])
     add.add_argument("--scopes", nargs="*", default=["query"], help="some of: query sql admin")
-    add.add_argument("--keys", required=True, help="keys file")
-    lst = ks.add_parser("list", help="list keys (never the secrets)")
-    lst.add_argument("--keys", required=True)
-    rev = ks.add_parser("revoke", help="revoke a key by id; a running server stops accepting it")
+    add.add_argument("--keys", default=None, help=keys_help)
+    lst = ks.add_parser("list", help="list keys (never the secrets)", parents=[overrides])
+    lst.add_argument("--keys", default=None, help=keys_help)
+    rev = ks.add_parser("revoke", help="revoke a key by id; a running server stops accepting it", parents=[overrides])
     rev.add_argument("key_id")
-    rev.add_argument("--keys", required=True)
+    rev.add_argument("--keys", default=None, help=keys_help)
     sp.set_defaults(func=cmd_keys)
 
-    sp = sub.add_parser("demo", help="ingest the demo corpus if needed, create demo keys and serve")
-    sp.add_argument("--index", default="var/demo-index")
-    sp.add_argument("--keys", default="var/demo-keys.json")
-    sp.add_argument("--host", default="127.0.0.1")
-    sp.add_argument("--port", type=int, default=8000)
+    sp = command("demo", "ingest the demo corpus if needed, create demo keys and serve")
+    sp.add_argument("--index", default=None, help="index directory (default: the index_dir setting, var/demo-index)")
+    serving(sp, "keys file (default: demo-keys.json beside the index directory)")
     sp.set_defaults(func=cmd_demo)
+
+    sp = command("settings", "print every setting: its value, where it came from (default, env, flag) and its help")
+    sp.add_argument("--json", action="store_true", help="one JSON object keyed by setting name")
+    sp.set_defaults(func=cmd_settings)
     return p
 
 
@@ -487,14 +541,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     from routes.runtime import configure_process
 
     args = build_parser().parse_args(argv)
-    configure_process(threads=None)
     try:
-        return int(args.func(args) or 0)
+        settings = load_settings(args)
+        configure_process(threads=settings.threads)
+        return int(args.func(args, settings) or 0)
     except RetrievalError as e:
-        from routes.errors import STATUS
-
         sys.stdout.write(json.dumps(e.to_dict(), ensure_ascii=False) + "\n")
-        return 2 if STATUS.get(e.code, 500) < 500 else 1
+        return e.exit_code
     except KeyboardInterrupt:
         return 130
 

@@ -11,7 +11,6 @@ from __future__ import annotations
 import json
 import os
 import sys
-from dataclasses import replace
 from pathlib import Path
 
 from indexes.embedder import Embedder
@@ -25,8 +24,9 @@ DEMO_SOURCES = [DEMO / "docs", DEMO / "tables"]
 DEMO_TODAY = "2025-11-01"  # the demo corpus ends in October 2025: "last quarter" means Q3 2025
 
 
-def ensure_demo_index(index: Path, embedder: Embedder) -> dict:
-    """Reuse the demo snapshot when its content hash matches the corpus; rebuild otherwise."""
+def ensure_demo_index(index: Path, embedder: Embedder, options: BuildOptions | None = None) -> dict:
+    """Reuse the demo snapshot when its content hash matches the corpus; rebuild otherwise
+    (with `options`, the settings' build options, when given)."""
     digest = corpus_digest(DEMO_SOURCES)
     try:
         manifest = read_manifest(current_snapshot_path(index))
@@ -38,7 +38,7 @@ def ensure_demo_index(index: Path, embedder: Embedder) -> dict:
     print(f"building the demo index in {index} ...", file=sys.stderr)
     from routes.cli import _progress_bar
 
-    return build_snapshot(DEMO_SOURCES, index, embedder, BuildOptions(), progress=_progress_bar())
+    return build_snapshot(DEMO_SOURCES, index, embedder, options or BuildOptions(), progress=_progress_bar())
 
 
 DEMO_PRINCIPALS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {  # principal -> (groups, scopes)
@@ -84,10 +84,12 @@ def _write_private(path: Path, text: str) -> None:
 def run_demo(settings: Settings) -> None:
     from datetime import date
 
+    from routes.cli import default_acl
     from routes.server import serve
 
     keys_file = settings.keys_file or settings.index_dir.parent / "demo-keys.json"
-    manifest = ensure_demo_index(settings.index_dir, settings.embedder())
+    options = settings.build_options(default_acl(settings.default_acl))
+    manifest = ensure_demo_index(settings.index_dir, settings.embedder(), options)
     keys = demo_keys(keys_file)
     base = f"http://{settings.host}:{settings.port}"
     question = '{"question": "What is the Q3 2025 budget for the payments platform?"}'
@@ -108,4 +110,4 @@ def run_demo(settings: Settings) -> None:
               f"       -d '{{\"question\": \"How many sev1 incidents were there in 2025?\"}}'\n")
     print(f"API docs: {base}/docs\n", flush=True)
     today = settings.today or date.fromisoformat(DEMO_TODAY)
-    serve(replace(settings, keys_file=keys_file, today=today))
+    serve(settings.updated(keys_file=keys_file, today=today))

@@ -26,26 +26,30 @@ from retrieval.retrievers.bm25 import Bm25Retriever
 from retrieval.retrievers.dense import DenseRetriever
 from retrieval.retrievers.exact import ExactRetriever
 from retrieval.retrievers.hybrid import FusionParams, HybridRetriever
-from retrieval.retrievers.sql import SqlLimits, SqlRetriever
+from retrieval.retrievers.sql import SqlRetriever
 from retrieval.router import RouterConfig
 from retrieval.signals import HitScorer
 from retrieval.types import Filters, Principal
+from routes.settings import Settings
 
 log = logging.getLogger("quarry.engine")
 TUNED_CONFIG = "tuned.json"  # written by `quarry tune` into the index directory
 
 
 def build_retrievers(snapshot: Snapshot, embedder: Embedder, fusion: FusionParams = FusionParams(),
-                     sql_limits: SqlLimits = SqlLimits(), today: date | None = None,
+                     settings: Settings | None = None, today: date | None = None,
                      side: Executor | None = None) -> dict[str, Retriever]:
+    """The retrievers over one snapshot; `settings` sizes the SQL route (limits, slots, profiles)."""
+    settings = settings or Settings()
     bm25 = Bm25Retriever(snapshot.bm25, snapshot.chunks)
     dense = DenseRetriever(snapshot.dense, embedder.encode_query, snapshot.chunks)
+    runner = SqlRunner(snapshot.catalog, settings.sql_max_concurrent, settings.sql_max_result_bytes)
     return {
         "exact": ExactRetriever(snapshot.catalog, snapshot.chunks),
         "bm25": bm25,
         "dense": dense,
         "hybrid": HybridRetriever(bm25, dense, fusion, side),
-        "sql": SqlRetriever(SqlRunner(snapshot.catalog), sql_limits, today),
+        "sql": SqlRetriever(runner, settings.sql_limits, today, settings.profile_cache_size, settings.profile_workers),
     }
 
 
@@ -58,15 +62,17 @@ class Policies:
     fusion: FusionParams = field(default_factory=FusionParams)
 
     @classmethod
-    def load(cls, index_dir: Path) -> Policies:
+    def load(cls, index_dir: Path, fusion: FusionParams = FusionParams()) -> Policies:
+        """What `quarry tune` saved in the index, else the defaults with `fusion` (the settings')."""
         path = index_dir / TUNED_CONFIG
         if not path.is_file():
-            return cls()
+            return cls(fusion=fusion)
         data = json.loads(path.read_text())
-        fusion = data.get("fusion") or {}
+        tuned = data.get("fusion") or {}
         return cls(RouterConfig.from_json(data["router"]), GraderConfig.from_json(data["grader"]),
-                   FusionParams(rrf_k=int(fusion.get("rrf_k", 60)), depth=int(fusion.get("depth", 100)),
-                                weights=dict(fusion.get("weights", {"bm25": 1.0, "dense": 1.0}))))
+                   FusionParams(rrf_k=int(tuned.get("rrf_k", fusion.rrf_k)), depth=int(tuned.get("depth", fusion.depth)),
+                                weights=dict(tuned.get("weights", fusion.weights)),
+                                method=str(tuned.get("method", fusion.method))))
 
 
 @dataclass
@@ -138,23 +144,27 @@ class Engine:
         self.snapshot.close()
 
 
-def open_engine(index_dir: Path, embedder: Embedder | None = None, limits: Limits = Limits(),
-                today: date | None = None, policies: Policies | None = None, workers: int = 4,
+def open_engine(index_dir: Path, embedder: Embedder | None = None, limits: Limits | None = None,
+                today: date | None = None, policies: Policies | None = None, settings: Settings | None = None,
                 warm: bool = True) -> Engine:
-    """Load everything once. `warm` loads the model and runs one query embedding now, so the
-    first request does not spend its deadline importing torch."""
-    embedder = embedder or Embedder()
-    snapshot = load_snapshot(index_dir, embedder)
+    """Load everything once, sized by `settings` (thread pools, caches, SQL and fusion; the
+    defaults when None). `limits`, `today` and `policies`, when given, replace the settings'
+    (and the index's tuned policies). `warm` loads the model and runs one query embedding now,
+    so the first request does not spend its deadline importing torch."""
+    settings = settings or Settings()
+    embedder = embedder or settings.embedder()
+    today = today or settings.today
+    snapshot = load_snapshot(index_dir, embedder, mask_cache_size=settings.mask_cache_size)
     if warm and len(snapshot.chunks):
         embedder.load().encode_query("warm up")
         embedder.clear_cache()
-    policies = policies or Policies.load(index_dir)
+    policies = policies or Policies.load(index_dir, settings.fusion)
     titles, title_ids, values = snapshot.catalog.entity_names()
-    side = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="quarry-dense")
+    side = ThreadPoolExecutor(max_workers=settings.side_workers, thread_name_prefix="quarry-dense")
     return Engine(
         snapshot=snapshot, embedder=embedder,
-        retrievers=build_retrievers(snapshot, embedder, policies.fusion, today=today, side=side),
-        limits=limits, policies=policies, titles=EntityIndex.build(titles, title_ids, snapshot.chunks.doc_ids),
-        names=EntityIndex.build(values),
-        calls=CallPool(workers), today=today, side=side,
+        retrievers=build_retrievers(snapshot, embedder, policies.fusion, settings, today, side),
+        limits=limits or settings.limits, policies=policies,
+        titles=EntityIndex.build(titles, title_ids, snapshot.chunks.doc_ids), names=EntityIndex.build(values),
+        calls=CallPool(settings.workers, settings.spare_workers), today=today, side=side,
     )

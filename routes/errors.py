@@ -1,4 +1,4 @@
-"""Domain errors to HTTP: one table of statuses and the handlers that apply it.
+"""Domain errors to HTTP: the tables derived from the error classes and the handlers that apply them.
 
 Every error body is `{"error": {"code", "message", "retryable"}}`; nothing returns a stack
 trace. Unexpected exceptions are logged with the trace id and answered as `internal`. The
@@ -17,18 +17,28 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from retrieval.errors import RetrievalError
+from retrieval.errors import RetrievalError, all_error_classes
 
 log = logging.getLogger("quarry.http")
 
-STATUS = {
-    "invalid_request": 400, "unauthenticated": 401, "forbidden": 403, "not_found": 404,
-    "payload_too_large": 413, "sql_rejected": 400, "rate_limited": 429,
-    "retrieval_timeout": 503, "retrieval_unavailable": 503, "internal": 500,
-}
-_HTTP_CODES = {400: "invalid_request", 401: "unauthenticated", 403: "forbidden", 404: "not_found",
-               405: "invalid_request", 413: "payload_too_large", 415: "invalid_request", 422: "invalid_request",
-               429: "rate_limited", 503: "retrieval_unavailable"}
+# Wire code -> HTTP status, read off the error classes (retrieval/errors.py).
+STATUS: dict[str, int] = {cls.code: cls.http_status for cls in all_error_classes()}
+# Statuses the framework answers by itself (a wrong method, media type or body shape) and no
+# error class has: all are the caller's mistakes.
+FRAMEWORK_CODES = {405: "invalid_request", 415: "invalid_request", 422: "invalid_request"}
+
+
+def _code_of_status() -> dict[int, str]:
+    """HTTP status -> wire code for an HTTPException the framework raised: the first error
+    class with that status (parents before children, so 400 is `invalid_request`, not
+    `sql_rejected`), else the framework's own."""
+    out: dict[int, str] = {}
+    for cls in all_error_classes():
+        out.setdefault(cls.http_status, cls.code)
+    return FRAMEWORK_CODES | out
+
+
+HTTP_CODES = _code_of_status()
 
 
 # JSON-RPC 2.0 codes of requests the MCP transport could not accept (parse error, invalid
@@ -72,11 +82,12 @@ def install_error_handlers(app: FastAPI) -> None:
         if exc.code == "internal":  # a server fault: its detail (paths, causes) goes to the log only
             trace = uuid.uuid4().hex
             log.error("internal error %s on %s %s: %s", trace, request.method, request.url.path, exc.message)
-            return error_response("internal", f"internal error (trace {trace})", retryable=exc.retryable)
+            return error_response("internal", f"internal error (trace {trace})", status=exc.http_status,
+                                  retryable=exc.retryable)
         headers = {"Retry-After": str(exc.context.get("retry_after", 1))} if exc.code == "rate_limited" else None
         if exc.code == "unauthenticated":
             headers = {"WWW-Authenticate": "Bearer"}
-        return error_response(exc.code, exc.message, retryable=exc.retryable, headers=headers)
+        return error_response(exc.code, exc.message, status=exc.http_status, retryable=exc.retryable, headers=headers)
 
     @app.exception_handler(RequestValidationError)
     async def validation(request: Request, exc: RequestValidationError) -> JSONResponse:
@@ -90,7 +101,7 @@ def install_error_handlers(app: FastAPI) -> None:
     async def http(request: Request, exc: StarletteHTTPException) -> JSONResponse:
         if exc.status_code == 400 and exc.detail == UNPARSABLE_BODY:  # bytes that are not JSON text: a malformed body
             return error_response("invalid_request", "the body is not JSON text", status=422)
-        code = _HTTP_CODES.get(exc.status_code, "invalid_request" if exc.status_code < 500 else "internal")
+        code = HTTP_CODES.get(exc.status_code, "invalid_request" if exc.status_code < 500 else "internal")
         message = exc.detail if isinstance(exc.detail, str) else "request failed"
         return error_response(code, message, status=exc.status_code, headers=getattr(exc, "headers", None))
 

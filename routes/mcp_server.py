@@ -26,7 +26,7 @@ from starlette.types import Receive, Scope, Send
 from retrieval.types import Principal
 from routes.audit import tool_fields
 from routes.auth import Caller, caller_from_header
-from routes.tools import ToolCall, call_tool, tool_list
+from routes.tools import ToolCall, Toolset
 
 INSTRUCTIONS = (
     "Quarry retrieves evidence from an organisation's documents and tables on behalf of the caller. "
@@ -38,19 +38,20 @@ PrincipalOf = Callable[[Any], Principal]  # request context -> principal
 ObserveCall = Callable[[Any, ToolCall], None]  # request context, finished call -> audit and metrics
 
 
-def build_server(engine_of: Callable[[], Any], principal_of: PrincipalOf, observe: ObserveCall | None = None) -> Server:
+def build_server(engine_of: Callable[[], Any], principal_of: PrincipalOf, tools: Toolset,
+                 observe: ObserveCall | None = None) -> Server:
     """A low-level MCP server over the shared tool definitions."""
 
     async def list_tools(ctx: Any, params: Any) -> types.ListToolsResult:
         principal = principal_of(ctx)
         return types.ListToolsResult(tools=[
             types.Tool(name=spec.name, description=description, input_schema=spec.input_schema())
-            for spec, description in tool_list(engine_of(), principal)
+            for spec, description in tools.available(engine_of(), principal)
         ])
 
     async def call(ctx: Any, params: types.CallToolRequestParams) -> types.CallToolResult:
         principal = principal_of(ctx)
-        done = await run_in_threadpool(call_tool, engine_of(), principal, params.name, params.arguments)
+        done = await run_in_threadpool(tools.call, engine_of(), principal, params.name, params.arguments)
         if observe is not None:
             observe(ctx, done)
         body = done.result if done.error is None else done.to_dict()
@@ -83,7 +84,7 @@ class McpHttp:
     def __init__(self, state: Any, allowed_origins: tuple[str, ...], host: str, stream_idle_seconds: float = 30.0) -> None:
         self.state = state
         self.stream_idle_seconds = stream_idle_seconds
-        self.server = build_server(lambda: state.engine, http_principal, self._observe)
+        self.server = build_server(lambda: state.engine, http_principal, state.tools, self._observe)
         security = TransportSecuritySettings(
             enable_dns_rebinding_protection=True,
             allowed_hosts=["127.0.0.1:*", "localhost:*", "[::1]:*", f"{host}:*"],
@@ -139,9 +140,10 @@ class McpHttp:
 
 
 async def run_stdio(engine: Any, principal: Principal) -> None:
-    """Serve one principal over stdin/stdout until the client closes the pipe."""
+    """Serve one principal over stdin/stdout until the client closes the pipe; the tools are
+    bounded by the engine's limits."""
     from mcp.server.stdio import stdio_server
 
-    server = build_server(lambda: engine, lambda ctx: principal)
+    server = build_server(lambda: engine, lambda ctx: principal, Toolset(engine.limits))
     async with stdio_server() as (read, write):
         await server.run(read, write, server.create_initialization_options())

@@ -6,6 +6,7 @@ lists are bounded. Responses describe the answer shape shared with MCP and the C
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from datetime import date
 from typing import Annotated, Any, Literal
 
@@ -13,10 +14,9 @@ from pydantic import BaseModel, ConfigDict, Field, StrictInt, StrictStr, model_v
 
 from retrieval.limits import Limits
 from retrieval.registry import SEARCH_ROUTES
+from retrieval.sql.guard import MAX_SQL_CHARS
 from retrieval.types import Filters
 
-L = Limits()
-Question = Field(min_length=1, max_length=L.max_query_chars)
 Name = Field(min_length=1, max_length=256)
 
 
@@ -48,49 +48,69 @@ class Strict(BaseModel):
         return data
 
 
-class FiltersIn(Strict):
-    sources: list[StrictStr] | None = Field(default=None, max_length=L.max_filter_values, description="only these sources")
-    date_from: date | None = Field(default=None, description="only documents dated on or after (YYYY-MM-DD)")
-    date_to: date | None = Field(default=None, description="only documents dated on or before (YYYY-MM-DD)")
-    doc_ids: list[StrictStr] | None = Field(default=None, max_length=L.max_filter_values, description="only these documents")
+@dataclass(frozen=True)
+class RequestModels:
+    """The request bodies of one app, bounded by its runtime limits (and so is its OpenAPI)."""
 
-    model_config = ConfigDict(extra="forbid", strict=False)  # dates arrive as ISO strings
-
-    def to_filters(self) -> Filters:
-        return Filters(tuple(self.sources) if self.sources is not None else None, self.date_from, self.date_to,
-                       tuple(self.doc_ids) if self.doc_ids is not None else None)
+    filters: type[Strict]
+    query: type[Strict]
+    search: type[Strict]
+    sql: type[Strict]
 
 
-class QueryIn(Strict):
-    question: StrictStr = Question
-    k: StrictInt | None = Field(default=None, ge=1, le=L.max_k, description="passages in the context (default 8)")
-    max_attempts: StrictInt | None = Field(default=None, ge=1, le=L.max_attempts, description="retrieval attempts (default 3)")
-    deadline_ms: StrictInt | None = Field(default=None, ge=1, le=L.max_deadline_ms, description="time budget (default 2000)")
-    filters: FiltersIn | None = None
-    today: Annotated[date, Field(strict=False)] | None = Field(
-        default=None, description="the date 'last quarter' and other relative dates refer to (YYYY-MM-DD; default: the server's)")
+def request_models(limits: Limits) -> RequestModels:
+    """Request bodies whose bounds (question length, k, attempts, deadline, filter sizes) are
+    those of `limits`: what the app validates is what its OpenAPI document advertises."""
 
+    class FiltersIn(Strict):
+        sources: list[StrictStr] | None = Field(default=None, max_length=limits.max_filter_values,
+                                                description="only these sources")
+        date_from: date | None = Field(default=None, description="only documents dated on or after (YYYY-MM-DD)")
+        date_to: date | None = Field(default=None, description="only documents dated on or before (YYYY-MM-DD)")
+        doc_ids: list[StrictStr] | None = Field(default=None, max_length=limits.max_filter_values,
+                                                description="only these documents")
 
-class SearchIn(Strict):
-    query: StrictStr = Question
-    retriever: Literal[SEARCH_ROUTES]  # type: ignore[valid-type]
-    k: StrictInt | None = Field(default=None, ge=1, le=L.max_k)
-    filters: FiltersIn | None = None
+        model_config = ConfigDict(extra="forbid", strict=False)  # dates arrive as ISO strings
 
+        def to_filters(self) -> Filters:
+            return Filters(tuple(self.sources) if self.sources is not None else None, self.date_from, self.date_to,
+                           tuple(self.doc_ids) if self.doc_ids is not None else None)
 
-class SqlIn(Strict):
-    sql: StrictStr | None = Field(default=None, min_length=1, max_length=10_000,
-                                  description="one read-only SELECT (needs the sql scope)")
-    question: StrictStr | None = Field(default=None, min_length=1, max_length=L.max_query_chars,
-                                       description="a question to translate to SQL")
-    today: Annotated[date, Field(strict=False)] | None = Field(
-        default=None, description="the date relative dates in the question refer to (YYYY-MM-DD; default: the server's)")
+    class QueryIn(Strict):
+        question: StrictStr = Field(min_length=1, max_length=limits.max_query_chars)
+        k: StrictInt | None = Field(default=None, ge=1, le=limits.max_k,
+                                    description=f"passages in the context (default {limits.default_k})")
+        max_attempts: StrictInt | None = Field(default=None, ge=1, le=limits.max_attempts,
+                                               description=f"retrieval attempts (default {limits.default_attempts})")
+        deadline_ms: StrictInt | None = Field(default=None, ge=1, le=limits.max_deadline_ms,
+                                              description=f"time budget (default {limits.default_deadline_ms})")
+        filters: FiltersIn | None = None
+        today: Annotated[date, Field(strict=False)] | None = Field(
+            default=None,
+            description="the date 'last quarter' and other relative dates refer to (YYYY-MM-DD; default: the server's)")
 
-    @model_validator(mode="after")
-    def one_of(self) -> SqlIn:
-        if (self.sql is None) == (self.question is None):
-            raise ValueError("send exactly one of 'sql' or 'question'")
-        return self
+    class SearchIn(Strict):
+        query: StrictStr = Field(min_length=1, max_length=limits.max_query_chars)
+        retriever: Literal[SEARCH_ROUTES]  # type: ignore[valid-type]
+        k: StrictInt | None = Field(default=None, ge=1, le=limits.max_k,
+                                    description=f"number of hits (default {limits.default_k})")
+        filters: FiltersIn | None = None
+
+    class SqlIn(Strict):
+        sql: StrictStr | None = Field(default=None, min_length=1, max_length=MAX_SQL_CHARS,
+                                      description="one read-only SELECT (needs the sql scope)")
+        question: StrictStr | None = Field(default=None, min_length=1, max_length=limits.max_query_chars,
+                                           description="a question to translate to SQL")
+        today: Annotated[date, Field(strict=False)] | None = Field(
+            default=None, description="the date relative dates in the question refer to (YYYY-MM-DD; default: the server's)")
+
+        @model_validator(mode="after")
+        def one_of(self) -> SqlIn:
+            if (self.sql is None) == (self.question is None):
+                raise ValueError("send exactly one of 'sql' or 'question'")
+            return self
+
+    return RequestModels(FiltersIn, QueryIn, SearchIn, SqlIn)
 
 
 class Offsets(BaseModel):

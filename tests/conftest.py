@@ -238,13 +238,12 @@ def http_keys(tmp_path_factory):
 
 @pytest.fixture(scope="session")
 def live(demo_engine, http_keys, tmp_path_factory):
-    from dataclasses import replace
 
     from routes.app import create_app
     from routes.settings import Settings
 
     store, keys = http_keys
-    settings = replace(Settings(), index_dir=tmp_path_factory.mktemp("srv"), rate_per_second=1000.0, burst=1000,
+    settings = Settings(index_dir=tmp_path_factory.mktemp("srv"), rate_per_second=1000.0, burst=1000,
                        max_concurrent_per_key=64)
     app = create_app(settings, engine=demo_engine, keys=store)
     with LiveServer(app) as server:

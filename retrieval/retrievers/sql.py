@@ -79,14 +79,16 @@ def json_value(v: Any) -> Any:
 class SqlRetriever:
     name = "sql"
 
-    def __init__(self, backend: SqlBackend, limits: SqlLimits = SqlLimits(), today: date | None = None) -> None:
+    def __init__(self, backend: SqlBackend, limits: SqlLimits = SqlLimits(), today: date | None = None,
+                 profile_cache: int = 256, profile_workers: int = 2) -> None:
         self._backend = backend
         self.limits = limits
         self.today = today
         self._profiles: OrderedDict[frozenset[str], Profiles] = OrderedDict()
+        self._profile_cache = profile_cache  # access scopes whose profiles are kept
         self._builds: dict[frozenset[str], Future[Profiles]] = {}  # scopes being profiled now: one build each, shared
         # Builds get threads of their own: a slow one must never hold a worker retrieval calls need.
-        self._builder = ThreadPoolExecutor(max_workers=2, thread_name_prefix="quarry-profile")
+        self._builder = ThreadPoolExecutor(max_workers=profile_workers, thread_name_prefix="quarry-profile")
         self._lock = Lock()
         self.profile_builds = 0  # scopes profiled (not served from the cache)
 
@@ -196,7 +198,7 @@ class SqlRetriever:
         with self._lock:  # stored and no longer "building" in one step: nobody starts a second build
             self.profile_builds += 1
             self._profiles[key] = out
-            if len(self._profiles) > 256:
+            if len(self._profiles) > self._profile_cache:
                 self._profiles.popitem(last=False)
             self._builds.pop(key, None)
         return out

@@ -169,7 +169,6 @@ def _strip_times(value):
 def test_http_and_tool_answers_carry_the_numbers_of_the_readable_scope(scoped_engines, tmp_path):
     """The same comparison over the interfaces: two live servers, one on the full index and one
     on the index of what the caller may read, give the same JSON to the same key."""
-    from dataclasses import replace
 
     import httpx
 
@@ -182,7 +181,7 @@ def test_http_and_tool_answers_carry_the_numbers_of_the_readable_scope(scoped_en
     p = PRINCIPALS[2]
     store = KeyStore(tmp_path / "keys.json")
     key = store.add(p.id, list(p.groups), ["query", "sql"])[0]
-    settings = replace(Settings(), index_dir=tmp_path / "srv", rate_per_second=1000.0, burst=1000, max_concurrent_per_key=64)
+    settings = Settings(index_dir=tmp_path / "srv", rate_per_second=1000.0, burst=1000, max_concurrent_per_key=64)
     calls = [("/v1/query", {"question": q}) for q in questions[::4] + SQL_QUESTIONS[:3]]
     calls += [("/v1/search", {"query": q, "retriever": r}) for q in questions[1::8] for r in ("exact", "bm25", "dense", "hybrid")]
     calls += [("/v1/sql", {"question": q}) for q in SQL_QUESTIONS] + [("/v1/sql", {"sql": st}) for st in STATEMENTS]

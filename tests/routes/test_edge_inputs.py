@@ -5,7 +5,6 @@ and filters on a question that links to a table."""
 from __future__ import annotations
 
 import json
-from dataclasses import replace
 
 import httpx
 import pytest
@@ -36,7 +35,7 @@ def edge(tmp_path_factory, embedder):
     engine = open_engine(index, embedder)
     store = KeyStore(tmp_path_factory.mktemp("edge-keys") / "keys.json")
     keys = {"sre": store.add("sam", ["sre"], ["query", "sql"])[0], "outsider": store.add("olga", [], ["query", "sql"])[0]}
-    settings = replace(Settings(), index_dir=tmp_path_factory.mktemp("edge-srv"), rate_per_second=1000.0, burst=1000)
+    settings = Settings(index_dir=tmp_path_factory.mktemp("edge-srv"), rate_per_second=1000.0, burst=1000)
     with LiveServer(create_app(settings, engine=engine, keys=store)) as server:
         server.keys = keys
         yield server

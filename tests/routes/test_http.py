@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import re
 import threading
-from dataclasses import replace
 
 import httpx
 import pytest
@@ -204,7 +203,7 @@ def test_blocking_work_runs_off_the_event_loop(live, demo_engine):
 
 def test_rate_limit_answers_429_with_retry_after(demo_engine, http_keys, tmp_path):
     store, keys = http_keys
-    settings = replace(Settings(), index_dir=tmp_path, rate_per_second=0.5, burst=2)
+    settings = Settings(index_dir=tmp_path, rate_per_second=0.5, burst=2)
     with LiveServer(create_app(settings, engine=demo_engine, keys=store)) as server:
         codes = [httpx.post(server.url + "/v1/search", json={"query": "ledger", "retriever": "bm25"},
                             headers=auth(keys["erin"]), timeout=30) for _ in range(3)]
@@ -234,7 +233,7 @@ def test_an_audit_log_that_cannot_write_counts_its_dropped_rows_and_fails_open_o
     store, keys = http_keys
     path = tmp_path / "audit.duckdb"
     AuditLog(path).close()  # the audit database of an earlier run
-    settings = replace(Settings(), index_dir=tmp_path, audit_path=path, audit_fail_closed=fail_closed)
+    settings = Settings(index_dir=tmp_path, audit_path=path, audit_fail_closed=fail_closed)
     app = create_app(settings, engine=demo_engine, keys=store)
     search = lambda: httpx.post(server.url + "/v1/search", json={"query": "ledger", "retriever": "bm25"},  # noqa: E731
                                 headers=auth(keys["erin"]), timeout=30)
@@ -268,7 +267,7 @@ def test_an_unreadable_keys_file_is_a_server_fault_on_every_interface(demo_engin
     ops = store.add("prometheus", [], ["admin"])[0]
     mcp_headers = {**auth(key), "Accept": "application/json, text/event-stream"}
     tools_list = {"jsonrpc": "2.0", "id": 1, "method": "tools/list"}
-    with LiveServer(create_app(replace(Settings(), index_dir=tmp_path), engine=demo_engine, keys=store)) as server:
+    with LiveServer(create_app(Settings(index_dir=tmp_path), engine=demo_engine, keys=store)) as server:
         search = lambda: httpx.post(server.url + "/v1/search", json={"query": "ledger", "retriever": "bm25"},  # noqa: E731
                                     headers=auth(key), timeout=30)
         assert search().status_code == 200

@@ -273,14 +273,13 @@ def test_envelope_without_call_id_is_an_invalid_request(live):
 
 def test_idle_event_streams_time_out_and_never_lock_the_key_out(demo_engine, http_keys, tmp_path):
     from concurrent.futures import ThreadPoolExecutor
-    from dataclasses import replace
 
     from routes.app import create_app
     from routes.settings import Settings
     from tests.conftest import LiveServer
 
     store, keys = http_keys
-    settings = replace(Settings(), index_dir=tmp_path, max_concurrent_per_key=2, mcp_stream_idle_seconds=1.0)
+    settings = Settings(index_dir=tmp_path, max_concurrent_per_key=2, mcp_stream_idle_seconds=1.0)
     headers = {"Authorization": f"Bearer {keys['erin']}", "Accept": "application/json, text/event-stream"}
     with LiveServer(create_app(settings, engine=demo_engine, keys=store)) as server, httpx.Client(timeout=30) as http:
         streams = [http.send(http.build_request("GET", server.url + "/mcp", headers={**headers, "Accept": "text/event-stream"}),

@@ -32,7 +32,7 @@ def plugged(demo_index, http_keys, tmp_path_factory):
     index = tmp_path_factory.mktemp("plugged") / "index"
     shutil.copytree(demo_index, index)  # its own catalog file: the session engine holds the original open
     store, keys = http_keys
-    settings = replace(Settings(), index_dir=index, rate_per_second=1000.0, burst=1000, max_concurrent_per_key=64,
+    settings = Settings(index_dir=index, rate_per_second=1000.0, burst=1000, max_concurrent_per_key=64,
                        grader=f"{PLUGINS}:make_grader", reranker=f"{PLUGINS}:make_reranker")
     with LiveServer(create_app(settings, keys=store)) as server:
         server.keys = keys
