@@ -83,6 +83,7 @@ def test_an_app_refuses_an_engine_whose_limits_differ_from_its_settings(demo_eng
         create_app(Settings(max_k=20), engine=demo_engine)
 
 
+@pytest.mark.slow
 def test_mcp_over_stdio_advertises_and_enforces_quarry_max_k(demo_index):
     params = StdioServerParameters(command=sys.executable, cwd=str(ROOT), env=_env(max_k="20"),
                                    args=["-m", "routes.cli", "mcp", "--index", str(demo_index), "--principal", "erin"])
@@ -113,6 +114,7 @@ def test_every_cli_command_that_takes_k_refuses_one_over_quarry_max_k(command, m
     assert error == {"code": "invalid_request", "message": "k must be an integer from 1 to 20", "retryable": False}
 
 
+@pytest.mark.slow
 def test_a_flag_overrides_quarry_max_k_and_without_it_the_built_in_cap_applies(mini_index):
     search = ["search", "webhook", "--retriever", "exact", "--principal", "erin", "--index", str(mini_index), "--k", "30"]
     assert quarry(*search, "--set", "max_k=40", env=_env(max_k="20")).returncode == 0

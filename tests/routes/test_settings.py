@@ -184,6 +184,7 @@ def test_quarry_settings_refuses_a_bad_variable_with_a_typed_error():
 
 # -- every command builds from the settings ---------------------------------------------------
 
+@pytest.mark.slow
 def test_ingest_chunks_and_guards_documents_as_the_build_settings_say(tmp_path):
     import duckdb
 
@@ -202,6 +203,7 @@ def test_ingest_chunks_and_guards_documents_as_the_build_settings_say(tmp_path):
         assert con.execute("SELECT max(end_offset - start_offset) FROM quarry.chunks").fetchall()[0][0] <= 200
 
 
+@pytest.mark.slow
 def test_commands_take_the_index_and_keys_file_from_the_environment_or_ask_for_them(tmp_path):
     keys = tmp_path / "keys.json"
     added = quarry("keys", "add", "--principal", "erin", env=_env(keys_file=str(keys)))
