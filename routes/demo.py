@@ -36,7 +36,7 @@ def ensure_demo_index(index: Path, embedder: Embedder, options: BuildOptions | N
     except SnapshotError:
         pass
     print(f"building the demo index in {index} ...", file=sys.stderr)
-    from routes.cli import _progress_bar
+    from routes.cli_common import _progress_bar
 
     return build_snapshot(DEMO_SOURCES, index, embedder, options or BuildOptions(), progress=_progress_bar())
 
@@ -84,7 +84,7 @@ def _write_private(path: Path, text: str) -> None:
 def run_demo(settings: Settings) -> None:
     from datetime import date
 
-    from routes.cli import default_acl
+    from routes.cli_common import default_acl
     from routes.server import serve
 
     keys_file = settings.keys_file or settings.index_dir.parent / "demo-keys.json"

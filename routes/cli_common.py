@@ -1,0 +1,123 @@
+"""What every `quarry` command shares: settings from flags, principals, filters, output, progress."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from datetime import date
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Callable, Sequence
+
+from retrieval.errors import InvalidRequest
+from retrieval.registry import SEARCH_ROUTES
+from retrieval.types import Filters, Principal
+
+if TYPE_CHECKING:
+    from routes.settings import Settings
+
+RETRIEVERS = SEARCH_ROUTES
+
+
+def _principal(args: argparse.Namespace, scopes: Sequence[str] = ("query",)) -> Principal:
+    return Principal(args.principal, tuple(args.groups or ()), frozenset(scopes))
+
+
+def _filters(args: argparse.Namespace) -> Filters:
+    return Filters(
+        sources=tuple(args.source) if args.source else None,
+        date_from=args.date_from,
+        date_to=args.date_to,
+        doc_ids=tuple(args.doc_id) if args.doc_id else None,
+    )
+
+
+def _iso_date(value: str) -> date:
+    try:
+        return date.fromisoformat(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not an ISO date: {value!r}") from None
+
+
+def _emit(payload: Any) -> None:
+    sys.stdout.write(json.dumps(payload, ensure_ascii=False, indent=2) + "\n")
+
+
+UNITS = {"embed": "chunk", "questions": "question"}
+
+
+def _progress_bar(show: bool | None = None) -> Callable[[str, int, int], None] | None:
+    """A tqdm bar (count, rate, ETA) on stderr per stage: ingest's catalog, bm25 and embed, and
+    eval's questions. `show` defaults to "stderr is a terminal"; when stderr is a file the bar
+    is redrawn at most every 10 s, so a log of a long run stays short."""
+    if not (sys.stderr.isatty() if show is None else show):
+        return None
+    from tqdm import tqdm
+
+    bars: dict[str, Any] = {}
+    interval = 0.1 if sys.stderr.isatty() else 10.0
+
+    def report(stage: str, done: int, total: int) -> None:
+        bar = bars.get(stage)
+        if bar is None:
+            bar = bars[stage] = tqdm(total=total, desc=stage, unit=UNITS.get(stage, "step"), file=sys.stderr,
+                                     mininterval=interval, maxinterval=max(10.0, interval))
+        bar.update(done - bar.n)
+        if done >= total:
+            bar.close()
+            del bars[stage]  # the same stage may run again (tune evaluates before and after)
+
+    return report
+
+
+# Words that read as "everyone" or "no one" (or as the admins) but, as ACL entries, would name
+# a principal of that id, so the documents they guard would silently reach no reader.
+RESERVED_ACL_WORDS = frozenset({
+    "everyone", "everybody", "all", "any", "anyone", "anybody", "world", "none", "nobody", "noone", "private",
+    "public", "authenticated", "anonymous", "users", "admin", "admins",
+})
+
+
+def default_acl(entries: Sequence[str] | None) -> tuple[str, ...]:
+    """The ACL of documents and tables without one: `--default-acl`, checked, or admins only.
+    Besides the ACL syntax, a word that reads as a keyword (`everyone`, `all`, `Public`, ...)
+    is refused rather than taken for a principal id."""
+    from indexes.corpus import ADMIN_ONLY
+    from retrieval.types import PUBLIC, check_acl
+
+    if not entries:
+        return ADMIN_ONLY
+    reserved = [e for e in entries if e != PUBLIC and e.lower() in RESERVED_ACL_WORDS]
+    if reserved:
+        raise InvalidRequest(f"--default-acl {reserved[0]!r} is not an ACL keyword: use 'public' (everyone), "
+                             f"'group:NAME' or principal ids; leave it out for admins only ('group:admin')")
+    return check_acl(list(entries))
+
+
+# Command-line flags that set a setting: argparse dest -> setting name. A flag left out
+# (None) leaves the setting to the environment and the defaults.
+FLAG_SETTINGS = {"index": "index_dir", "model_path": "model_path", "host": "host", "port": "port",
+                 "keys": "keys_file", "today": "today", "default_acl": "default_acl",
+                 "reuse_embeddings": "reuse_embeddings"}
+
+
+def load_settings(args: argparse.Namespace, env: dict[str, str] | None = None) -> Settings:
+    """The settings of this run: defaults, then `QUARRY_*` variables, then `--set NAME=VALUE`
+    and this command's own flags."""
+    from routes.settings import Settings
+
+    flags: dict[str, Any] = {}
+    for item in getattr(args, "set", None) or ():
+        name, sep, value = item.partition("=")
+        if not sep or not name.strip():
+            raise InvalidRequest(f"--set {item!r}: expected NAME=VALUE (see `quarry settings`)")
+        flags[name.strip()] = value
+    flags |= {name: getattr(args, dest) for dest, name in FLAG_SETTINGS.items() if getattr(args, dest, None) is not None}
+    return Settings.load(env, flags)
+
+
+def _index(settings: Settings) -> Path:
+    """The index directory a command works on: --index, or QUARRY_INDEX_DIR."""
+    if settings.source("index_dir") == "default":
+        raise InvalidRequest(f"--index is required (or set {settings.env_name('index_dir')})")
+    return settings.index_dir
