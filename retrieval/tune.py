@@ -115,6 +115,7 @@ def fit_grader(rows: Sequence[Mapping[str, float]], sufficient: Sequence[bool], 
     return GraderFit(config, float(best))
 
 
-def best_fusion(scores: Mapping[tuple[int, float], float]) -> tuple[int, float]:
-    """(rrf_k, bm25 weight) with the best score; ties go to the larger k, then weight 1."""
-    return max(scores, key=lambda p: (round(scores[p], 6), p[0], -abs(p[1] - 1.0)))
+def best_fusion(scores: Mapping[tuple[str, int, float], float]) -> tuple[str, int, float]:
+    """(method, rrf_k, bm25 weight) with the best score; ties go to RRF (the default), then
+    the larger k, then the weight nearest an even split (1.0 for RRF, 0.5 for z-score)."""
+    return max(scores, key=lambda p: (round(scores[p], 6), p[0] == "rrf", p[1], -abs(p[2] - (1.0 if p[0] == "rrf" else 0.5))))

@@ -12,7 +12,7 @@ from typing import Any, Callable, Sequence
 
 from retrieval.constraints import Constraints
 from retrieval.evaluate import Label
-from retrieval.fusion import rrf
+from retrieval.fusion import DEFAULT_RRF_K, rrf, zscore_scores
 from retrieval.grader import evidence_features
 from retrieval.metrics import doc_ranking, mean, ndcg_at_k
 from retrieval.retrievers.hybrid import FusionParams
@@ -23,10 +23,28 @@ from routes.engine import TUNED_CONFIG, Engine, Policies, open_engine
 
 TUNED_BACKUP = TUNED_CONFIG + ".bak"
 MIN_TRAIN_QUESTIONS = 50  # below this, tuned parameters mostly fit noise: `tune` warns
-FUSION_GRID = [(k, w) for k in (10, 30, 60, 100) for w in (0.6, 0.8, 1.0, 1.25, 1.5)]
+# (method, rrf k, bm25 weight): RRF weighs bm25 against dense 1.0; z-score splits 1.0 between them
+FUSION_GRID = [("rrf", k, w) for k in (10, 30, 60, 100) for w in (0.6, 0.8, 1.0, 1.25, 1.5)] + \
+    [("zscore", DEFAULT_RRF_K, w) for w in (0.3, 0.4, 0.5, 0.6, 0.7)]
+DEFAULT_FUSION = ("rrf", DEFAULT_RRF_K, 1.0)
 
 
-def _fusion_scores(engine: Engine, labels: Sequence[Label]) -> dict[tuple[int, float], float]:
+def fusion_params(method: str, rrf_k: int, w: float) -> FusionParams:
+    dense = 1.0 if method == "rrf" else round(1.0 - w, 6)
+    return FusionParams(rrf_k=rrf_k, depth=100, weights={"bm25": w, "dense": dense}, method=method)
+
+
+def _fused(b: list[Hit], d: list[Hit], method: str, rrf_k: int, w: float) -> list[Hit]:
+    params = fusion_params(method, rrf_k, w)
+    if method == "rrf":
+        return rrf({"bm25": b, "dense": d}, k=rrf_k, weights=params.weights, limit=100)
+    fused, best = zscore_scores({"bm25": ([h.chunk_id for h in b], [h.score for h in b]),
+                                 "dense": ([h.chunk_id for h in d], [h.score for h in d])}, params.weights)
+    by_id = {h.chunk_id: h for h in (*d, *b)}
+    return [by_id[c] for c in sorted(fused, key=lambda c: (-fused[c], best[c], c))[:100]]
+
+
+def _fusion_scores(engine: Engine, labels: Sequence[Label]) -> dict[tuple[str, int, float], float]:
     ranked = [lb for lb in labels if lb.answerable and lb.relevant]
     lists = []
     for lb in ranked:
@@ -34,10 +52,9 @@ def _fusion_scores(engine: Engine, labels: Sequence[Label]) -> dict[tuple[int, f
         lists.append((engine.retrievers["bm25"].search(lb.question, p, 100, Filters()),
                       engine.retrievers["dense"].search(lb.question, p, 100, Filters()), lb))
     scores = {}
-    for rrf_k, w in FUSION_GRID:
-        scores[(rrf_k, w)] = mean(ndcg_at_k(doc_ranking(rrf({"bm25": b, "dense": d}, k=rrf_k, weights={"bm25": w, "dense": 1.0},
-                                                            limit=100)), {x: 1.0 for x in lb.relevant}, 10)
-                                  for b, d, lb in lists) if lists else 0.0
+    for key in FUSION_GRID:
+        scores[key] = mean(ndcg_at_k(doc_ranking(_fused(b, d, *key)), {x: 1.0 for x in lb.relevant}, 10)
+                           for b, d, lb in lists) if lists else 0.0
     return scores
 
 
@@ -92,10 +109,10 @@ def fit_policies(engine: Engine, train: Sequence[Label], seed: int, tune_router:
         notes["warnings"] = [f"only {len(train)} training questions (fewer than {MIN_TRAIN_QUESTIONS}): "
                              "the tuned parameters may fit noise; label more questions before trusting them"]
     scores = _fusion_scores(engine, train)
-    rrf_k, w = best_fusion(scores)
-    fusion = FusionParams(rrf_k=rrf_k, depth=100, weights={"bm25": w, "dense": 1.0})
-    notes["fusion"] = {"rrf_k": rrf_k, "bm25_weight": w, "train_ndcg@10": round(scores[(rrf_k, w)], 4),
-                       "train_ndcg@10_default": round(scores.get((60, 1.0), 0.0), 4)}
+    method, rrf_k, w = best_fusion(scores)
+    fusion = fusion_params(method, rrf_k, w)
+    notes["fusion"] = {"method": method, "rrf_k": rrf_k, "bm25_weight": w, "train_ndcg@10": round(scores[(method, rrf_k, w)], 4),
+                       "train_ndcg@10_default": round(scores.get(DEFAULT_FUSION, 0.0), 4)}
     router = engine.policies.router
     if tune_router:
         rows, routes = _route_rows(engine, train)
@@ -120,7 +137,8 @@ def save_policies(index_dir: Path, policies: Policies, notes: dict[str, Any], se
     """Write tuned.json atomically; serve, query and mcp load it from the index directory.
     A previous tuned.json is kept as tuned.json.bak (copy it back to undo a tuning run)."""
     data = {"router": policies.router.to_json(), "grader": policies.grader.to_json(),
-            "fusion": {"rrf_k": policies.fusion.rrf_k, "depth": policies.fusion.depth, "weights": dict(policies.fusion.weights)},
+            "fusion": {"method": policies.fusion.method, "rrf_k": policies.fusion.rrf_k, "depth": policies.fusion.depth,
+                       "weights": dict(policies.fusion.weights)},
             "seed": seed, "notes": notes}
     path = index_dir / TUNED_CONFIG
     if path.is_file():  # tuned.json stays in place until the new one replaces it

@@ -76,9 +76,23 @@ def test_tune_is_deterministic_and_the_index_loads_what_it_saved(index_copy, emb
     reloaded = open_engine(index_copy, embedder)
     try:
         assert reloaded.policies.router.source.startswith("tuned") and reloaded.policies.grader.to_json() == a.grader.to_json()
-        assert reloaded.policies.fusion.rrf_k == a.fusion.rrf_k
+        assert reloaded.policies.fusion == a.fusion and notes_a["fusion"]["method"] == a.fusion.method
+        assert reloaded.retrievers["hybrid"].params == a.fusion  # the hybrid route fuses as tuned
     finally:
         reloaded.close()
+
+
+def test_tuning_chooses_among_fusion_methods_and_prefers_the_default_on_a_tie():
+    from retrieval.tune import best_fusion
+    from routes.tuning import DEFAULT_FUSION, FUSION_GRID, fusion_params
+
+    assert {m for m, _, _ in FUSION_GRID} == {"rrf", "zscore"} and DEFAULT_FUSION in FUSION_GRID
+    assert best_fusion({("rrf", 60, 1.0): 0.70, ("zscore", 60, 0.6): 0.73}) == ("zscore", 60, 0.6)
+    assert best_fusion({("rrf", 60, 1.0): 0.73, ("zscore", 60, 0.5): 0.73}) == ("rrf", 60, 1.0)
+    assert best_fusion({("zscore", 60, 0.4): 0.73, ("zscore", 60, 0.5): 0.73}) == ("zscore", 60, 0.5)
+    z = fusion_params("zscore", 60, 0.6)
+    assert z.method == "zscore" and z.weights == {"bm25": 0.6, "dense": 0.4}
+    assert fusion_params("rrf", 30, 1.25).weights == {"bm25": 1.25, "dense": 1.0}
 
 
 @pytest.mark.slow
