@@ -293,11 +293,15 @@ def _dispatch(plan: Plan, question: str, principal: Principal, budget: Budget, d
 def _reranked(question: str, hits: list[Hit], principal: Principal, deps: LoopDeps) -> list[Hit]:
     """The reranker's order over exactly the candidates it was given: a hit it invents or
     repeats is dropped, so no reranker can add a passage the retriever did not authorize."""
+    ranked = deps.policy.reranker.rerank(question, hits, principal)
+    if len(ranked) == len(hits) and all(a is b for a, b in zip(ranked, hits, strict=True)):
+        return hits  # the retriever's own order, untouched
     given = {h.chunk_id: h for h in hits}
     out: dict[str, Hit] = {}
-    for h in deps.policy.reranker.rerank(question, hits, principal):
+    for h in ranked:
         if h.chunk_id in given and h.chunk_id not in out:
-            out[h.chunk_id] = replace(given[h.chunk_id], score=h.score)  # rescored, never rewritten
+            kept = given[h.chunk_id]
+            out[h.chunk_id] = kept if h.score == kept.score else replace(kept, score=h.score)  # rescored, never rewritten
     return list(out.values())
 
 
