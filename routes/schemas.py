@@ -17,7 +17,8 @@ from retrieval.registry import SEARCH_ROUTES
 from retrieval.sql.guard import MAX_SQL_CHARS
 from retrieval.types import Filters
 
-Name = Field(min_length=1, max_length=256)
+MAX_NAME_CHARS = 256  # a document id or source name; longer ones cannot be asked for
+FilterValue = Annotated[StrictStr, Field(max_length=MAX_NAME_CHARS)]
 
 
 def check_text(value: Any, depth: int = 0) -> None:
@@ -63,12 +64,12 @@ def request_models(limits: Limits) -> RequestModels:
     those of `limits`: what the app validates is what its OpenAPI document advertises."""
 
     class FiltersIn(Strict):
-        sources: list[StrictStr] | None = Field(default=None, max_length=limits.max_filter_values,
-                                                description="only these sources")
+        sources: list[FilterValue] | None = Field(default=None, max_length=limits.max_filter_values,
+                                                  description="only these sources")
         date_from: date | None = Field(default=None, description="only documents dated on or after (YYYY-MM-DD)")
         date_to: date | None = Field(default=None, description="only documents dated on or before (YYYY-MM-DD)")
-        doc_ids: list[StrictStr] | None = Field(default=None, max_length=limits.max_filter_values,
-                                                description="only these documents")
+        doc_ids: list[FilterValue] | None = Field(default=None, max_length=limits.max_filter_values,
+                                                  description="only these documents")
 
         model_config = ConfigDict(extra="forbid", strict=False)  # dates arrive as ISO strings
 

@@ -27,7 +27,7 @@ from retrieval.registry import SEARCH_ROUTES
 from retrieval.search import search
 from retrieval.sql.guard import MAX_SQL_CHARS
 from retrieval.types import Filters, Principal
-from routes.schemas import Strict
+from routes.schemas import MAX_NAME_CHARS, FilterValue, Strict
 
 MAX_ARGUMENT_BYTES = 64 * 1024
 
@@ -55,7 +55,7 @@ class SqlQueryArgs(_Args):
 
 
 class GetDocumentArgs(_Args):
-    doc_id: StrictStr = Field(min_length=1, max_length=256)
+    doc_id: StrictStr = Field(min_length=1, max_length=MAX_NAME_CHARS)
 
 
 @dataclass(frozen=True)
@@ -124,10 +124,10 @@ def _tool_specs(limits: Limits) -> tuple[ToolSpec, ...]:
     """The tools with argument models and JSON schemas bounded by `limits`."""
 
     class FilterArgs(_Args):
-        sources: list[StrictStr] | None = Field(default=None, max_length=limits.max_filter_values)
+        sources: list[FilterValue] | None = Field(default=None, max_length=limits.max_filter_values)
         date_from: StrictStr | None = Field(default=None, pattern=DATE)
         date_to: StrictStr | None = Field(default=None, pattern=DATE)
-        doc_ids: list[StrictStr] | None = Field(default=None, max_length=limits.max_filter_values)
+        doc_ids: list[FilterValue] | None = Field(default=None, max_length=limits.max_filter_values)
 
         @field_validator("date_from", "date_to")
         @classmethod
@@ -167,11 +167,11 @@ def _tool_specs(limits: Limits) -> tuple[ToolSpec, ...]:
         "type": "object", "additionalProperties": False,
         "description": "Optional narrowing, applied like the caller's access control.",
         "properties": {
-            "sources": {"type": "array", "items": {**_STR, "maxLength": 256}, "maxItems": limits.max_filter_values,
+            "sources": {"type": "array", "items": {**_STR, "maxLength": MAX_NAME_CHARS}, "maxItems": limits.max_filter_values,
                         "description": "only these sources (e.g. runbooks, incidents)"},
             "date_from": {**_STR, "pattern": DATE, "description": "only documents dated on or after (YYYY-MM-DD)"},
             "date_to": {**_STR, "pattern": DATE, "description": "only documents dated on or before (YYYY-MM-DD)"},
-            "doc_ids": {"type": "array", "items": {**_STR, "maxLength": 256}, "maxItems": limits.max_filter_values,
+            "doc_ids": {"type": "array", "items": {**_STR, "maxLength": MAX_NAME_CHARS}, "maxItems": limits.max_filter_values,
                         "description": "only these documents"},
         },
     }
@@ -220,7 +220,7 @@ def _tool_specs(limits: Limits) -> tuple[ToolSpec, ...]:
             "Fetch the full text of one document by id (as returned in passages). Documents the caller may not read "
             "are reported as not found.",
             GetDocumentArgs, "query",
-            {"doc_id": {**_STR, "minLength": 1, "maxLength": 256}},
+            {"doc_id": {**_STR, "minLength": 1, "maxLength": MAX_NAME_CHARS}},
             ("doc_id",), _document),
     )
 
