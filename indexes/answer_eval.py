@@ -40,7 +40,7 @@ def scifact_metrics(pairs: Sequence[Pair], probs: np.ndarray) -> dict[str, float
     probs = np.asarray(probs, dtype=np.float64)
     labels = np.array([p.label for p in pairs])
     best: dict[str, list[float]] = defaultdict(lambda: [-1.0, -1.0])
-    for p, s in zip(pairs, probs):
+    for p, s in zip(pairs, probs, strict=True):
         slot = 0 if p.label else 1
         best[p.group][slot] = max(best[p.group][slot], float(s))
     top1 = [pos > neg for pos, neg in best.values() if pos >= 0 and neg >= 0]
@@ -58,7 +58,7 @@ def agreement(a: np.ndarray, b: np.ndarray) -> dict[str, float]:
 def _retrieval(pairs: Sequence[Pair], probs: np.ndarray) -> dict[str, float]:
     pos: dict[str, float] = {}
     negs: dict[str, list[tuple[str, float]]] = defaultdict(list)
-    for p, s in zip(pairs, probs):
+    for p, s in zip(pairs, probs, strict=True):
         if p.kind == "own_answerable":
             pos[p.group] = float(s)
         elif p.kind in RETRIEVAL_NEGATIVES:

