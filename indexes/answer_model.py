@@ -93,6 +93,19 @@ def read_checksums(folder: Path) -> dict[str, str]:
     return sums
 
 
+def shipped_identity(path: Path | None = None) -> dict[str, str] | None:
+    """{"id", "sha256"} of the model folder as its files declare them (no hashing: an index
+    build records which model it was built beside; loading verifies the bytes). None when
+    the folder is incomplete."""
+    folder = Path(path) if path is not None else default_path()
+    try:
+        config = json.loads((folder / CONFIG_FILE).read_text(encoding="utf-8"))
+        digest = read_checksums(folder)[MODEL_FILE]
+    except (OSError, ValueError, KeyError):
+        return None
+    return {"id": str(config.get("model_id", "")), "sha256": digest}
+
+
 class AnswerModel:
     """Scores (question, passage) pairs with the bundled int8 cross-encoder on onnxruntime.
 

@@ -23,6 +23,7 @@ from typing import Any, Callable, Iterator, Sequence
 
 import numpy as np
 
+from indexes.answer_model import shipped_identity
 from indexes.bm25 import Bm25Index, Bm25Params
 from indexes.catalog import Catalog, write_catalog
 from indexes.chunking import DEFAULT_MAX_CHARS, chunk_documents
@@ -246,6 +247,7 @@ def _build_into(work: Path, name: str, digest: str, loaded, docs, chunks, texts,
         "snapshot": name,
         "built_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         "model": {"id": embedder.model_id, "dim": embedder.dim},
+        "answer_model": shipped_identity(),
         "counts": {"documents": len(docs), "chunks": len(chunks), "tables": len(infos)},
         "embeddings": {"computed": len(todo), "reused": len(texts) - len(todo)},
         "tables": {t.name: {"rows": t.rows, "acl": list(t.acl), "row_acl": t.row_acl} for t in infos},

@@ -37,6 +37,7 @@ from datetime import date
 from functools import lru_cache
 from typing import Any, Callable, Literal, Mapping, Sequence
 
+from retrieval.calibration import Calibration
 from retrieval.constraints import Constraints, literal_share
 from retrieval.dates import dates_in
 from retrieval.text import normalize, term_set
@@ -45,6 +46,9 @@ from retrieval.types import Hit
 GRADE_FEATURES = ("top_dense", "dense_margin", "mean_dense_top3", "top_coverage", "agreement", "top_bm25",
                   "top_qcov", "qcov_dense", "literal_share", "z_top", "nqc", "z_spread")
 Reason = Literal["no_authorized_evidence", "constraint_unmet", "insufficient_evidence"]
+# (cheap score, its features) -> (sufficient, p_sufficient, more features): a relevance decision
+# other than the threshold on the cheap score (an answer-level model's, retrieval/answer_level.py)
+Decide = Callable[[float, Mapping[str, float]], tuple[bool, float, Mapping[str, float]]]
 
 
 @dataclass(frozen=True)
@@ -59,15 +63,17 @@ class GraderConfig:
     threshold: float = 0.55
     link_passages: int = 1  # documents named by the question or the top n passages but absent are missing evidence
     source: str = "defaults"
+    calibration: Calibration = Calibration()  # score -> p_sufficient; `quarry tune` fits it (Platt)
 
     def to_json(self) -> dict[str, Any]:
         return {"bias": self.bias, "weights": dict(self.weights), "threshold": self.threshold,
-                "link_passages": self.link_passages, "source": self.source}
+                "link_passages": self.link_passages, "source": self.source, "calibration": self.calibration.to_json()}
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> GraderConfig:
         return cls(float(data["bias"]), dict(data["weights"]), float(data.get("threshold", 0.5)),
-                   int(data.get("link_passages", 1)), data.get("source", "file"))
+                   int(data.get("link_passages", 1)), data.get("source", "file"),
+                   Calibration.from_json(data.get("calibration")))
 
 
 @dataclass(frozen=True)
@@ -79,10 +85,11 @@ class Grade:
     features: Mapping[str, float] = field(default_factory=dict)
     links: tuple[str, ...] = ()  # readable documents the top passages name that the set lacks: to follow, not missing
     source: str = ""  # which grader decided, when not the built-in one (a judge, a fallback after its failure)
+    p_sufficient: float = 0.0  # calibrated probability that the set answers the question
 
     def to_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {"sufficient": self.sufficient, "reason": self.reason, "missing": list(self.missing),
-                               "score": round(self.score, 4)}
+                               "score": round(self.score, 4), "p_sufficient": round(self.p_sufficient, 4)}
         if self.source:
             out["source"] = self.source
         return out
@@ -174,25 +181,33 @@ def pending_links(hits: Sequence[Hit], linked: Sequence[tuple[str, float, bool]]
 
 
 def grade(question: str, constraints: Constraints, hits: Sequence[Hit], config: GraderConfig, today: date,
-          rows_sql: str | None = None, linked: Callable[[], Sequence[tuple[str, float, bool]]] = tuple) -> Grade:
+          rows_sql: str | None = None, linked: Callable[[], Sequence[tuple[str, float, bool]]] = tuple,
+          decide: Decide | None = None) -> Grade:
     """Verdict on one evidence set. Rows from a confident SQL translation (`rows_sql` is its
     statement) are relevant by construction: only their presence and the constraints are
     checked, against the rows and the statement (which carries the date predicates).
     `linked()` gives the documents the set points to; it is asked only of a set that passes
-    everything else."""
+    everything else. `decide` replaces the threshold on the cheap score (it sees that score
+    and its features); unmet constraints and named documents stay hard either way."""
     if not hits:
         return Grade(False, "no_authorized_evidence", tuple(constraints.labels()))
     if rows_sql is not None:
         missing = [m for m in unmet_constraints(constraints, hits, today, also=rows_sql) if not m.startswith("date:")]
-        return Grade(not missing, "constraint_unmet" if missing else None, tuple(missing), 1.0)
+        return Grade(not missing, "constraint_unmet" if missing else None, tuple(missing), 1.0,
+                     p_sufficient=0.0 if missing else 1.0)
     missing = unmet_constraints(constraints, hits, today)
     feats = evidence_features(question, hits, constraints)
     score = relevance(feats, config)
     if missing:
         return Grade(False, "constraint_unmet", tuple(missing), score, feats)
-    if score < config.threshold:
-        return Grade(False, "insufficient_evidence", ("relevance",), score, feats)
+    if decide is None:
+        sufficient, p = score >= config.threshold, config.calibration(score)
+    else:
+        sufficient, p, more = decide(score, feats)
+        feats = {**feats, **more}
+    if not sufficient:
+        return Grade(False, "insufficient_evidence", ("relevance",), score, feats, p_sufficient=p)
     named, links = pending_links(hits, linked())
     if named:
-        return Grade(False, "insufficient_evidence", tuple(f"linked:{d}" for d in named), score, feats)
-    return Grade(True, None, (), score, feats, tuple(links))
+        return Grade(False, "insufficient_evidence", tuple(f"linked:{d}" for d in named), score, feats, p_sufficient=p)
+    return Grade(True, None, (), score, feats, tuple(links), p_sufficient=p)

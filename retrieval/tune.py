@@ -10,11 +10,13 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Mapping, Sequence
 
 import numpy as np
 
+from retrieval.answer_level import AnswerConfig
+from retrieval.calibration import fit_platt, logit, threshold_for_false_gaps
 from retrieval.grader import GRADE_FEATURES, GraderConfig
 from retrieval.registry import ROUTES
 from retrieval.router import FEATURES, RouterConfig
@@ -111,8 +113,60 @@ def fit_grader(rows: Sequence[Mapping[str, float]], sufficient: Sequence[bool], 
     best_threshold = 0.5
     weights = {f: round(float(v), 6) for f, v in zip(GRADE_FEATURES, w, strict=True)}
     config = GraderConfig(bias=round(b, 6), weights=weights, threshold=best_threshold, link_passages=base.link_passages,
-                          source=f"tuned (C={c:g})")
+                          source=f"tuned (C={c:g})", calibration=fit_platt(probs.tolist(), y.tolist()))
     return GraderFit(config, float(best))
+
+
+def cascade_band(cheap_p: Sequence[float], sufficient: Sequence[bool], tolerance: float = 0.02,
+                 min_share: float = 0.05, min_examples: int = 20) -> tuple[float, float]:
+    """(skip_below, skip_above): the cheap grader's calibrated probabilities outside which
+    its verdict is trusted without the answer model. skip_above is the lowest probability
+    above which at most `tolerance` of the examples were insufficient, skip_below the highest
+    below which at most `tolerance` were sufficient; a side holding under `min_share` of
+    the examples, or under `min_examples`, is not skipped at all (0.0 / 1.0), so a small
+    sample never cuts the model out."""
+    pairs = sorted(zip(cheap_p, sufficient, strict=True))
+    n = len(pairs)
+    above, below = 1.0, 0.0
+    for i in range(n):  # candidates from the top down: examples i.. have p >= pairs[i][0]
+        tail = pairs[i:]
+        if sum(1 for _, y in tail if not y) <= tolerance * len(tail):
+            if len(tail) >= max(min_share * n, min_examples):
+                above = pairs[i][0]
+            break
+    for i in range(n, 0, -1):  # examples ..i-1 have p <= pairs[i-1][0]
+        head = pairs[:i]
+        if sum(1 for _, y in head if y) <= tolerance * len(head):
+            if len(head) >= max(min_share * n, min_examples):
+                below = pairs[i - 1][0]
+            break
+    return below, max(above, below + 1e-9) if above < 1.0 else 1.0
+
+
+def fit_answer_grader(cheap: Sequence[float], answer: Sequence[float], sufficient: Sequence[bool],
+                      cheap_calibration: GraderConfig, target_false_gap: float = 0.05, passages: int = 3,
+                      seed: int = 0, cascade: bool = True) -> AnswerConfig:
+    """The answer grader's combination, calibration, threshold and cascade, from labeled
+    first attempts: `cheap` the signal grader's scores, `answer` the best answer probability
+    over the top `passages`. A logistic regression (not class-balanced: its output is meant
+    as a probability) on the two logits, Platt-calibrated, and the threshold that calls at
+    most `target_false_gap` of the sufficient examples gaps."""
+    from sklearn.linear_model import LogisticRegression
+
+    y = np.array(sufficient, dtype=bool)
+    if y.all() or not y.any():
+        raise ValueError("fitting the answer grader needs both sufficient and insufficient examples")
+    x = np.array([[logit(c), logit(a)] for c, a in zip(cheap, answer, strict=True)])
+    model = LogisticRegression(C=1.0, max_iter=5000, random_state=seed).fit(x, y)
+    config = AnswerConfig(passages=passages, bias=float(model.intercept_[0]), w_cheap=float(model.coef_[0][0]),
+                          w_answer=float(model.coef_[0][1]))
+    raw = [config.raw(c, a) for c, a in zip(cheap, answer, strict=True)]
+    calibration = fit_platt(raw, y.tolist())
+    p = [calibration(r) for r in raw]
+    threshold = threshold_for_false_gaps(p, y.tolist(), target_false_gap)
+    below, above = cascade_band([cheap_calibration.calibration(c) for c in cheap], y.tolist()) if cascade else (0.0, 1.0)
+    return replace(config, calibration=calibration, threshold=threshold, skip_below=below, skip_above=above,
+                   target_false_gap=target_false_gap, source=f"tuned on {len(y)} examples")
 
 
 def best_fusion(scores: Mapping[tuple[str, int, float], float]) -> tuple[str, int, float]:

@@ -32,7 +32,6 @@ from routes.docs import install_docs
 from routes.auth import Caller, Gate, caller_from_header, require_scope
 from routes.engine import Engine, open_engine
 from routes.errors import error_code, install_error_handlers
-from routes.plugins import load_policy
 from routes.keys import KeyStore
 from routes.metrics import Metrics
 from routes.schemas import ErrorOut, error_responses, request_models
@@ -222,13 +221,7 @@ class BodyLimit:
 def engine_for(settings: Settings) -> Engine:
     """The engine over the current snapshot of `settings.index_dir`, built once, with the
     policies the settings name (routes/plugins.py); a policy that fails to load stops here."""
-    engine = open_engine(settings.index_dir, settings=settings)
-    try:
-        assert engine.policy is not None
-        return engine.with_policy(load_policy(settings, engine, engine.policy))
-    except BaseException:
-        engine.close()
-        raise
+    return open_engine(settings.index_dir, settings=settings)
 
 
 def create_app(settings: Settings, engine: Engine | None = None, keys: KeyStore | None = None) -> FastAPI:

@@ -92,15 +92,18 @@ def cmd_tune(args: argparse.Namespace, settings: Settings) -> int:
     from routes.evaluation import (TOP, ablate, ablated_index, beir_labels, evaluate, fit_policies, gap_accuracy,
                                    save_policies, split_labels, unambiguous)
 
+    from routes.answer_policy import answer_scores
+
     progress = _progress_bar(not args.no_progress)
     engine, labels, k, beir_root, index = _eval_target(args, settings, progress)
     report: dict[str, Any] = {"seed": args.seed}
+    answer = dict(answer=answer_scores(settings, engine), target_false_gap=settings.answer_target_false_gap)
     pick = lambda r: {m: r.get(m) for m in TOP if r.get(m) is not None}  # noqa: E731
     try:
         if beir_root is None:
             train, test = split_labels(labels)
             report["before"] = pick(evaluate(engine, test, k, _questions_progress(progress, len(test))))
-            policies, notes = fit_policies(engine, train, args.seed)
+            policies, notes = fit_policies(engine, train, args.seed, **answer)
         else:
             train, test = beir_labels(beir_root, "train"), labels
             report["before"] = pick(evaluate(engine, test, k, _questions_progress(progress, len(test))))
@@ -111,7 +114,7 @@ def cmd_tune(args: argparse.Namespace, settings: Settings) -> int:
             try:
                 policies, notes = fit_policies(engine, train, args.seed, tune_router=False, grader_engine=ab_engine,
                                                sufficient_of=lambda lb, docs: lb.id not in hidden_train,
-                                               grader_labels=unambiguous(train, hidden_train, hidden_docs))
+                                               grader_labels=unambiguous(train, hidden_train, hidden_docs), **answer)
             finally:
                 ab_engine.close()
             hidden_test, hidden_test_docs = ablate(test, args.seed + 1)

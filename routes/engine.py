@@ -12,6 +12,7 @@ from pathlib import Path
 from indexes.catalog import SqlRunner
 from indexes.embedder import Embedder
 from indexes.snapshot import Snapshot, load_snapshot
+from retrieval.answer_level import AnswerConfig, AnswerScores, RerankConfig
 from retrieval.calls import CallPool
 from retrieval.entities import EntityIndex
 from retrieval.errors import InvalidRequest
@@ -30,6 +31,7 @@ from retrieval.retrievers.sql import SqlRetriever
 from retrieval.router import RouterConfig
 from retrieval.signals import HitScorer
 from retrieval.types import Filters, Principal
+from routes.plugins import load_policy
 from routes.settings import Settings
 
 log = logging.getLogger("quarry.engine")
@@ -60,6 +62,9 @@ class Policies:
     router: RouterConfig = field(default_factory=RouterConfig)
     grader: GraderConfig = field(default_factory=GraderConfig)
     fusion: FusionParams = field(default_factory=FusionParams)
+    answer: AnswerConfig = field(default_factory=AnswerConfig)  # the answer grader's, when it is used
+    rerank: RerankConfig = field(default_factory=RerankConfig)
+    answer_model: str | None = None  # sha256 of the answer model `answer` was fitted with
 
     @classmethod
     def load(cls, index_dir: Path, fusion: FusionParams = FusionParams()) -> Policies:
@@ -69,10 +74,13 @@ class Policies:
             return cls(fusion=fusion)
         data = json.loads(path.read_text())
         tuned = data.get("fusion") or {}
+        answer = data.get("answer")
         return cls(RouterConfig.from_json(data["router"]), GraderConfig.from_json(data["grader"]),
                    FusionParams(rrf_k=int(tuned.get("rrf_k", fusion.rrf_k)), depth=int(tuned.get("depth", fusion.depth)),
                                 weights=dict(tuned.get("weights", fusion.weights)),
-                                method=str(tuned.get("method", fusion.method))))
+                                method=str(tuned.get("method", fusion.method))),
+                   AnswerConfig.from_json(answer["config"]) if answer else AnswerConfig(),
+                   RerankConfig.from_json(data.get("rerank") or {}), answer["model_sha256"] if answer else None)
 
 
 @dataclass
@@ -90,6 +98,7 @@ class Engine:
     today: date | None = None
     side: ThreadPoolExecutor | None = None  # the dense half of hybrid calls, beside the BM25 half
     policy: Policy | None = None  # the loop's collaborators; None: the built-in ones over `policies`
+    answer: AnswerScores | None = None  # the answer model's scores, once a policy asked for them
     deps: LoopDeps = field(init=False)
 
     def __post_init__(self) -> None:
@@ -148,9 +157,10 @@ def open_engine(index_dir: Path, embedder: Embedder | None = None, limits: Limit
                 today: date | None = None, policies: Policies | None = None, settings: Settings | None = None,
                 warm: bool = True) -> Engine:
     """Load everything once, sized by `settings` (thread pools, caches, SQL and fusion; the
-    defaults when None). `limits`, `today` and `policies`, when given, replace the settings'
-    (and the index's tuned policies). `warm` loads the model and runs one query embedding now,
-    so the first request does not spend its deadline importing torch."""
+    defaults when None), with the policies the settings name (routes/plugins.py: a policy
+    that fails to load stops here). `limits`, `today` and `policies`, when given, replace the
+    settings' (and the index's tuned policies). `warm` loads the model and runs one query
+    embedding now, so the first request does not spend its deadline importing torch."""
     settings = settings or Settings()
     embedder = embedder or settings.embedder()
     today = today or settings.today
@@ -161,10 +171,16 @@ def open_engine(index_dir: Path, embedder: Embedder | None = None, limits: Limit
     policies = policies or Policies.load(index_dir, settings.fusion)
     titles, title_ids, values = snapshot.catalog.entity_names()
     side = ThreadPoolExecutor(max_workers=settings.side_workers, thread_name_prefix="quarry-dense")
-    return Engine(
+    engine = Engine(
         snapshot=snapshot, embedder=embedder,
         retrievers=build_retrievers(snapshot, embedder, policies.fusion, settings, today, side),
         limits=limits or settings.limits, policies=policies,
         titles=EntityIndex.build(titles, title_ids, snapshot.chunks.doc_ids), names=EntityIndex.build(values),
         calls=CallPool(settings.workers, settings.spare_workers), today=today, side=side,
     )
+    try:
+        assert engine.policy is not None
+        return engine.with_policy(load_policy(settings, engine, engine.policy))
+    except BaseException:
+        engine.close()
+        raise

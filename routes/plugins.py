@@ -1,5 +1,5 @@
 """Policies chosen by settings: `QUARRY_GRADER=mypkg.judge:make_grader`, and the same for
-the router, rewriter and reranker.
+the router, rewriter and reranker; `answer` and `judge` name the ones Quarry ships.
 
 Each setting names a factory by import path, as uvicorn names an app (`module:attribute`).
 The factory is called once at startup with the settings and the loaded engine and returns
@@ -18,6 +18,11 @@ from retrieval.errors import InvalidRequest
 from retrieval.policy import Grader, Policy, Reranker, Rewriter, Router
 
 INTERFACES: dict[str, type] = {"router": Router, "grader": Grader, "rewriter": Rewriter, "reranker": Reranker}
+# short names for the policies Quarry ships beside its defaults
+BUILTIN: dict[str, dict[str, str]] = {
+    "grader": {"answer": "routes.answer_policy:make_grader", "judge": "routes.judge:make_judge"},
+    "reranker": {"answer": "routes.answer_policy:make_reranker"},
+}
 
 
 class PluginError(InvalidRequest):
@@ -49,6 +54,7 @@ def load_policy(settings: Any, engine: Any, base: Policy) -> Policy:
         path = (getattr(settings, name, None) or "").strip()
         if not path:
             continue
+        path = BUILTIN.get(name, {}).get(path, path)
         factory = load_factory(f"QUARRY_{name.upper()}", path)
         try:
             policy = factory(settings, engine)

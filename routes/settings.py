@@ -43,7 +43,8 @@ def setting(default: Any, help: str, group: str, secret: bool = False, **constra
 
 
 def _policy(kind: str) -> Any:
-    return setting("", f"{kind.capitalize()}: import path `module:factory`, the {POLICY_HELP} "
+    builtin = " or `answer` (the answer-level model)" if kind in ("grader", "reranker") else ""
+    return setting("", f"{kind.capitalize()}: import path `module:factory`, the {POLICY_HELP}{builtin} "
                        f"(empty: the built-in {kind}).", "policies")
 
 
@@ -162,6 +163,23 @@ class Settings(BaseSettings):
     grader: str = _policy("grader")
     rewriter: str = _policy("rewriter")
     reranker: str = _policy("reranker")
+
+    # -- the answer-level model (routes/answer_policy.py; QUARRY_GRADER=answer, QUARRY_RERANKER=answer) --
+    answer_model_path: Path | None = setting(None, "Folder of the answer model (default: the one shipped in the package).",
+                                             "answer")
+    answer_threads: int | None = setting(None, "onnxruntime intra-op threads for the answer model (default: one per core).",
+                                         "answer", ge=1)
+    answer_cache_size: int = setting(4096, "(question, passage) answer probabilities kept.", "answer", ge=1)
+    answer_threshold: float | None = setting(None, "Gap threshold on p_sufficient for the answer grader (default: the "
+                                             "tuned one in the index, else the shipped default).", "answer", ge=0, le=1)
+    answer_passages: int | None = setting(None, "Top passages of a set the answer grader reads (default: tuned or 3).",
+                                          "answer", ge=1, le=20)
+    answer_target_false_gap: float = setting(0.05, "Share of sufficient training questions `quarry tune` lets the "
+                                             "answer grader's threshold call gaps.", "answer", ge=0, lt=1)
+    answer_cascade: bool = setting(True, "Skip the model where the cheap grader is already sure (the tuned band).",
+                                   "answer")
+    rerank_top_n: int | None = setting(None, "Candidates the answer reranker rescores (default: tuned or 20).",
+                                       "answer", ge=2, le=200)
 
     # -- the external judge grader (routes/judge.py, QUARRY_GRADER=routes.judge:make_judge) --
     judge_url: str = setting("", "Base URL of the judge's OpenAI-compatible API (requests go to <url>/chat/completions).",

@@ -6,18 +6,22 @@ from __future__ import annotations
 import json
 import os
 import shutil
+from dataclasses import dataclass, field, replace
 from datetime import date
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
+from retrieval.answer_level import AnswerConfig
 from retrieval.constraints import Constraints
 from retrieval.evaluate import Label
 from retrieval.fusion import DEFAULT_RRF_K, rrf, zscore_scores
-from retrieval.grader import evidence_features
+from retrieval.grader import GraderConfig
+from retrieval.answer_level import AnswerScores
+from retrieval.grader import evidence_features, relevance, unmet_constraints
 from retrieval.metrics import doc_ranking, mean, ndcg_at_k
 from retrieval.retrievers.hybrid import FusionParams
 from retrieval.router import features
-from retrieval.tune import best_fusion, fit_grader, fit_router
+from retrieval.tune import best_fusion, fit_answer_grader, fit_grader, fit_router
 from retrieval.types import Filters, Hit, Principal
 from routes.engine import TUNED_CONFIG, Engine, Policies, open_engine
 
@@ -84,25 +88,56 @@ def _route_rows(engine: Engine, labels: Sequence[Label]) -> tuple[list[dict[str,
     return features, [lb.route for lb in labeled]
 
 
-def _grade_rows(engine: Engine, labels: Sequence[Label], sufficient_of: Callable[[Label, list[str]], bool]
-                ) -> tuple[list[dict[str, float]], list[bool]]:
-    """Evidence features of each question's first attempt on its routed text retriever."""
-    rows, ys = [], []
+@dataclass
+class GradeRows:
+    """Each question's first attempt on its routed text retriever: evidence features, whether
+    it was sufficient, and (for the answer grader) the question, its top passages and
+    whether every constraint was met (an unmet one is a hard gap the model never sees)."""
+
+    rows: list[dict[str, float]] = field(default_factory=list)
+    sufficient: list[bool] = field(default_factory=list)
+    questions: list[str] = field(default_factory=list)
+    tops: list[list[Hit]] = field(default_factory=list)
+    met: list[bool] = field(default_factory=list)
+
+
+def _grade_rows(engine: Engine, labels: Sequence[Label], sufficient_of: Callable[[Label, list[str]], bool],
+                top: int = 3) -> GradeRows:
+    out = GradeRows()
     for lb in labels:
         if lb.route == "sql" or lb.answer_rows is not None:
             continue
         constraints, hits = first_attempt_evidence(engine, lb.question, lb.principal_obj(), today=lb.today)
         if not hits:
             continue
-        rows.append(evidence_features(lb.question, hits, constraints))
-        ys.append(sufficient_of(lb, [h.doc_id for h in hits]))
-    return rows, ys
+        out.rows.append(evidence_features(lb.question, hits, constraints))
+        out.sufficient.append(sufficient_of(lb, [h.doc_id for h in hits]))
+        out.questions.append(lb.question)
+        out.tops.append(list(hits[:top]))
+        out.met.append(not unmet_constraints(constraints, hits, lb.today or engine.today or date.today()))
+    return out
+
+
+def _fit_answer(g: GradeRows, grader: GraderConfig, answer: AnswerScores, target: float, seed: int
+                ) -> tuple[AnswerConfig | None, dict[str, Any]]:
+    """The answer grader fitted on the first attempts whose constraints were met."""
+    idx = [i for i, ok in enumerate(g.met) if ok]
+    ys = [g.sufficient[i] for i in idx]
+    if len(set(ys)) < 2:
+        return None, {"skipped": "needs both sufficient and insufficient first attempts"}
+    cheap = [relevance(g.rows[i], grader) for i in idx]
+    best = [max(answer.of(g.questions[i], g.tops[i])) for i in idx]
+    config = fit_answer_grader(cheap, best, ys, grader, target_false_gap=target, seed=seed)
+    return config, {"train_examples": len(ys), "train_sufficient": sum(ys), "threshold": round(config.threshold, 4),
+                    "target_false_gap": target, "cascade": [round(config.skip_below, 4), round(config.skip_above, 4)]}
 
 
 def fit_policies(engine: Engine, train: Sequence[Label], seed: int, tune_router: bool = True,
                  grader_engine: Engine | None = None, sufficient_of: Callable[[Label, list[str]], bool] | None = None,
-                 grader_labels: Sequence[Label] | None = None) -> tuple[Policies, dict[str, Any]]:
-    """Fusion, then router, then grader (each fitted with the previous ones in place).
+                 grader_labels: Sequence[Label] | None = None, answer: AnswerScores | None = None,
+                 target_false_gap: float = 0.05) -> tuple[Policies, dict[str, Any]]:
+    """Fusion, then router, then grader (each fitted with the previous ones in place), then,
+    given the answer model's scores, the answer grader on the same first attempts.
     `notes["warnings"]` says when the training set is too small to trust the fits."""
     notes: dict[str, Any] = {}
     if len(train) < MIN_TRAIN_QUESTIONS:
@@ -124,22 +159,30 @@ def fit_policies(engine: Engine, train: Sequence[Label], seed: int, tune_router:
     tuned_g = open_engine(g_engine.snapshot.path.parent.parent, g_engine.embedder, g_engine.limits, g_engine.today, policies)
     try:
         suff = sufficient_of or (lambda lb, docs: lb.answerable and bool(set(lb.relevant) & set(docs)))
-        rows, ys = _grade_rows(tuned_g, grader_labels or train, suff)
+        g = _grade_rows(tuned_g, grader_labels or train, suff)
     finally:
         tuned_g.close()
-    fit = fit_grader(rows, ys, engine.policies.grader, seed)
-    notes["grader"] = {"train_examples": len(ys), "train_sufficient": int(sum(ys)),
+    fit = fit_grader(g.rows, g.sufficient, engine.policies.grader, seed)
+    notes["grader"] = {"train_examples": len(g.sufficient), "train_sufficient": int(sum(g.sufficient)),
                        "train_balanced_accuracy": round(fit.train_balanced_accuracy, 4), "threshold": fit.config.threshold}
-    return Policies(router, fit.config, fusion), notes
+    fitted = Policies(router, fit.config, fusion)
+    if answer is not None:
+        config, notes["answer"] = _fit_answer(g, fit.config, answer, target_false_gap, seed)
+        if config is not None:
+            fitted = replace(fitted, answer=config, answer_model=getattr(answer.scorer, "checksum", None))
+    return fitted, notes
 
 
 def save_policies(index_dir: Path, policies: Policies, notes: dict[str, Any], seed: int) -> Path:
     """Write tuned.json atomically; serve, query and mcp load it from the index directory.
     A previous tuned.json is kept as tuned.json.bak (copy it back to undo a tuning run)."""
-    data = {"router": policies.router.to_json(), "grader": policies.grader.to_json(),
-            "fusion": {"method": policies.fusion.method, "rrf_k": policies.fusion.rrf_k, "depth": policies.fusion.depth,
-                       "weights": dict(policies.fusion.weights)},
-            "seed": seed, "notes": notes}
+    data: dict[str, Any] = {
+        "router": policies.router.to_json(), "grader": policies.grader.to_json(),
+        "fusion": {"method": policies.fusion.method, "rrf_k": policies.fusion.rrf_k, "depth": policies.fusion.depth,
+                   "weights": dict(policies.fusion.weights)},
+        "seed": seed, "notes": notes}
+    if policies.answer_model is not None:
+        data["answer"] = {"config": policies.answer.to_json(), "model_sha256": policies.answer_model}
     path = index_dir / TUNED_CONFIG
     if path.is_file():  # tuned.json stays in place until the new one replaces it
         backup = path.with_name(TUNED_BACKUP)

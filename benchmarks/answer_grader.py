@@ -1,0 +1,342 @@
+"""The answer-level grader and reranker against the signal grader and plain hybrid, same run.
+
+    .venv/bin/python benchmarks/answer_grader.py [--only fit,demo,waterworks,scifact,hotpotqa,rerank]
+
+- fit: first attempts (k = 8, signal grader) of demo *train* questions and SciFact *train*
+  claims with half their gold documents hidden; the answer grader's combination,
+  calibration, threshold (5% false gaps) and cascade band are fitted on them
+  (retrieval.tune.fit_answer_grader): these are the shipped defaults
+  (routes/answer_policy.py). AUCs of the cheap score and the model on the same examples.
+- demo: the test split through the whole loop: gap precision, recall and F1, leakage, for
+  the signal grader, the answer grader with and without the cascade.
+- waterworks: eval_data/waterworks (written before any threshold was set, never tuned on):
+  false-gap rate and gap recall, same graders.
+- scifact: test nDCG@10 of plain hybrid, the loop, the loop with the answer reranker;
+  ablation balanced accuracy (half the test claims' gold hidden) for both graders; cost:
+  one-attempt p50 of each against the plain hybrid call, model ms per passage.
+- hotpotqa: k = 8, share of questions whose context holds both gold paragraphs that end as
+  gaps, and full support, for plain hybrid, the loop, the loop with the answer grader and
+  with the reranker.
+- rerank: SciFact, hybrid's top N reordered by the model with a prior for the retriever's
+  rank; the prior chosen on train, nDCG@10 on test against hybrid's own order.
+
+Writes benchmarks/results/answer_grader.json (or answer_grader-<parts>.json).
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import argparse
+import json
+import time
+from dataclasses import replace
+from datetime import date
+from typing import Any, Sequence
+
+from benchmarks.common import CACHE, DATASETS, ROOT, build_or_reuse, machine, make_embedder, write_json
+from benchmarks.grader_signals import auc
+from indexes.beir import load_qrels, load_queries
+from indexes.embedder import Embedder
+from retrieval.answer_level import AnswerConfig, AnswerGrader, AnswerReranker, AnswerScores, RerankConfig
+from retrieval.evaluate import Label
+from retrieval.grader import GraderConfig, evidence_features, relevance, unmet_constraints
+from retrieval.metrics import all_found, doc_ranking, mean, ndcg_at_k, percentile
+from retrieval.policy import Policy
+from retrieval.tune import cascade_band, fit_answer_grader
+from retrieval.types import Filters, Principal
+from routes.ablation import ablate, ablated_index, gap_accuracy, unambiguous
+from indexes.answer_model import default_path
+from routes.answer_policy import DEFAULT_ANSWER, DEFAULTS_FILE, ModelScorer
+from routes.beir_eval import beir_labels
+from routes.demo import DEMO_SOURCES
+from routes.engine import Engine, Policies, open_engine
+from routes.evaluation import evaluate, load_label_file
+from routes.tuning import first_attempt_evidence, split_labels
+
+TODAY = date(2025, 11, 1)
+SEED = 13
+READER = Principal("bench")
+
+
+def load_scores() -> AnswerScores:
+    from indexes.answer_model import AnswerModel
+
+    return AnswerScores(ModelScorer(AnswerModel.load()))
+
+
+def first_attempts(engine: Engine, labels: Sequence[Label], scores: AnswerScores, passages: int = 3,
+                   hidden: set[str] | None = None) -> list[dict[str, Any]]:
+    """Per label with text evidence and no unmet constraint (those stay hard gaps): the cheap
+    score, the best answer probability over the top passages, and whether it was sufficient."""
+    out = []
+    for lb in labels:
+        if lb.route == "sql" or lb.answer_rows is not None:
+            continue
+        constraints, hits = first_attempt_evidence(engine, lb.question, lb.principal_obj(), today=lb.today)
+        if not hits or unmet_constraints(constraints, hits, lb.today or TODAY):
+            continue
+        cheap = relevance(evidence_features(lb.question, hits, constraints), engine.policies.grader)
+        probs = scores.of(lb.question, hits[:passages])
+        answerable = lb.answerable and (hidden is None or lb.id not in hidden)
+        out.append({"id": lb.id, "cheap": cheap, "answer": max(probs),
+                    "sufficient": answerable and bool(set(lb.relevant) & {h.doc_id for h in hits})})
+    return out
+
+
+def with_grader(engine: Engine, shared: AnswerScores, config: AnswerConfig | None,
+                rerank: RerankConfig | None = None) -> Engine:
+    """The engine with the answer grader (None: the signal grader) and optionally the
+    reranker, over a fresh score cache (so no variant is timed on another's cached scores)."""
+    scores = AnswerScores(shared.scorer)
+    engine.answer = scores
+    base = Policies()
+    policy = Policy()
+    if config is not None:
+        policy = replace(policy, grader=AnswerGrader(scores, base.grader, config))
+    if rerank is not None:
+        policy = replace(policy, reranker=AnswerReranker(scores, rerank))
+    return engine.with_policy(policy)
+
+
+def gap_figures(metrics: dict[str, Any]) -> dict[str, Any]:
+    keys = ("gap_precision", "gap_recall", "gap_f1", "leakage", "mean_attempts", "latency_p50_ms")
+    return {k: metrics.get(k) for k in keys}
+
+
+def false_gaps(engine: Engine, labels: Sequence[Label], k: int = 8) -> dict[str, Any]:
+    """False-gap rate on answerable labels and gap recall on unanswerable ones, whole loop."""
+    fg = [engine.query(lb.question, lb.principal_obj(), k=k, today=lb.today).status == "evidence_gap"
+          for lb in labels if lb.answerable]
+    gr = [engine.query(lb.question, lb.principal_obj(), k=k, today=lb.today).status == "evidence_gap"
+          for lb in labels if not lb.answerable]
+    return {"answerable": len(fg), "unanswerable": len(gr), "false_gap_rate": round(mean(fg), 4),
+            "gap_recall": round(mean(gr), 4)}
+
+
+def part_fit(embedder: Embedder, scores: AnswerScores) -> dict[str, Any]:
+    index, _ = build_or_reuse("demo", DEMO_SOURCES, embedder)
+    demo = open_engine(index, embedder, today=TODAY, policies=Policies())
+    train, _ = split_labels(load_label_file(ROOT / "eval_data" / "demo" / "questions.jsonl"))
+    rows = first_attempts(demo, train, scores)
+    demo.close()
+    root = DATASETS / "scifact"
+    sf_train = beir_labels(root, "train")
+    hidden_ids, hidden_docs = ablate(sf_train, SEED)
+    sf_index = ablated_index(root, hidden_docs, embedder, CACHE / "scifact-train-ablation", reuse_from=_scifact(embedder))
+    sf = open_engine(sf_index, embedder, policies=Policies())
+    rows += first_attempts(sf, unambiguous(sf_train, hidden_ids, hidden_docs), scores, hidden=hidden_ids)
+    sf.close()
+    cheap, answer, y = [r["cheap"] for r in rows], [r["answer"] for r in rows], [r["sufficient"] for r in rows]
+    config = fit_answer_grader(cheap, answer, y, GraderConfig(), target_false_gap=0.05, seed=SEED)
+    p = [config.calibration(config.raw(c, a)) for c, a in zip(cheap, answer, strict=True)]
+    cheap_p = [GraderConfig().calibration(c) for c in cheap]
+    skipped = mean(c <= config.skip_below or c >= config.skip_above for c in cheap_p)
+    sweep = {}
+    for tol in (0.02, 0.05, 0.1, 0.2, 0.3):
+        below, above = cascade_band(cheap_p, y, tolerance=tol)
+        decided = [(c >= above) if (c <= below or c >= above) else (q >= config.threshold)
+                   for c, q in zip(cheap_p, p, strict=True)]
+        sweep[str(tol)] = {"band": [round(below, 4), round(above, 4)],
+                           "skip_share": round(mean(c <= below or c >= above for c in cheap_p), 4),
+                           "false_gap_rate": round(mean(not d for d, t in zip(decided, y, strict=True) if t), 4),
+                           "gap_recall": round(mean(not d for d, t in zip(decided, y, strict=True) if not t), 4)}
+    out = {"examples": len(rows), "sufficient": sum(y), "demo_train": sum(1 for r in rows if r["id"].startswith("q")),
+           "auc": {"cheap": round(auc(cheap, y), 4), "answer": round(auc(answer, y), 4), "combined": round(auc(p, y), 4)},
+           "config": config.to_json(), "cascade_skip_share": round(skipped, 4), "cascade_sweep": sweep}
+    print("cascade tolerance sweep (fit set):", json.dumps(sweep))
+    print(f"fit: {out['examples']} first attempts ({out['sufficient']} sufficient); AUC cheap {out['auc']['cheap']}, "
+          f"answer {out['auc']['answer']}, combined {out['auc']['combined']}; threshold {config.threshold:.3f}; "
+          f"cascade skips {skipped:.1%} (band {config.skip_below:.3f}..{config.skip_above:.3f})")
+    return out
+
+
+def _scifact(embedder: Embedder) -> Path:
+    index, _ = build_or_reuse("scifact", [DATASETS / "scifact" / "corpus.jsonl"], embedder, default_acl=("public",))
+    return index
+
+
+def _graders(config: AnswerConfig) -> list[tuple[str, AnswerConfig | None]]:
+    return [("signal", None), ("answer", replace(config, skip_below=0.0, skip_above=1.0)), ("answer+cascade", config)]
+
+
+def part_demo(embedder: Embedder, scores: AnswerScores, config: AnswerConfig) -> dict[str, Any]:
+    index, _ = build_or_reuse("demo", DEMO_SOURCES, embedder)
+    _, test = split_labels(load_label_file(ROOT / "eval_data" / "demo" / "questions.jsonl"))
+    out = {}
+    for name, cfg in _graders(config):
+        engine = with_grader(open_engine(index, embedder, today=TODAY, policies=Policies()), scores, cfg)
+        out[name] = gap_figures(evaluate(engine, test, 8))
+        engine.close()
+        print(f"demo test ({len(test)}), {name}: {out[name]}")
+    return out
+
+
+def part_waterworks(embedder: Embedder, scores: AnswerScores, config: AnswerConfig) -> dict[str, Any]:
+    root = ROOT / "eval_data" / "waterworks"
+    index, _ = build_or_reuse("waterworks", [root / "docs"], embedder)
+    labels = load_label_file(root / "questions.jsonl")
+    out = {}
+    for name, cfg in _graders(config):
+        engine = with_grader(open_engine(index, embedder, policies=Policies()), scores, cfg)
+        out[name] = {**false_gaps(engine, labels), **gap_figures(evaluate(engine, labels, 8))}
+        engine.close()
+        print(f"waterworks ({len(labels)}), {name}: {out[name]}")
+    return out
+
+
+def part_scifact(embedder: Embedder, scores: AnswerScores, config: AnswerConfig, top_n: int) -> dict[str, Any]:
+    root = DATASETS / "scifact"
+    index = _scifact(embedder)
+    queries, qrels = load_queries(root), load_qrels(root, "test")
+    out: dict[str, Any] = {}
+    variants = [("loop signal", None, None), ("loop answer+cascade", config, None),
+                ("loop answer+cascade+rerank", config, RerankConfig(top_n))]
+    hybrid_ms: list[float] = []
+    base: list[float] = []
+    for name, cfg, rerank in variants:
+        engine = with_grader(open_engine(index, embedder, policies=Policies()), scores, cfg, rerank)
+        ndcg, one_ms = [], []
+        for qid, rel in qrels.items():
+            if name == variants[0][0]:
+                engine.embedder.clear_cache()
+                t0 = time.perf_counter()
+                single = engine.retrievers["hybrid"].search(queries[qid], READER, 10, Filters())
+                hybrid_ms.append((time.perf_counter() - t0) * 1000)
+                base.append(ndcg_at_k(doc_ranking(single), rel, 10))
+            engine.embedder.clear_cache()
+            t0 = time.perf_counter()
+            result = engine.query(queries[qid], READER, k=10)
+            ms = (time.perf_counter() - t0) * 1000
+            ndcg.append(ndcg_at_k(doc_ranking(result.context), rel, 10))
+            if len(result.attempts) == 1:
+                one_ms.append(ms)
+        engine.close()
+        out[name] = {"ndcg@10": round(mean(ndcg), 4), "one_attempt_p50_ms": round(percentile(one_ms, 50), 2),
+                     "one_attempt_queries": len(one_ms),
+                     "model_pairs": engine.answer.pairs if engine.answer else 0}
+        print(f"scifact {name}: {out[name]}")
+    out["plain hybrid"] = {"ndcg@10": round(mean(base), 4), "p50_ms": round(percentile(hybrid_ms, 50), 2)}
+    print(f"scifact plain hybrid: {out['plain hybrid']}")
+    labels = beir_labels(root, "test")
+    hidden_ids, hidden_docs = ablate(labels, SEED)
+    ab_index = ablated_index(root, hidden_docs, embedder, CACHE / "scifact-test-ablation", reuse_from=index)
+    for name, cfg in _graders(config)[::2]:
+        engine = with_grader(open_engine(ab_index, embedder, policies=Policies()), scores, cfg)
+        out[f"ablation {name}"] = gap_accuracy(engine, unambiguous(labels, hidden_ids, hidden_docs), hidden_ids)
+        engine.close()
+        print(f"scifact ablation {name}: {out[f'ablation {name}']}")
+    return out
+
+
+PRIORS = (0.0, 0.5, 1.0, 2.0, 4.0, 8.0)
+
+
+def _rerank_ndcg(engine: Engine, scores: AnswerScores, queries: dict[str, str], qrels: dict[str, dict[str, float]],
+                 top_n: int) -> dict[float, float]:
+    """nDCG@10 of hybrid's top_n reordered by logit(p) - prior * log(1 + rank), per prior
+    (infinite prior: hybrid's own order)."""
+    import math
+
+    from retrieval.calibration import logit
+
+    per_prior: dict[float, list[float]] = {p: [] for p in (*PRIORS, math.inf)}
+    for qid, rel in qrels.items():
+        hits = engine.retrievers["hybrid"].search(queries[qid], READER, top_n, Filters())
+        probs = scores.of(queries[qid], hits)
+        for prior in per_prior:
+            keys = [float(i) if prior == math.inf else -(logit(probs[i]) - prior * math.log1p(i)) for i in range(len(hits))]
+            order = sorted(range(len(hits)), key=lambda i: (keys[i], i))
+            per_prior[prior].append(ndcg_at_k(doc_ranking([hits[i] for i in order]), rel, 10))
+    return {p: mean(v) for p, v in per_prior.items()}
+
+
+def part_rerank(embedder: Embedder, scores: AnswerScores, top_n: int) -> dict[str, Any]:
+    """The reranker's rank prior chosen on SciFact train, reported on test."""
+    import math
+
+    root = DATASETS / "scifact"
+    engine = open_engine(_scifact(embedder), embedder, policies=Policies())
+    queries = load_queries(root)
+    train = _rerank_ndcg(engine, scores, queries, load_qrels(root, "train"), top_n)
+    test = _rerank_ndcg(engine, scores, queries, load_qrels(root, "test"), top_n)
+    engine.close()
+    best = max(PRIORS, key=lambda p: (round(train[p], 4), p))
+    out = {"top_n": top_n, "train": {str(p): round(v, 4) for p, v in train.items()},
+           "test": {str(p): round(v, 4) for p, v in test.items()}, "chosen_prior": best,
+           "test_hybrid": round(test[math.inf], 4), "test_reranked": round(test[best], 4)}
+    print(f"scifact rerank top {top_n}: prior {best} chosen on train ({train[best]:.4f} vs hybrid "
+          f"{train[math.inf]:.4f}); test {test[best]:.4f} vs hybrid {test[math.inf]:.4f}; all test {out['test']}")
+    return out
+
+
+def part_hotpotqa(embedder: Embedder, scores: AnswerScores, config: AnswerConfig, top_n: int) -> dict[str, Any]:
+    root = DATASETS / "hotpotqa"
+    index, _ = build_or_reuse("hotpotqa", [root / "corpus.jsonl"], embedder, default_acl=("public",))
+    queries, qrels = load_queries(root), load_qrels(root)
+    k, out = 8, {}
+    variants = [("loop signal", None, None), ("loop answer+cascade", config, None),
+                ("loop answer+cascade+rerank", config, RerankConfig(top_n))]
+    for name, cfg, rerank in variants:
+        engine = with_grader(open_engine(index, embedder, policies=Policies()), scores, cfg, rerank)
+        base = full = gaps_with_gold = with_gold = 0
+        for qid, rel in qrels.items():
+            if name == variants[0][0]:
+                base += all_found(doc_ranking(engine.retrievers["hybrid"].search(queries[qid], READER, k, Filters())), rel, k)
+            result = engine.query(queries[qid], READER, k=k, max_attempts=3, deadline_ms=10000)
+            both = all_found(doc_ranking(result.context), rel, k)
+            full += both and result.status == "answer_context"
+            with_gold += both
+            gaps_with_gold += both and result.status == "evidence_gap"
+        engine.close()
+        n = len(qrels)
+        out[name] = {"full_support": round(full / n, 4), "context_holds_both": with_gold,
+                     "gap_share_when_both": round(gaps_with_gold / max(1, with_gold), 4)}
+        if name == variants[0][0]:
+            out["plain hybrid"] = {"full_support": round(base / n, 4)}
+            print(f"hotpotqa plain hybrid: {out['plain hybrid']}")
+        print(f"hotpotqa {name}: {out[name]}")
+    return out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__)
+    ap.add_argument("--only", default="fit,demo,waterworks,scifact,hotpotqa,rerank")
+    ap.add_argument("--top-n", type=int, default=20, help="candidates the reranker rescores")
+    ap.add_argument("--save-defaults", action="store_true", help="write the fit as the model's shipped grader defaults")
+    args = ap.parse_args()
+    wanted = args.only.split(",")
+    embedder = make_embedder().load()
+    scores = load_scores()
+    results: dict[str, Any] = {"machine": machine()}
+    config = DEFAULT_ANSWER
+    if "fit" in wanted:
+        results["fit"] = part_fit(embedder, scores)
+        config = AnswerConfig.from_json(results["fit"]["config"])
+        if args.save_defaults:
+            target = default_path() / DEFAULTS_FILE
+            target.write_text(json.dumps({"written_by": "benchmarks/answer_grader.py --only fit --save-defaults",
+                                          "model_sha256": scores.scorer.checksum, "fit": {
+                                              k: v for k, v in results["fit"].items() if k != "config"},
+                                          "config": results["fit"]["config"]}, indent=2) + "\n")
+            print(f"wrote {target.relative_to(ROOT)}")
+    results["config"] = config.to_json()
+    for name, fn in (("demo", part_demo), ("waterworks", part_waterworks)):
+        if name in wanted:
+            results[name] = fn(embedder, scores, config)
+    if "scifact" in wanted:
+        results["scifact"] = part_scifact(embedder, scores, config, args.top_n)
+    if "hotpotqa" in wanted:
+        results["hotpotqa"] = part_hotpotqa(embedder, scores, config, args.top_n)
+    if "rerank" in wanted:
+        results["rerank"] = part_rerank(embedder, scores, args.top_n)
+    everything = {"fit", "demo", "waterworks", "scifact", "hotpotqa", "rerank"}
+    write_json("answer_grader" if set(wanted) == everything else f"answer_grader-{'-'.join(wanted)}", results)
+    print(json.dumps({k: v for k, v in results.items() if k != "machine"}, indent=1)[:4000])
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,183 @@
+"""Answer-level evidence: a model that reads the question against each passage, used twice.
+
+The cheap grader (retrieval/grader.py) sees retrieval scores; none of them reads a question
+against a passage, so an on-topic passage that does not answer looks like one that does. An
+answer scorer gives P(this passage answers the question) per (question, passage) pair
+(Quarry's is a MiniLM cross-encoder, indexes/answer_model.py; anything with `score` fits).
+
+- `AnswerGrader`: hard constraints and named documents exactly as before; the relevance
+  decision becomes a logistic combination of the cheap score and the best answer
+  probability over the top passages, calibrated into `p_sufficient` and compared with a
+  threshold that `quarry tune` picks for a target false-gap rate. A cascade keeps the cost
+  down: where the cheap grader is already sure (its calibrated probability outside
+  [skip_below, skip_above]) the model is not run.
+- `AnswerReranker`: rescores the top-N authorized candidates of the chosen route by answer
+  probability, with a prior for the retriever's rank.
+
+Both share one `AnswerScores`, whose cache means a passage graded after reranking (or
+returned again by a rewrite) is never scored twice for the same question.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import OrderedDict
+from dataclasses import dataclass, field, replace
+from threading import Lock
+from typing import Any, Mapping, Protocol, Sequence
+
+from retrieval.calibration import Calibration, logit
+from retrieval.grader import Grade, GraderConfig, grade
+from retrieval.policy import Evidence
+from retrieval.types import Hit, Principal
+
+
+class AnswerScorer(Protocol):
+    def score(self, question: str, passages: Sequence[str]) -> Sequence[float]:
+        """P(passage answers question) for each passage, in input order."""
+        ...
+
+
+def passage_text(hit: Hit) -> str:
+    """A hit as the model reads it: its document's title, then the passage."""
+    return f"{hit.title}\n{hit.text}" if hit.title else hit.text
+
+
+class AnswerScores:
+    """Answer probabilities of hits for a question, through a bounded LRU cache.
+
+    Keys are (question, chunk id, passage length): a chunk's text is fixed within a snapshot.
+    `pairs` counts pairs the model actually scored (what a cascade saves shows there).
+    """
+
+    def __init__(self, scorer: AnswerScorer, cache_size: int = 4096) -> None:
+        self.scorer = scorer
+        self.cache_size = cache_size
+        self._cache: OrderedDict[tuple[str, str, int], float] = OrderedDict()
+        self._lock = Lock()
+        self.pairs = 0
+        self.calls = 0
+
+    def of(self, question: str, hits: Sequence[Hit]) -> list[float]:
+        keys = [(question, h.chunk_id, len(h.text)) for h in hits]
+        with self._lock:
+            known = {k: self._cache[k] for k in keys if k in self._cache}
+            for k in known:
+                self._cache.move_to_end(k)
+        todo = [i for i, k in enumerate(keys) if k not in known]
+        if todo:
+            scored = self.scorer.score(question, [passage_text(hits[i]) for i in todo])
+            with self._lock:
+                self.pairs += len(todo)
+                self.calls += 1
+                for i, p in zip(todo, scored, strict=True):
+                    known[keys[i]] = float(p)
+                    self._cache[keys[i]] = float(p)
+                while len(self._cache) > self.cache_size:
+                    self._cache.popitem(last=False)
+        return [known[k] for k in keys]
+
+
+@dataclass(frozen=True)
+class AnswerConfig:
+    """How the answer grader decides. Defaults are a fit on demo *train* questions and
+    SciFact *train* claims (benchmarks/answer_grader.py); `quarry tune` refits them."""
+
+    passages: int = 3  # top passages of the set the model reads
+    skip_below: float = 0.0  # cheap p_sufficient at or below this: a gap without the model
+    skip_above: float = 1.0  # cheap p_sufficient at or above this: sufficient without the model
+    bias: float = 0.0
+    w_cheap: float = 1.0  # weight of the cheap score's logit
+    w_answer: float = 1.0  # weight of the best answer probability's logit
+    calibration: Calibration = Calibration()
+    threshold: float = 0.5  # on p_sufficient
+    target_false_gap: float | None = None  # what `quarry tune` chose the threshold for
+    source: str = "defaults"
+
+    def raw(self, cheap: float, answer: float) -> float:
+        """The uncalibrated combined score in (0, 1)."""
+        z = self.bias + self.w_cheap * logit(cheap) + self.w_answer * logit(answer)
+        return 1.0 / (1.0 + math.exp(-max(-50.0, min(50.0, z))))
+
+    def to_json(self) -> dict[str, Any]:
+        return {"passages": self.passages, "skip_below": self.skip_below, "skip_above": self.skip_above,
+                "bias": round(self.bias, 6), "w_cheap": round(self.w_cheap, 6), "w_answer": round(self.w_answer, 6),
+                "calibration": self.calibration.to_json(), "threshold": round(self.threshold, 6),
+                "target_false_gap": self.target_false_gap, "source": self.source}
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> AnswerConfig:
+        target = data.get("target_false_gap")
+        return cls(int(data.get("passages", 3)), float(data.get("skip_below", 0.0)), float(data.get("skip_above", 1.0)),
+                   float(data.get("bias", 0.0)), float(data.get("w_cheap", 1.0)), float(data.get("w_answer", 1.0)),
+                   Calibration.from_json(data.get("calibration")), float(data.get("threshold", 0.5)),
+                   None if target is None else float(target), str(data.get("source", "file")))
+
+
+class AnswerGrader:
+    """The signal grader's hard checks, with the relevance decision read by the answer model."""
+
+    def __init__(self, scores: AnswerScores, cheap: GraderConfig = GraderConfig(),
+                 config: AnswerConfig = AnswerConfig()) -> None:
+        self.scores = scores
+        self.cheap = cheap
+        self.config = config
+
+    def answer_probabilities(self, question: str, hits: Sequence[Hit]) -> list[float]:
+        """The model's probabilities for the passages it reads (the set's first `passages`)."""
+        return self.scores.of(question, hits[: max(1, self.config.passages)])
+
+    def grade(self, evidence: Evidence) -> Grade:
+        cfg, hits, question = self.config, evidence.hits, evidence.question
+
+        def decide(score: float, feats: Mapping[str, float]) -> tuple[bool, float, Mapping[str, float]]:
+            cheap_p = self.cheap.calibration(score)
+            if cheap_p <= cfg.skip_below or cheap_p >= cfg.skip_above:
+                return cheap_p >= cfg.skip_above, cheap_p, {"answer_model": 0.0}
+            probs = self.answer_probabilities(question, hits)
+            best = max(probs)
+            p = cfg.calibration(cfg.raw(score, best))
+            return p >= cfg.threshold, p, {"answer_model": 1.0, "answer_top": best, "answer_first": probs[0]}
+
+        top = list(hits[: self.cheap.link_passages])
+        verdict = grade(question, evidence.constraints, hits, self.cheap, evidence.today, rows_sql=evidence.rows_sql,
+                        linked=lambda: evidence.linked(top), decide=decide)
+        used = verdict.features.get("answer_model")
+        return verdict if used is None else replace(verdict, source="answer" if used else "answer (cascade: cheap grade)")
+
+
+@dataclass(frozen=True)
+class RerankConfig:
+    top_n: int = 0  # candidates rescored (0: no reranking)
+    rank_prior: float = 0.0  # weight of -log(1 + retriever rank) beside the answer logit
+    source: str = "defaults"
+    extra: Mapping[str, Any] = field(default_factory=dict)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"top_n": self.top_n, "rank_prior": self.rank_prior, "source": self.source}
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> RerankConfig:
+        return cls(int(data.get("top_n", 0)), float(data.get("rank_prior", 0.0)), str(data.get("source", "file")))
+
+
+class AnswerReranker:
+    """Rescores the first `top_n` candidates by logit(answer probability) - rank_prior *
+    log(1 + rank); the rest keep their order after them. A rescored hit's score is its
+    answer probability."""
+
+    def __init__(self, scores: AnswerScores, config: RerankConfig = RerankConfig()) -> None:
+        self.scores = scores
+        self.config = config
+
+    def candidates(self, k: int) -> int:
+        return max(k, self.config.top_n)
+
+    def rerank(self, question: str, hits: Sequence[Hit], principal: Principal) -> list[Hit]:
+        n = min(len(hits), self.config.top_n)
+        if n < 2:
+            return list(hits)
+        head = list(hits[:n])
+        probs = self.scores.of(question, head)
+        keyed = sorted(range(n), key=lambda i: (-(logit(probs[i]) - self.config.rank_prior * math.log1p(i)), i))
+        return [replace(head[i], score=probs[i]) for i in keyed] + list(hits[n:])

@@ -1,0 +1,97 @@
+"""The answer-level model as the loop's grader and reranker (`QUARRY_GRADER=answer`,
+`QUARRY_RERANKER=answer`).
+
+One model per engine, loaded on first use and shared by both (retrieval/answer_level.py
+holds the policies; indexes/answer_model.py the model). The grader's combination,
+calibration, threshold and cascade come from the index's tuned.json when `quarry tune` fitted
+them with this same model (its sha256 is recorded there), else from the shipped defaults;
+`QUARRY_ANSWER_THRESHOLD`, `QUARRY_ANSWER_PASSAGES` and `QUARRY_RERANK_TOP_N` override them.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from dataclasses import replace
+from pathlib import Path
+from threading import Lock
+from typing import Sequence
+
+from indexes.answer_model import AnswerModel, default_path
+from retrieval.answer_level import AnswerConfig, AnswerGrader, AnswerReranker, AnswerScores, RerankConfig
+from routes.engine import Engine
+from routes.settings import Settings
+
+log = logging.getLogger("quarry.answer")
+_LOCK = Lock()
+DEFAULT_TOP_N = 20
+
+DEFAULTS_FILE = "grader_defaults.json"
+
+
+def shipped_defaults(folder: Path | None = None) -> AnswerConfig:
+    """The grader defaults shipped beside the model: a fit of retrieval.tune.fit_answer_grader
+    on demo *train* questions and SciFact *train* claims with half their gold hidden (first
+    attempts at k = 8, target false-gap rate 5%), written by
+    `benchmarks/answer_grader.py --only fit --save-defaults`. Missing: the plain AnswerConfig."""
+    path = (folder or default_path()) / DEFAULTS_FILE
+    if not path.is_file():
+        return AnswerConfig()
+    return AnswerConfig.from_json(json.loads(path.read_text(encoding="utf-8"))["config"])
+
+
+DEFAULT_ANSWER = shipped_defaults()
+
+
+class ModelScorer:
+    """The model as an AnswerScorer: one pair per run, so each score depends on its pair only
+    (dynamic int8 quantizes per batch; MODEL_CARD.md)."""
+
+    def __init__(self, model: AnswerModel) -> None:
+        self.model = model
+        self.checksum = model.checksum
+
+    def score(self, question: str, passages: Sequence[str]) -> Sequence[float]:
+        return [float(p) for p in self.model.score(question, list(passages), batch_size=1)]
+
+
+def answer_scores(settings: Settings, engine: Engine) -> AnswerScores:
+    """The engine's answer scores, loading the model (checksum verified) on first use."""
+    with _LOCK:
+        if engine.answer is None:
+            model = AnswerModel.load(settings.answer_model_path, threads=settings.answer_threads)
+            recorded = (engine.snapshot.manifest.get("answer_model") or {}).get("sha256")
+            if recorded and recorded != model.checksum:
+                log.warning("index %s was built beside answer model %s..., this service loads %s...",
+                            engine.snapshot.path, recorded[:12], model.checksum[:12])
+            engine.answer = AnswerScores(ModelScorer(model), settings.answer_cache_size)
+        return engine.answer
+
+
+def answer_config(settings: Settings, engine: Engine) -> AnswerConfig:
+    """Tuned (for this model) or shipped, with the settings' overrides."""
+    checksum = getattr(answer_scores(settings, engine).scorer, "checksum", None)
+    config = DEFAULT_ANSWER if settings.answer_model_path is None else shipped_defaults(settings.answer_model_path)
+    if engine.policies.answer_model is not None:
+        if engine.policies.answer_model == checksum:
+            config = engine.policies.answer
+        else:
+            log.warning("tuned.json's answer grader was fitted with another answer model; using the defaults "
+                        "(run `quarry tune` again)")
+    if settings.answer_threshold is not None:
+        config = replace(config, threshold=settings.answer_threshold)
+    if settings.answer_passages is not None:
+        config = replace(config, passages=settings.answer_passages)
+    if not settings.answer_cascade:
+        config = replace(config, skip_below=0.0, skip_above=1.0)
+    return config
+
+
+def make_grader(settings: Settings, engine: Engine) -> AnswerGrader:
+    return AnswerGrader(answer_scores(settings, engine), engine.policies.grader, answer_config(settings, engine))
+
+
+def make_reranker(settings: Settings, engine: Engine) -> AnswerReranker:
+    tuned = engine.policies.rerank
+    top_n = settings.rerank_top_n or tuned.top_n or DEFAULT_TOP_N
+    return AnswerReranker(answer_scores(settings, engine), RerankConfig(top_n, tuned.rank_prior, tuned.source))

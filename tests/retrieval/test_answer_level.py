@@ -1,0 +1,143 @@
+"""The answer grader and reranker over an answer scorer: what they decide, when the model is
+asked, and what they may never change. The real model is tested in tests/routes/test_answer_policy.py;
+here a scorer with known outputs shows the policies' own logic."""
+
+from __future__ import annotations
+
+from datetime import date
+
+import pytest
+
+from retrieval.answer_level import AnswerConfig, AnswerGrader, AnswerReranker, AnswerScores, RerankConfig
+from retrieval.calibration import Calibration
+from retrieval.constraints import extract
+from retrieval.grader import GraderConfig
+from retrieval.policy import Evidence
+from retrieval.tune import cascade_band, fit_answer_grader
+from retrieval.types import Hit, Principal
+
+TODAY = date(2025, 11, 1)
+WEAK = (("bm25", 1.0), ("dense", 0.35), ("qcov", 0.2), ("tcov", 0.2))  # the cheap grader alone calls this a gap
+READER = Principal("u")
+
+
+class TableScorer:
+    """P(answers) looked up by passage text: a known answer for every pair; counts its calls."""
+
+    def __init__(self, table: dict[str, float]) -> None:
+        self.table = table
+        self.asked: list[str] = []
+
+    def score(self, question, passages):
+        self.asked.extend(passages)
+        return [next((p for k, p in self.table.items() if k in text), 0.01) for text in passages]
+
+
+def hit(n: int, text: str, signals=WEAK, score: float = 1.0) -> Hit:
+    return Hit(f"c{n}", f"d{n}", text, score, ("hybrid",), 0, len(text), signals=signals)
+
+
+def evidence(question: str, hits: list[Hit]) -> Evidence:
+    return Evidence(question, extract(question, TODAY), hits, TODAY)
+
+
+CONFIG = AnswerConfig(passages=2, bias=0.0, w_cheap=0.0, w_answer=1.0, calibration=Calibration(), threshold=0.5)
+
+
+def test_the_model_turns_a_weak_cheap_score_into_an_answer_and_shows_its_probability():
+    scorer = TableScorer({"payouts run on Monday": 0.93})
+    g = AnswerGrader(AnswerScores(scorer), GraderConfig(), CONFIG).grade(evidence(
+        "When do carriers get paid?", [hit(0, "Carrier payouts run on Monday and Friday."), hit(1, "Unrelated.")]))
+    assert g.sufficient and g.reason is None and g.source == "answer"
+    assert g.p_sufficient == pytest.approx(0.93, abs=1e-6)
+    assert g.features["answer_top"] == pytest.approx(0.93) and g.features["answer_model"] == 1.0
+    assert g.to_json()["p_sufficient"] == pytest.approx(0.93, abs=1e-4)
+
+
+def test_on_topic_passages_the_model_reads_as_not_answering_are_a_gap():
+    scorer = TableScorer({})
+    g = AnswerGrader(AnswerScores(scorer), GraderConfig(), CONFIG).grade(evidence(
+        "What is the guest wifi password?", [hit(0, "The office wifi is managed by IT."), hit(1, "Ask IT.")]))
+    assert (g.sufficient, g.reason, g.missing) == (False, "insufficient_evidence", ("relevance",))
+    assert g.p_sufficient == pytest.approx(0.01)
+
+
+def test_only_the_top_passages_are_read():
+    scorer = TableScorer({"answer": 0.99})
+    hits = [hit(0, "nothing"), hit(1, "nothing either"), hit(2, "the answer")]
+    g = AnswerGrader(AnswerScores(scorer), GraderConfig(), CONFIG).grade(evidence("a question?", hits))
+    assert not g.sufficient and scorer.asked == ["nothing", "nothing either"]
+
+
+def test_unmet_constraints_stay_hard_and_the_model_is_not_asked():
+    scorer = TableScorer({"Release": 0.99})
+    g = AnswerGrader(AnswerScores(scorer), GraderConfig(), CONFIG).grade(evidence(
+        "Which release fixed INC-2041?", [hit(0, "Release 4.2 fixed the ledger lock timeout.")]))
+    assert (g.sufficient, g.reason, g.missing) == (False, "constraint_unmet", ("identifier:INC-2041",))
+    assert scorer.asked == [] and g.p_sufficient == 0.0
+
+
+def test_the_cascade_skips_the_model_where_the_cheap_grade_is_sure():
+    strong = (("bm25", 12.0), ("dense", 0.82), ("qcov", 0.9), ("tcov", 0.9))
+    scorer = TableScorer({})
+    cascade = AnswerConfig(passages=2, w_cheap=0.0, w_answer=1.0, skip_below=0.05, skip_above=0.6)
+    grader = AnswerGrader(AnswerScores(scorer), GraderConfig(), cascade)
+    sure = grader.grade(evidence("Why did the ledger outage take four hours?",
+                                 [hit(0, "The ledger outage took four hours because the replica lagged.", strong)]))
+    assert sure.sufficient and scorer.asked == [] and sure.source.startswith("answer (cascade")
+    assert sure.p_sufficient == pytest.approx(sure.score)  # the cheap grade's own (identity) calibration
+    unsure = grader.grade(evidence("When do carriers get paid?", [hit(0, "Carrier payouts run weekly.")]))
+    assert scorer.asked == ["Carrier payouts run weekly."] and unsure.source == "answer"
+
+
+def test_scores_are_cached_per_question_and_the_cache_is_bounded():
+    scorer = TableScorer({"x": 0.7})
+    scores = AnswerScores(scorer, cache_size=2)
+    hits = [hit(0, "x one"), hit(1, "x two")]
+    assert scores.of("q", hits) == [0.7, 0.7] and scores.of("q", hits) == [0.7, 0.7]
+    assert scores.pairs == 2 and scores.calls == 1
+    scores.of("another question", hits[:1])  # evicts the oldest entry
+    scores.of("q", hits)
+    assert scores.pairs == 4
+
+
+def test_the_reranker_orders_by_answer_probability_and_only_reorders():
+    scorer = TableScorer({"answers": 0.9, "close": 0.4})
+    hits = [hit(0, "off topic", score=3.0), hit(1, "close call", score=2.0), hit(2, "it answers", score=1.0),
+            hit(3, "the tail", score=0.5)]
+    rr = AnswerReranker(AnswerScores(scorer), RerankConfig(top_n=3))
+    assert rr.candidates(2) == 3 and rr.candidates(8) == 8
+    out = rr.rerank("q", hits, READER)
+    assert [h.chunk_id for h in out] == ["c2", "c1", "c0", "c3"]
+    assert [round(h.score, 2) for h in out[:3]] == [0.9, 0.4, 0.01] and out[3] is hits[3]
+    assert {h.text for h in out} == {h.text for h in hits}
+    # a strong rank prior keeps the retriever's order
+    kept = AnswerReranker(AnswerScores(scorer), RerankConfig(top_n=3, rank_prior=100.0)).rerank("q", hits, READER)
+    assert [h.chunk_id for h in kept] == ["c0", "c1", "c2", "c3"]
+
+
+def test_fitting_meets_its_false_gap_target_on_the_examples_it_saw():
+    import random
+
+    rng = random.Random(5)
+    cheap, answer, y = [], [], []
+    for _ in range(400):
+        suff = rng.random() < 0.5
+        cheap.append(min(0.99, max(0.01, rng.gauss(0.55 if suff else 0.4, 0.15))))
+        answer.append(min(0.99, max(0.01, rng.gauss(0.7 if suff else 0.2, 0.2))))
+        y.append(suff)
+    config = fit_answer_grader(cheap, answer, y, GraderConfig(), target_false_gap=0.05)
+    assert config.w_answer > 0 and config.target_false_gap == 0.05
+    p = [config.calibration(config.raw(c, a)) for c, a in zip(cheap, answer, strict=True)]
+    false_gaps = sum(q < config.threshold for q, t in zip(p, y, strict=True) if t) / sum(y)
+    assert false_gaps <= 0.05
+    assert AnswerConfig.from_json(config.to_json()).threshold == pytest.approx(config.threshold, abs=1e-6)
+
+
+def test_the_cascade_band_trusts_only_sure_regions_of_enough_examples():
+    p = [i / 100 for i in range(100)]
+    y = [i >= 50 for i in range(100)]  # perfectly ordered: both ends are sure
+    below, above = cascade_band(p, y, tolerance=0.0)
+    assert below == pytest.approx(0.49) and above == pytest.approx(0.50)
+    noisy = [i % 2 == 0 for i in range(100)]  # nowhere sure: never skip
+    assert cascade_band(p, noisy, tolerance=0.02) == (0.0, 1.0)
