@@ -38,7 +38,7 @@ from indexes.chunking import DEFAULT_MAX_CHARS, chunk_documents
 from indexes.corpus import ADMIN_ONLY, discover, load_documents
 from indexes.dense import DenseIndex
 from indexes.embedder import Embedder
-from indexes.snapshot_lease import LEASE_FILE, PRUNING, remove_unless_served
+from indexes.snapshot_lease import LEASE_FILE, PRUNING, acquire, remove_unless_served
 from indexes.snapshot_load import CURRENT, FORMAT_VERSION, current_snapshot_path, read_manifest, verify_files
 from indexes.tables import TableSource, file_digest, plan_tables
 from retrieval.errors import IngestError, RetrievalError, SnapshotError, StorageError
@@ -194,6 +194,9 @@ def previous_vectors(index_dir: Path, model_id: str) -> dict[str, np.ndarray]:
         return {}
     if manifest.get("model", {}).get("id") != model_id or manifest.get("format_version") != FORMAT_VERSION:
         return {}
+    lease = acquire(path)  # another index's ingest (`reuse_from`) must not prune it while it is read
+    if lease is None:
+        return {}
     try:
         # A snapshot the server would refuse gives nothing to reuse: its vectors are recomputed.
         verify_files(path, manifest, ("catalog.duckdb", "dense.faiss"))
@@ -206,6 +209,8 @@ def previous_vectors(index_dir: Path, model_id: str) -> dict[str, np.ndarray]:
     except Exception:  # noqa: BLE001 - an unreadable or altered old snapshot only means nothing to reuse
         log.warning("previous snapshot %s fails its checks; every vector is computed again", path.name)
         return {}
+    finally:
+        lease.release()
     if dense.size != len(keys):
         return {}
     vectors = dense.vectors(np.arange(len(keys), dtype=np.int64))

@@ -122,7 +122,11 @@ def remove_unless_served(snapshot: Path) -> bool:
         except BlockingIOError:
             return False
         doomed = snapshot.with_name(f"{PRUNING}{snapshot.name}-{uuid.uuid4().hex[:6]}")
-        os.rename(snapshot, doomed)
+        try:
+            os.rename(snapshot, doomed)
+        except OSError as e:  # pruning is housekeeping: the ingest it follows has already succeeded
+            log.warning("snapshot %s is kept: it cannot be moved aside (%s)", snapshot.name, e.strerror)
+            return False
     finally:
         os.close(fd)
     shutil.rmtree(doomed, ignore_errors=True)
