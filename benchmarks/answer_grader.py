@@ -233,6 +233,36 @@ def part_scifact(embedder: Embedder, scores: AnswerScores, config: AnswerConfig,
 
 
 PRIORS = (0.0, 0.5, 1.0, 2.0, 4.0, 8.0)
+THRESHOLDS = (0.05, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8)
+
+
+def part_sweep(embedder: Embedder, scores: AnswerScores, config: AnswerConfig) -> dict[str, Any]:
+    """The whole loop's (false-gap rate, gap recall) at each threshold, for both graders, on
+    the demo test split and on waterworks: where each grader's operating curve lies (the
+    thresholds are swept after the fact, so no point of it is a tuned figure)."""
+    sets = [("demo test", build_or_reuse("demo", DEMO_SOURCES, embedder)[0], TODAY,
+             split_labels(load_label_file(ROOT / "eval_data" / "demo" / "questions.jsonl"))[1]),
+            ("waterworks", build_or_reuse("waterworks", [ROOT / "eval_data" / "waterworks" / "docs"], embedder)[0], None,
+             load_label_file(ROOT / "eval_data" / "waterworks" / "questions.jsonl"))]
+    out: dict[str, Any] = {}
+    for name, index, today, labels in sets:
+        out[name] = {"signal": {}, "answer": {}}
+        for t in THRESHOLDS:
+            for grader in ("signal", "answer"):
+                engine = open_engine(index, embedder, today=today, policies=Policies(grader=replace(GraderConfig(), threshold=t))
+                                     if grader == "signal" else Policies())
+                if grader == "answer":
+                    chosen = AnswerGrader(scores, GraderConfig(), replace(config, threshold=t))
+                    engine.with_policy(replace(Policy(), grader=chosen))
+                out[name][grader][str(t)] = false_gaps(engine, [lb for lb in labels if lb.route != "sql"])
+                engine.close()
+        for grader in ("signal", "answer"):
+            ok = [v["false_gap_rate"] for v in out[name][grader].values() if v["gap_recall"] >= 0.9]
+            out[name][f"{grader}_best_false_gap_at_recall_0.9"] = min(ok) if ok else None
+        print(f"sweep {name}: " + json.dumps(out[name]))
+    return out
+
+
 
 
 def _rerank_ndcg(engine: Engine, scores: AnswerScores, queries: dict[str, str], qrels: dict[str, dict[str, float]],
@@ -331,6 +361,8 @@ def main() -> None:
         results["scifact"] = part_scifact(embedder, scores, config, args.top_n)
     if "hotpotqa" in wanted:
         results["hotpotqa"] = part_hotpotqa(embedder, scores, config, args.top_n)
+    if "sweep" in wanted:
+        results["sweep"] = part_sweep(embedder, scores, config)
     if "rerank" in wanted:
         results["rerank"] = part_rerank(embedder, scores, args.top_n)
     everything = {"fit", "demo", "waterworks", "scifact", "hotpotqa", "rerank"}

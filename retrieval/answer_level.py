@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import math
 from collections import OrderedDict
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from threading import Lock
 from typing import Any, Mapping, Protocol, Sequence
 
@@ -151,7 +151,6 @@ class RerankConfig:
     top_n: int = 0  # candidates rescored (0: no reranking)
     rank_prior: float = 0.0  # weight of -log(1 + retriever rank) beside the answer logit
     source: str = "defaults"
-    extra: Mapping[str, Any] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
         return {"top_n": self.top_n, "rank_prior": self.rank_prior, "source": self.source}
