@@ -43,19 +43,19 @@ from indexes.beir import load_qrels, load_queries
 from indexes.embedder import Embedder
 from retrieval.answer_level import AnswerConfig, AnswerGrader, AnswerReranker, AnswerScores, RerankConfig
 from retrieval.evaluate import Label
-from retrieval.grader import GraderConfig, evidence_features, relevance, unmet_constraints
+from retrieval.grader import GraderConfig
 from retrieval.metrics import all_found, doc_ranking, mean, ndcg_at_k, percentile
 from retrieval.policy import Policy
-from retrieval.tune import cascade_band, fit_answer_grader
+from retrieval.tune import fit_answer_grader
 from retrieval.types import Filters, Principal
 from routes.ablation import ablate, ablated_index, gap_accuracy, unambiguous
 from indexes.answer_model import default_path
-from routes.answer_policy import DEFAULT_ANSWER, DEFAULTS_FILE, ModelScorer
+from routes.answer_policy import DEFAULTS_FILE, ModelScorer, shipped_defaults
 from routes.beir_eval import beir_labels
 from routes.demo import DEMO_SOURCES
 from routes.engine import Engine, Policies, open_engine
 from routes.evaluation import evaluate, load_label_file
-from routes.tuning import first_attempt_evidence, split_labels
+from routes.tuning import answer_examples, grade_rows, split_labels
 
 TODAY = date(2025, 11, 1)
 SEED = 13
@@ -66,25 +66,6 @@ def load_scores() -> AnswerScores:
     from indexes.answer_model import AnswerModel
 
     return AnswerScores(ModelScorer(AnswerModel.load()))
-
-
-def first_attempts(engine: Engine, labels: Sequence[Label], scores: AnswerScores, passages: int = 3,
-                   hidden: set[str] | None = None) -> list[dict[str, Any]]:
-    """Per label with text evidence and no unmet constraint (those stay hard gaps): the cheap
-    score, the best answer probability over the top passages, and whether it was sufficient."""
-    out = []
-    for lb in labels:
-        if lb.route == "sql" or lb.answer_rows is not None:
-            continue
-        constraints, hits = first_attempt_evidence(engine, lb.question, lb.principal_obj(), today=lb.today)
-        if not hits or unmet_constraints(constraints, hits, lb.today or TODAY):
-            continue
-        cheap = relevance(evidence_features(lb.question, hits, constraints), engine.policies.grader)
-        probs = scores.of(lb.question, hits[:passages])
-        answerable = lb.answerable and (hidden is None or lb.id not in hidden)
-        out.append({"id": lb.id, "cheap": cheap, "answer": max(probs),
-                    "sufficient": answerable and bool(set(lb.relevant) & {h.doc_id for h in hits})})
-    return out
 
 
 def with_grader(engine: Engine, shared: AnswerScores, config: AnswerConfig | None,
@@ -118,36 +99,41 @@ def false_gaps(engine: Engine, labels: Sequence[Label], k: int = 8) -> dict[str,
 
 
 def part_fit(embedder: Embedder, scores: AnswerScores) -> dict[str, Any]:
+    """The answer grader fitted as `quarry tune` fits it (routes/tuning.py), on demo train
+    questions and SciFact train claims with half their gold hidden, together."""
     index, _ = build_or_reuse("demo", DEMO_SOURCES, embedder)
     demo = open_engine(index, embedder, today=TODAY, policies=Policies())
     train, _ = split_labels(load_label_file(ROOT / "eval_data" / "demo" / "questions.jsonl"))
-    rows = first_attempts(demo, train, scores)
+    found = lambda lb, docs: lb.answerable and bool(set(lb.relevant) & set(docs))  # noqa: E731
+    cheap, answer, y = answer_examples(grade_rows(demo, train, found), GraderConfig(), scores)
     demo.close()
+    n_demo = len(y)
     root = DATASETS / "scifact"
     sf_train = beir_labels(root, "train")
     hidden_ids, hidden_docs = ablate(sf_train, SEED)
     sf_index = ablated_index(root, hidden_docs, embedder, CACHE / "scifact-train-ablation", reuse_from=_scifact(embedder))
     sf = open_engine(sf_index, embedder, policies=Policies())
-    rows += first_attempts(sf, unambiguous(sf_train, hidden_ids, hidden_docs), scores, hidden=hidden_ids)
+    more = answer_examples(grade_rows(sf, unambiguous(sf_train, hidden_ids, hidden_docs),
+                                      lambda lb, docs: lb.id not in hidden_ids), GraderConfig(), scores)
     sf.close()
-    cheap, answer, y = [r["cheap"] for r in rows], [r["answer"] for r in rows], [r["sufficient"] for r in rows]
+    cheap, answer, y = cheap + more[0], answer + more[1], y + more[2]
     config = fit_answer_grader(cheap, answer, y, GraderConfig(), target_false_gap=0.05, seed=SEED)
     p = [config.calibration(config.raw(c, a)) for c, a in zip(cheap, answer, strict=True)]
-    cheap_p = [GraderConfig().calibration(c) for c in cheap]
-    skipped = mean(c <= config.skip_below or c >= config.skip_above for c in cheap_p)
+    grader = AnswerGrader(scores, GraderConfig(), config)
     sweep = {}
     for tol in (0.02, 0.05, 0.1, 0.2, 0.3):
-        below, above = cascade_band(cheap_p, y, tolerance=tol)
-        decided = [(c >= above) if (c <= below or c >= above) else (q >= config.threshold)
-                   for c, q in zip(cheap_p, p, strict=True)]
-        sweep[str(tol)] = {"band": [round(below, 4), round(above, 4)],
-                           "skip_share": round(mean(c <= below or c >= above for c in cheap_p), 4),
-                           "false_gap_rate": round(mean(not d for d, t in zip(decided, y, strict=True) if t), 4),
-                           "gap_recall": round(mean(not d for d, t in zip(decided, y, strict=True) if not t), 4)}
-    out = {"examples": len(rows), "sufficient": sum(y), "demo_train": sum(1 for r in rows if r["id"].startswith("q")),
+        tried = fit_answer_grader(cheap, answer, y, GraderConfig(), target_false_gap=0.05, seed=SEED, tolerance=tol)
+        graded = AnswerGrader(scores, GraderConfig(), tried)
+        verdicts = [graded.verdict(c, lambda a=a: [a]) for c, a in zip(cheap, answer, strict=True)]
+        sweep[str(tol)] = {"band": [round(tried.skip_below, 4), round(tried.skip_above, 4)],
+                           "skip_share": round(mean(v[2]["answer_model"] == 0.0 for v in verdicts), 4),
+                           "false_gap_rate": round(mean(not v[0] for v, t in zip(verdicts, y, strict=True) if t), 4),
+                           "gap_recall": round(mean(not v[0] for v, t in zip(verdicts, y, strict=True) if not t), 4)}
+    skipped = mean(grader.verdict(c, lambda: [0.5])[2]["answer_model"] == 0.0 for c in cheap)
+    out = {"examples": len(y), "sufficient": sum(y), "demo_train": n_demo,
            "auc": {"cheap": round(auc(cheap, y), 4), "answer": round(auc(answer, y), 4), "combined": round(auc(p, y), 4)},
            "config": config.to_json(), "cascade_skip_share": round(skipped, 4), "cascade_sweep": sweep}
-    print("cascade tolerance sweep (fit set):", json.dumps(sweep))
+    print("cascade tolerance sweep (fit set, threshold refitted for 5% false gaps each time):", json.dumps(sweep))
     print(f"fit: {out['examples']} first attempts ({out['sufficient']} sufficient); AUC cheap {out['auc']['cheap']}, "
           f"answer {out['auc']['answer']}, combined {out['auc']['combined']}; threshold {config.threshold:.3f}; "
           f"cascade skips {skipped:.1%} (band {config.skip_below:.3f}..{config.skip_above:.3f})")
@@ -267,20 +253,17 @@ def part_sweep(embedder: Embedder, scores: AnswerScores, config: AnswerConfig) -
 
 def _rerank_ndcg(engine: Engine, scores: AnswerScores, queries: dict[str, str], qrels: dict[str, dict[str, float]],
                  top_n: int) -> dict[float, float]:
-    """nDCG@10 of hybrid's top_n reordered by logit(p) - prior * log(1 + rank), per prior
+    """nDCG@10 of hybrid's top_n as the answer reranker orders them, per rank prior
     (infinite prior: hybrid's own order)."""
     import math
-
-    from retrieval.calibration import logit
 
     per_prior: dict[float, list[float]] = {p: [] for p in (*PRIORS, math.inf)}
     for qid, rel in qrels.items():
         hits = engine.retrievers["hybrid"].search(queries[qid], READER, top_n, Filters())
-        probs = scores.of(queries[qid], hits)
         for prior in per_prior:
-            keys = [float(i) if prior == math.inf else -(logit(probs[i]) - prior * math.log1p(i)) for i in range(len(hits))]
-            order = sorted(range(len(hits)), key=lambda i: (keys[i], i))
-            per_prior[prior].append(ndcg_at_k(doc_ranking([hits[i] for i in order]), rel, 10))
+            ranked = hits if prior == math.inf else \
+                AnswerReranker(scores, RerankConfig(top_n, prior)).rerank(queries[qid], hits, READER)
+            per_prior[prior].append(ndcg_at_k(doc_ranking(ranked), rel, 10))
     return {p: mean(v) for p, v in per_prior.items()}
 
 
@@ -342,7 +325,7 @@ def main() -> None:
     embedder = make_embedder().load()
     scores = load_scores()
     results: dict[str, Any] = {"machine": machine()}
-    config = DEFAULT_ANSWER
+    config = shipped_defaults(checksum=scores.scorer.checksum) or AnswerConfig()
     if "fit" in wanted:
         results["fit"] = part_fit(embedder, scores)
         config = AnswerConfig.from_json(results["fit"]["config"])

@@ -56,6 +56,7 @@ class BuildOptions:
     bm25: Bm25Params = Bm25Params()
     reuse_embeddings: bool = True  # reuse vectors of unchanged chunk texts from the current snapshot
     reuse_from: Path | None = None  # another index directory to reuse vectors from (default: this one)
+    answer_model: Path | None = None  # the answer model served beside this index (default: the shipped one)
 
 
 def index_text(doc: Document, chunk: Chunk) -> str:
@@ -262,7 +263,7 @@ def _build_into(work: Path, name: str, digest: str, loaded, docs, chunks, texts,
         "snapshot": name,
         "built_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         "model": {"id": embedder.model_id, "dim": embedder.dim},
-        "answer_model": shipped_identity(),
+        "answer_model": shipped_identity(options.answer_model),
         "counts": {"documents": len(docs), "chunks": len(chunks), "tables": len(infos)},
         "embeddings": {"computed": len(todo), "reused": len(texts) - len(todo)},
         "tables": {t.name: {"rows": t.rows, "acl": list(t.acl), "row_acl": t.row_acl} for t in infos},

@@ -10,7 +10,8 @@ answer scorer gives P(this passage answers the question) per (question, passage)
   probability over the top passages, calibrated into `p_sufficient` and compared with a
   threshold that `quarry tune` picks for a target false-gap rate. A cascade keeps the cost
   down: where the cheap grader is already sure (its calibrated probability outside
-  [skip_below, skip_above]) the model is not run.
+  [skip_below, skip_above]) the model is not run. If the model fails, the cheap grade
+  stands and the grade says so.
 - `AnswerReranker`: rescores the top-N authorized candidates of the chosen route by answer
   probability, with a prior for the retriever's rank.
 
@@ -20,16 +21,19 @@ returned again by a rewrite) is never scored twice for the same question.
 
 from __future__ import annotations
 
+import logging
 import math
 from collections import OrderedDict
 from dataclasses import dataclass, replace
 from threading import Lock
-from typing import Any, Mapping, Protocol, Sequence
+from typing import Any, Callable, Mapping, Protocol, Sequence
 
-from retrieval.calibration import Calibration, logit
+from retrieval.calibration import Calibration, logit, sigmoid
 from retrieval.grader import Grade, GraderConfig, grade
 from retrieval.policy import Evidence
 from retrieval.types import Hit, Principal
+
+log = logging.getLogger("quarry.answer")
 
 
 class AnswerScorer(Protocol):
@@ -46,27 +50,31 @@ def passage_text(hit: Hit) -> str:
 class AnswerScores:
     """Answer probabilities of hits for a question, through a bounded LRU cache.
 
-    Keys are (question, chunk id, passage length): a chunk's text is fixed within a snapshot.
-    `pairs` counts pairs the model actually scored (what a cascade saves shows there).
+    Keys are (question, the passage as the model reads it): a score is a function of that
+    pair only, so a passage whose text differs by caller (a row under row ACLs, say) is
+    scored for each text it has, never served another caller's score. `pairs` counts pairs
+    the model actually scored (what a cascade saves shows there).
     """
 
     def __init__(self, scorer: AnswerScorer, cache_size: int = 4096) -> None:
         self.scorer = scorer
         self.cache_size = cache_size
-        self._cache: OrderedDict[tuple[str, str, int], float] = OrderedDict()
+        self._cache: OrderedDict[tuple[str, str], float] = OrderedDict()
         self._lock = Lock()
         self.pairs = 0
         self.calls = 0
 
     def of(self, question: str, hits: Sequence[Hit]) -> list[float]:
-        keys = [(question, h.chunk_id, len(h.text)) for h in hits]
+        keys = [(question, passage_text(h)) for h in hits]
         with self._lock:
             known = {k: self._cache[k] for k in keys if k in self._cache}
             for k in known:
                 self._cache.move_to_end(k)
         todo = [i for i, k in enumerate(keys) if k not in known]
         if todo:
-            scored = self.scorer.score(question, [passage_text(hits[i]) for i in todo])
+            scored = list(self.scorer.score(question, [keys[i][1] for i in todo]))
+            if len(scored) != len(todo):
+                raise ValueError(f"answer scorer returned {len(scored)} scores for {len(todo)} passages")
             with self._lock:
                 self.pairs += len(todo)
                 self.calls += 1
@@ -84,8 +92,8 @@ class AnswerConfig:
     SciFact *train* claims (benchmarks/answer_grader.py); `quarry tune` refits them."""
 
     passages: int = 3  # top passages of the set the model reads
-    skip_below: float = 0.0  # cheap p_sufficient at or below this: a gap without the model
-    skip_above: float = 1.0  # cheap p_sufficient at or above this: sufficient without the model
+    skip_below: float = 0.0  # cheap p_sufficient below this: a gap without the model
+    skip_above: float = 1.0  # cheap p_sufficient above this: sufficient without the model
     bias: float = 0.0
     w_cheap: float = 1.0  # weight of the cheap score's logit
     w_answer: float = 1.0  # weight of the best answer probability's logit
@@ -96,8 +104,7 @@ class AnswerConfig:
 
     def raw(self, cheap: float, answer: float) -> float:
         """The uncalibrated combined score in (0, 1)."""
-        z = self.bias + self.w_cheap * logit(cheap) + self.w_answer * logit(answer)
-        return 1.0 / (1.0 + math.exp(-max(-50.0, min(50.0, z))))
+        return sigmoid(self.bias + self.w_cheap * logit(cheap) + self.w_answer * logit(answer))
 
     def to_json(self) -> dict[str, Any]:
         return {"passages": self.passages, "skip_below": self.skip_below, "skip_above": self.skip_above,
@@ -127,23 +134,34 @@ class AnswerGrader:
         """The model's probabilities for the passages it reads (the set's first `passages`)."""
         return self.scores.of(question, hits[: max(1, self.config.passages)])
 
+    def verdict(self, score: float, best: Callable[[], list[float]]) -> tuple[bool, float, dict[str, float]]:
+        """(sufficient, p_sufficient, features) from the cheap score, asking `best()` for the
+        model's probabilities only inside the cascade band. A model that fails leaves the
+        cheap grade standing (its features say so)."""
+        cfg = self.config
+        cheap_p = self.cheap.calibration(score)
+        if cheap_p < cfg.skip_below or cheap_p > cfg.skip_above:
+            return cheap_p > cfg.skip_above, cheap_p, {"answer_model": 0.0}
+        try:
+            probs = best()
+        except Exception:  # noqa: BLE001 - a failing model must not fail the question
+            log.exception("answer model failed; the cheap grade stands")
+            return score >= self.cheap.threshold, cheap_p, {"answer_model": -1.0}
+        top = max(probs)
+        p = cfg.calibration(cfg.raw(score, top))
+        return p >= cfg.threshold, p, {"answer_model": 1.0, "answer_top": top, "answer_first": probs[0]}
+
     def grade(self, evidence: Evidence) -> Grade:
-        cfg, hits, question = self.config, evidence.hits, evidence.question
-
-        def decide(score: float, feats: Mapping[str, float]) -> tuple[bool, float, Mapping[str, float]]:
-            cheap_p = self.cheap.calibration(score)
-            if cheap_p <= cfg.skip_below or cheap_p >= cfg.skip_above:
-                return cheap_p >= cfg.skip_above, cheap_p, {"answer_model": 0.0}
-            probs = self.answer_probabilities(question, hits)
-            best = max(probs)
-            p = cfg.calibration(cfg.raw(score, best))
-            return p >= cfg.threshold, p, {"answer_model": 1.0, "answer_top": best, "answer_first": probs[0]}
-
+        hits, question = evidence.hits, evidence.question
         top = list(hits[: self.cheap.link_passages])
         verdict = grade(question, evidence.constraints, hits, self.cheap, evidence.today, rows_sql=evidence.rows_sql,
-                        linked=lambda: evidence.linked(top), decide=decide)
+                        linked=lambda: evidence.linked(top),
+                        decide=lambda score, _: self.verdict(score, lambda: self.answer_probabilities(question, hits)))
         used = verdict.features.get("answer_model")
-        return verdict if used is None else replace(verdict, source="answer" if used else "answer (cascade: cheap grade)")
+        if used is None:
+            return verdict
+        source = {1.0: "answer", 0.0: "answer (cascade: cheap grade)"}.get(used, "answer (model failed: cheap grade)")
+        return replace(verdict, source=source)
 
 
 @dataclass(frozen=True)
@@ -161,9 +179,9 @@ class RerankConfig:
 
 
 class AnswerReranker:
-    """Rescores the first `top_n` candidates by logit(answer probability) - rank_prior *
-    log(1 + rank); the rest keep their order after them. A rescored hit's score is its
-    answer probability."""
+    """Rescores every candidate (the route's top `candidates(k)`) by logit(answer probability)
+    - rank_prior * log(1 + retriever rank); a rescored hit's score is its answer probability.
+    If the model fails, the retriever's order stands."""
 
     def __init__(self, scores: AnswerScores, config: RerankConfig = RerankConfig()) -> None:
         self.scores = scores
@@ -173,10 +191,13 @@ class AnswerReranker:
         return max(k, self.config.top_n)
 
     def rerank(self, question: str, hits: Sequence[Hit], principal: Principal) -> list[Hit]:
-        n = min(len(hits), self.config.top_n)
-        if n < 2:
+        if len(hits) < 2 or self.config.top_n < 2:
             return list(hits)
-        head = list(hits[:n])
-        probs = self.scores.of(question, head)
-        keyed = sorted(range(n), key=lambda i: (-(logit(probs[i]) - self.config.rank_prior * math.log1p(i)), i))
-        return [replace(head[i], score=probs[i]) for i in keyed] + list(hits[n:])
+        try:
+            probs = self.scores.of(question, hits)
+        except Exception:  # noqa: BLE001 - a failing model must not fail the question
+            log.exception("answer model failed; the retriever's order stands")
+            return list(hits)
+        prior = self.config.rank_prior
+        keyed = sorted(range(len(hits)), key=lambda i: (-(logit(probs[i]) - prior * math.log1p(i)), i))
+        return [replace(hits[i], score=probs[i]) for i in keyed]

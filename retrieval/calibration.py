@@ -24,7 +24,8 @@ def logit(p: float, eps: float = 1e-6) -> float:
     return math.log(q / (1.0 - q))
 
 
-def _sigmoid(z: float) -> float:
+def sigmoid(z: float) -> float:
+    """1 / (1 + e^-z), with z clipped to [-50, 50]."""
     return 1.0 / (1.0 + math.exp(-max(-50.0, min(50.0, z))))
 
 
@@ -45,22 +46,10 @@ class Calibration:
 
     def __call__(self, score: float) -> float:
         if self.method == "platt":
-            return _sigmoid(self.a * logit(score) + self.b)
+            return sigmoid(self.a * logit(score) + self.b)
         if self.method == "isotonic" and self.xs:
             return float(np.interp(score, self.xs, self.ys))
         return float(min(1.0, max(0.0, score)))
-
-    def inverse(self, p: float) -> float:
-        """The smallest raw score mapped to at least `p` (to express a probability threshold
-        on the raw scale); 1.0 when no score reaches it."""
-        if self.method == "platt" and self.a > 0:
-            return _sigmoid((logit(p) - self.b) / self.a)
-        if self.method == "isotonic" and self.xs:
-            for x, y in zip(self.xs, self.ys, strict=True):
-                if y >= p:
-                    return x
-            return 1.0
-        return p
 
     def to_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {"method": self.method, "fitted_on": self.fitted_on}
@@ -124,15 +113,17 @@ def fit_platt(scores: Sequence[float], labels: Sequence[bool], iterations: int =
 
 def fit_isotonic(scores: Sequence[float], labels: Sequence[bool]) -> Calibration:
     """Isotonic regression by pool-adjacent-violators: the non-decreasing step function
-    closest (least squares) to the labels, kept as one breakpoint per pooled block."""
+    closest (least squares) to the labels, kept as one breakpoint per pooled block. Equal
+    scores are pooled first, so the result does not depend on the order of tied examples."""
     if not len(scores):
         raise ValueError("isotonic calibration needs labeled examples")
-    order = np.argsort(np.asarray(scores, dtype=np.float64), kind="stable")
-    xs = np.asarray(scores, dtype=np.float64)[order]
-    ys = np.asarray(labels, dtype=np.float64)[order]
-    blocks: list[list[float]] = []  # [sum of y, count, mean x]
-    for x, y in zip(xs, ys, strict=True):
-        blocks.append([y, 1.0, x])
+    tied: dict[float, list[float]] = {}
+    for x, y in zip(scores, labels, strict=True):
+        tied.setdefault(float(x), []).append(float(y))
+    blocks: list[list[float]] = []  # [sum of y, count, weighted mean x]
+    for x in sorted(tied):
+        ys = tied[x]
+        blocks.append([sum(ys), float(len(ys)), x])
         while len(blocks) > 1 and blocks[-2][0] / blocks[-2][1] >= blocks[-1][0] / blocks[-1][1]:
             s, c, mx = blocks.pop()
             prev = blocks[-1]
@@ -140,7 +131,7 @@ def fit_isotonic(scores: Sequence[float], labels: Sequence[bool]) -> Calibration
             prev[0] += s
             prev[1] += c
     return Calibration("isotonic", xs=tuple(float(b[2]) for b in blocks),
-                       ys=tuple(float(b[0] / b[1]) for b in blocks), fitted_on=len(xs))
+                       ys=tuple(float(b[0] / b[1]) for b in blocks), fitted_on=len(scores))
 
 
 def fit(method: Method, scores: Sequence[float], labels: Sequence[bool]) -> Calibration:
@@ -152,13 +143,21 @@ def fit(method: Method, scores: Sequence[float], labels: Sequence[bool]) -> Cali
     return Calibration(fitted_on=len(scores))
 
 
-def threshold_for_false_gaps(p: Sequence[float], sufficient: Sequence[bool], target: float) -> float:
+def threshold_for_false_gaps(p: Sequence[float], sufficient: Sequence[bool], target: float,
+                             already: int = 0, total: int | None = None) -> float:
     """The highest probability threshold that calls at most `target` of the sufficient
-    examples gaps (a gap is p < threshold): the most gaps caught for that false-gap rate."""
+    examples gaps (a gap is p < threshold): the most gaps caught for that false-gap rate.
+    `already` sufficient examples out of `total` (default: those in `p`) are gaps whatever
+    the threshold (a cascade decided them); they use up the allowance first."""
     if not 0.0 <= target < 1.0:
         raise ValueError("the target false-gap rate must be in [0, 1)")
     positives = np.sort(np.asarray([v for v, y in zip(p, sufficient, strict=True) if y], dtype=np.float64))
-    if not len(positives):
+    total = len(positives) + already if total is None else total
+    if not total:
         raise ValueError("choosing a gap threshold needs sufficient examples")
-    allowed = int(math.floor(target * len(positives)))  # positives that may fall below the threshold
+    allowed = int(math.floor(target * total)) - already  # sufficient examples that may still fall below it
+    if allowed < 0:
+        return 0.0
+    if allowed >= len(positives):
+        return 1.0 if not len(positives) else float(np.nextafter(positives[-1], np.inf))
     return float(positives[allowed])

@@ -85,11 +85,12 @@ class Grade:
     features: Mapping[str, float] = field(default_factory=dict)
     links: tuple[str, ...] = ()  # readable documents the top passages name that the set lacks: to follow, not missing
     source: str = ""  # which grader decided, when not the built-in one (a judge, a fallback after its failure)
-    p_sufficient: float = 0.0  # calibrated probability that the set answers the question
+    p_sufficient: float | None = None  # calibrated P(the set answers); None from a grader that gives none
 
     def to_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {"sufficient": self.sufficient, "reason": self.reason, "missing": list(self.missing),
-                               "score": round(self.score, 4), "p_sufficient": round(self.p_sufficient, 4)}
+                               "score": round(self.score, 4),
+                               "p_sufficient": None if self.p_sufficient is None else round(self.p_sufficient, 4)}
         if self.source:
             out["source"] = self.source
         return out
@@ -190,7 +191,7 @@ def grade(question: str, constraints: Constraints, hits: Sequence[Hit], config: 
     everything else. `decide` replaces the threshold on the cheap score (it sees that score
     and its features); unmet constraints and named documents stay hard either way."""
     if not hits:
-        return Grade(False, "no_authorized_evidence", tuple(constraints.labels()))
+        return Grade(False, "no_authorized_evidence", tuple(constraints.labels()), p_sufficient=0.0)
     if rows_sql is not None:
         missing = [m for m in unmet_constraints(constraints, hits, today, also=rows_sql) if not m.startswith("date:")]
         return Grade(not missing, "constraint_unmet" if missing else None, tuple(missing), 1.0,
@@ -199,7 +200,7 @@ def grade(question: str, constraints: Constraints, hits: Sequence[Hit], config: 
     feats = evidence_features(question, hits, constraints)
     score = relevance(feats, config)
     if missing:
-        return Grade(False, "constraint_unmet", tuple(missing), score, feats)
+        return Grade(False, "constraint_unmet", tuple(missing), score, feats, p_sufficient=0.0)
     if decide is None:
         sufficient, p = score >= config.threshold, config.calibration(score)
     else:

@@ -120,32 +120,40 @@ def fit_grader(rows: Sequence[Mapping[str, float]], sufficient: Sequence[bool], 
 def cascade_band(cheap_p: Sequence[float], sufficient: Sequence[bool], tolerance: float = 0.02,
                  min_share: float = 0.05, min_examples: int = 20) -> tuple[float, float]:
     """(skip_below, skip_above): the cheap grader's calibrated probabilities outside which
-    its verdict is trusted without the answer model. skip_above is the lowest probability
-    above which at most `tolerance` of the examples were insufficient, skip_below the highest
-    below which at most `tolerance` were sufficient; a side holding under `min_share` of
-    the examples, or under `min_examples`, is not skipped at all (0.0 / 1.0), so a small
-    sample never cuts the model out."""
-    pairs = sorted(zip(cheap_p, sufficient, strict=True))
-    n = len(pairs)
+    its verdict is trusted without the answer model (a gap below, sufficient above; the model
+    runs for skip_below <= p <= skip_above). skip_above is the lowest cut with at most
+    `tolerance` of the examples above it insufficient, skip_below the highest with at most
+    `tolerance` below it sufficient; cuts fall midway between distinct scores, so tied
+    examples are never split. A side with fewer than `min_share` of the examples, or fewer
+    than `min_examples`, is not skipped (0.0 / 1.0: a small sample never cuts the model out),
+    and neither is anything when the two sides would overlap."""
+    p = np.asarray(cheap_p, dtype=np.float64)
+    y = np.asarray(sufficient, dtype=bool)
+    n = len(p)
+    values = np.unique(p)
+    if n == 0 or len(values) < 2:
+        return 0.0, 1.0
+    cuts = (values[:-1] + values[1:]) / 2
+    need = max(min_share * n, min_examples)
     above, below = 1.0, 0.0
-    for i in range(n):  # candidates from the top down: examples i.. have p >= pairs[i][0]
-        tail = pairs[i:]
-        if sum(1 for _, y in tail if not y) <= tolerance * len(tail):
-            if len(tail) >= max(min_share * n, min_examples):
-                above = pairs[i][0]
+    for cut in cuts:  # from the lowest cut up: the largest region that qualifies
+        tail = p > cut
+        if tail.sum() >= need and (~y[tail]).sum() <= tolerance * tail.sum():
+            above = float(cut)
             break
-    for i in range(n, 0, -1):  # examples ..i-1 have p <= pairs[i-1][0]
-        head = pairs[:i]
-        if sum(1 for _, y in head if y) <= tolerance * len(head):
-            if len(head) >= max(min_share * n, min_examples):
-                below = pairs[i - 1][0]
+    for cut in cuts[::-1]:  # from the highest cut down
+        head = p < cut
+        if head.sum() >= need and y[head].sum() <= tolerance * head.sum():
+            below = float(cut)
             break
-    return below, max(above, below + 1e-9) if above < 1.0 else 1.0
+    if below > above:
+        return 0.0, 1.0
+    return below, above
 
 
 def fit_answer_grader(cheap: Sequence[float], answer: Sequence[float], sufficient: Sequence[bool],
                       cheap_calibration: GraderConfig, target_false_gap: float = 0.05, passages: int = 3,
-                      seed: int = 0, cascade: bool = True) -> AnswerConfig:
+                      seed: int = 0, cascade: bool = True, tolerance: float = 0.02) -> AnswerConfig:
     """The answer grader's combination, calibration, threshold and cascade, from labeled
     first attempts: `cheap` the signal grader's scores, `answer` the best answer probability
     over the top `passages`. A logistic regression (not class-balanced: its output is meant
@@ -163,8 +171,14 @@ def fit_answer_grader(cheap: Sequence[float], answer: Sequence[float], sufficien
     raw = [config.raw(c, a) for c, a in zip(cheap, answer, strict=True)]
     calibration = fit_platt(raw, y.tolist())
     p = [calibration(r) for r in raw]
-    threshold = threshold_for_false_gaps(p, y.tolist(), target_false_gap)
-    below, above = cascade_band([cheap_calibration.calibration(c) for c in cheap], y.tolist()) if cascade else (0.0, 1.0)
+    cheap_p = [cheap_calibration.calibration(c) for c in cheap]
+    below, above = cascade_band(cheap_p, y.tolist(), tolerance) if cascade else (0.0, 1.0)
+    # the threshold acts only inside the band; sufficient examples the band calls gaps count first
+    inside = [below <= c <= above for c in cheap_p]
+    forced = sum(1 for c, t in zip(cheap_p, y, strict=True) if t and c < below)
+    threshold = threshold_for_false_gaps([q for q, i in zip(p, inside, strict=True) if i],
+                                         [bool(t) for t, i in zip(y, inside, strict=True) if i], target_false_gap,
+                                         already=forced, total=int(y.sum()))
     return replace(config, calibration=calibration, threshold=threshold, skip_below=below, skip_above=above,
                    target_false_gap=target_false_gap, source=f"tuned on {len(y)} examples")
 

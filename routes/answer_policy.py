@@ -5,7 +5,8 @@ One model per engine, loaded on first use and shared by both (retrieval/answer_l
 holds the policies; indexes/answer_model.py the model). The grader's combination,
 calibration, threshold and cascade come from the index's tuned.json when `quarry tune` fitted
 them with this same model (its sha256 is recorded there), else from the shipped defaults;
-`QUARRY_ANSWER_THRESHOLD`, `QUARRY_ANSWER_PASSAGES` and `QUARRY_RERANK_TOP_N` override them.
+`QUARRY_ANSWER_THRESHOLD` and `QUARRY_ANSWER_PASSAGES` override them; the reranker takes
+`QUARRY_RERANK_TOP_N` and `QUARRY_RERANK_RANK_PRIOR`.
 """
 
 from __future__ import annotations
@@ -24,23 +25,24 @@ from routes.settings import Settings
 
 log = logging.getLogger("quarry.answer")
 _LOCK = Lock()
-DEFAULT_TOP_N = 20
 
 DEFAULTS_FILE = "grader_defaults.json"
+DEFAULT_PASSAGES = AnswerConfig().passages
 
 
-def shipped_defaults(folder: Path | None = None) -> AnswerConfig:
+def shipped_defaults(folder: Path | None = None, checksum: str | None = None) -> AnswerConfig | None:
     """The grader defaults shipped beside the model: a fit of retrieval.tune.fit_answer_grader
     on demo *train* questions and SciFact *train* claims with half their gold hidden (first
-    attempts at k = 8, target false-gap rate 5%), written by
-    `benchmarks/answer_grader.py --only fit --save-defaults`. Missing: the plain AnswerConfig."""
+    attempts at k = 8 under the default signal grader, target false-gap rate 5%), written by
+    `benchmarks/answer_grader.py --only fit --save-defaults`. None when the folder has none,
+    or they were fitted with another model than `checksum`."""
     path = (folder or default_path()) / DEFAULTS_FILE
     if not path.is_file():
-        return AnswerConfig()
-    return AnswerConfig.from_json(json.loads(path.read_text(encoding="utf-8"))["config"])
-
-
-DEFAULT_ANSWER = shipped_defaults()
+        return None
+    data = json.loads(path.read_text(encoding="utf-8"))
+    if checksum is not None and data.get("model_sha256") != checksum:
+        return None
+    return AnswerConfig.from_json(data["config"])
 
 
 class ModelScorer:
@@ -53,6 +55,12 @@ class ModelScorer:
 
     def score(self, question: str, passages: Sequence[str]) -> Sequence[float]:
         return [float(p) for p in self.model.score(question, list(passages), batch_size=1)]
+
+
+def configured(settings: Settings) -> bool:
+    """Whether the settings name the answer model as grader or reranker."""
+    return any((getattr(settings, kind) or "").strip() in ("answer", f"routes.answer_policy:make_{kind}")
+               for kind in ("grader", "reranker"))
 
 
 def answer_scores(settings: Settings, engine: Engine) -> AnswerScores:
@@ -71,13 +79,21 @@ def answer_scores(settings: Settings, engine: Engine) -> AnswerScores:
 def answer_config(settings: Settings, engine: Engine) -> AnswerConfig:
     """Tuned (for this model) or shipped, with the settings' overrides."""
     checksum = getattr(answer_scores(settings, engine).scorer, "checksum", None)
-    config = DEFAULT_ANSWER if settings.answer_model_path is None else shipped_defaults(settings.answer_model_path)
+    config: AnswerConfig | None = None
     if engine.policies.answer_model is not None:
         if engine.policies.answer_model == checksum:
             config = engine.policies.answer
         else:
-            log.warning("tuned.json's answer grader was fitted with another answer model; using the defaults "
+            log.warning("tuned.json's answer grader was fitted with another answer model; using the shipped defaults "
                         "(run `quarry tune` again)")
+    if config is None:
+        config = shipped_defaults(settings.answer_model_path, checksum)
+        if config is None:
+            log.warning("no grader defaults fitted for this answer model; run `quarry tune` with QUARRY_GRADER=answer")
+            config = AnswerConfig()
+        elif engine.policies.grader.source != "defaults":
+            log.warning("the answer grader's shipped defaults were fitted on the default signal grader's scores, "
+                        "this index's signal grader is tuned: run `quarry tune` with QUARRY_GRADER=answer")
     if settings.answer_threshold is not None:
         config = replace(config, threshold=settings.answer_threshold)
     if settings.answer_passages is not None:
@@ -92,6 +108,5 @@ def make_grader(settings: Settings, engine: Engine) -> AnswerGrader:
 
 
 def make_reranker(settings: Settings, engine: Engine) -> AnswerReranker:
-    tuned = engine.policies.rerank
-    top_n = settings.rerank_top_n or tuned.top_n or DEFAULT_TOP_N
-    return AnswerReranker(answer_scores(settings, engine), RerankConfig(top_n, tuned.rank_prior, tuned.source))
+    return AnswerReranker(answer_scores(settings, engine),
+                          RerankConfig(settings.rerank_top_n, settings.rerank_rank_prior, "settings"))

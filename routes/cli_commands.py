@@ -37,7 +37,7 @@ def cmd_search(args: argparse.Namespace, settings: Settings) -> int:
 
     principal = _principal(args)
     check_k(args.k, settings.limits)  # before the index and model load
-    engine = open_engine(_index(settings), settings=settings, warm=args.retriever in ("dense", "hybrid"))
+    engine = open_engine(_index(settings), settings=settings, warm=args.retriever in ("dense", "hybrid"), plugins=False)
     try:
         hits = search(engine.retrievers, args.retriever, args.query, principal, args.k, _filters(args), engine.limits)
     finally:
@@ -86,7 +86,7 @@ def cmd_sql(args: argparse.Namespace, settings: Settings) -> int:
     from routes.engine import open_engine
 
     principal = _principal(args, scopes=("query", "sql"))
-    engine = open_engine(_index(settings), settings=settings, warm=False)
+    engine = open_engine(_index(settings), settings=settings, warm=False, plugins=False)
     try:
         if args.question:
             out = engine.sql.answer(args.statement, principal)

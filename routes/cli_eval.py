@@ -92,12 +92,16 @@ def cmd_tune(args: argparse.Namespace, settings: Settings) -> int:
     from routes.evaluation import (TOP, ablate, ablated_index, beir_labels, evaluate, fit_policies, gap_accuracy,
                                    save_policies, split_labels, unambiguous)
 
-    from routes.answer_policy import answer_scores
+    from routes.answer_policy import DEFAULT_PASSAGES, configured
 
     progress = _progress_bar(not args.no_progress)
     engine, labels, k, beir_root, index = _eval_target(args, settings, progress)
     report: dict[str, Any] = {"seed": args.seed}
-    answer = dict(answer=answer_scores(settings, engine), target_false_gap=settings.answer_target_false_gap)
+    # the answer grader is fitted when the settings use the answer model (open_engine loaded it)
+    answer: dict[str, Any] = {"settings": settings}
+    if configured(settings) and engine.answer is not None:
+        answer |= {"answer": engine.answer, "target_false_gap": settings.answer_target_false_gap,
+                   "answer_passages": settings.answer_passages or DEFAULT_PASSAGES}
     pick = lambda r: {m: r.get(m) for m in TOP if r.get(m) is not None}  # noqa: E731
     try:
         if beir_root is None:

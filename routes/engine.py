@@ -12,7 +12,7 @@ from pathlib import Path
 from indexes.catalog import SqlRunner
 from indexes.embedder import Embedder
 from indexes.snapshot import Snapshot, load_snapshot
-from retrieval.answer_level import AnswerConfig, AnswerScores, RerankConfig
+from retrieval.answer_level import AnswerConfig, AnswerScores
 from retrieval.calls import CallPool
 from retrieval.entities import EntityIndex
 from retrieval.errors import InvalidRequest
@@ -63,7 +63,6 @@ class Policies:
     grader: GraderConfig = field(default_factory=GraderConfig)
     fusion: FusionParams = field(default_factory=FusionParams)
     answer: AnswerConfig = field(default_factory=AnswerConfig)  # the answer grader's, when it is used
-    rerank: RerankConfig = field(default_factory=RerankConfig)
     answer_model: str | None = None  # sha256 of the answer model `answer` was fitted with
 
     @classmethod
@@ -80,7 +79,7 @@ class Policies:
                                 weights=dict(tuned.get("weights", fusion.weights)),
                                 method=str(tuned.get("method", fusion.method))),
                    AnswerConfig.from_json(answer["config"]) if answer else AnswerConfig(),
-                   RerankConfig.from_json(data.get("rerank") or {}), answer["model_sha256"] if answer else None)
+                   answer["model_sha256"] if answer else None)
 
 
 @dataclass
@@ -155,12 +154,14 @@ class Engine:
 
 def open_engine(index_dir: Path, embedder: Embedder | None = None, limits: Limits | None = None,
                 today: date | None = None, policies: Policies | None = None, settings: Settings | None = None,
-                warm: bool = True) -> Engine:
+                warm: bool = True, plugins: bool = True, answer: AnswerScores | None = None) -> Engine:
     """Load everything once, sized by `settings` (thread pools, caches, SQL and fusion; the
     defaults when None), with the policies the settings name (routes/plugins.py: a policy
-    that fails to load stops here). `limits`, `today` and `policies`, when given, replace the
-    settings' (and the index's tuned policies). `warm` loads the model and runs one query
-    embedding now, so the first request does not spend its deadline importing torch."""
+    that fails to load stops here; `plugins=False` for commands that run no loop). `limits`,
+    `today` and `policies`, when given, replace the settings' (and the index's tuned
+    policies); `answer` shares an already loaded answer model and its cache. `warm` loads
+    the embedding model and runs one query embedding now, so the first request does not
+    spend its deadline importing torch."""
     settings = settings or Settings()
     embedder = embedder or settings.embedder()
     today = today or settings.today
@@ -176,8 +177,10 @@ def open_engine(index_dir: Path, embedder: Embedder | None = None, limits: Limit
         retrievers=build_retrievers(snapshot, embedder, policies.fusion, settings, today, side),
         limits=limits or settings.limits, policies=policies,
         titles=EntityIndex.build(titles, title_ids, snapshot.chunks.doc_ids), names=EntityIndex.build(values),
-        calls=CallPool(settings.workers, settings.spare_workers), today=today, side=side,
+        calls=CallPool(settings.workers, settings.spare_workers), today=today, side=side, answer=answer,
     )
+    if not plugins:
+        return engine
     try:
         assert engine.policy is not None
         return engine.with_policy(load_policy(settings, engine, engine.policy))

@@ -43,7 +43,8 @@ def setting(default: Any, help: str, group: str, secret: bool = False, **constra
 
 
 def _policy(kind: str) -> Any:
-    builtin = " or `answer` (the answer-level model)" if kind in ("grader", "reranker") else ""
+    builtin = {"grader": " or `answer` (the answer-level model) or `judge` (an LLM judge)",
+               "reranker": " or `answer` (the answer-level model)"}.get(kind, "")
     return setting("", f"{kind.capitalize()}: import path `module:factory`, the {POLICY_HELP}{builtin} "
                        f"(empty: the built-in {kind}).", "policies")
 
@@ -176,14 +177,16 @@ class Settings(BaseSettings):
     answer_cache_size: int = setting(4096, "(question, passage) answer probabilities kept.", "answer", ge=1)
     answer_threshold: float | None = setting(None, "Gap threshold on p_sufficient for the answer grader (default: the "
                                              "tuned one in the index, else the shipped default).", "answer", ge=0, le=1)
-    answer_passages: int | None = setting(None, "Top passages of a set the answer grader reads (default: tuned or 3).",
-                                          "answer", ge=1, le=20)
+    answer_passages: int | None = setting(None, "Top passages of a set the answer grader reads (default: the fitted "
+                                          "grader's, 3).", "answer", ge=1, le=20)
     answer_target_false_gap: float = setting(0.05, "Share of sufficient training questions `quarry tune` lets the "
                                              "answer grader's threshold call gaps.", "answer", ge=0, lt=1)
     answer_cascade: bool = setting(True, "Skip the model where the cheap grader is already sure (the tuned band).",
                                    "answer")
-    rerank_top_n: int | None = setting(None, "Candidates the answer reranker rescores (default: tuned or 20).",
-                                       "answer", ge=2, le=200)
+    rerank_top_n: int = setting(20, "Candidates the answer reranker rescores (each costs one model pass).",
+                                "answer", ge=2, le=50)
+    rerank_rank_prior: float = setting(0.0, "Weight of the retriever's rank beside the answer model's logit in "
+                                       "reranking (0: the model's order alone).", "answer", ge=0)
 
     # -- the external judge grader (routes/judge.py, QUARRY_GRADER=routes.judge:make_judge) --
     judge_url: str = setting("", "Base URL of the judge's OpenAI-compatible API (requests go to <url>/chat/completions).",
@@ -291,7 +294,7 @@ class Settings(BaseSettings):
         bm25 = Bm25Params(method=self.bm25_method, k1=self.bm25_k1, b=self.bm25_b, stem=self.bm25_stem,
                           stopwords=self.bm25_stopwords)
         return BuildOptions(default_acl=default_acl, max_chars=self.chunk_max_chars, bm25=bm25,
-                            reuse_embeddings=self.reuse_embeddings)
+                            reuse_embeddings=self.reuse_embeddings, answer_model=self.answer_model_path)
 
     def embedder(self) -> Any:
         """The embedder these settings describe (model folder, query runtime, batch, cache)."""

@@ -11,19 +11,18 @@ from datetime import date
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
-from retrieval.answer_level import AnswerConfig
+from retrieval.answer_level import AnswerConfig, AnswerScores
 from retrieval.constraints import Constraints
 from retrieval.evaluate import Label
 from retrieval.fusion import DEFAULT_RRF_K, rrf, zscore_scores
-from retrieval.grader import GraderConfig
-from retrieval.answer_level import AnswerScores
-from retrieval.grader import evidence_features, relevance, unmet_constraints
+from retrieval.grader import GraderConfig, evidence_features, relevance, unmet_constraints
 from retrieval.metrics import doc_ranking, mean, ndcg_at_k
 from retrieval.retrievers.hybrid import FusionParams
 from retrieval.router import features
 from retrieval.tune import best_fusion, fit_answer_grader, fit_grader, fit_router
 from retrieval.types import Filters, Hit, Principal
 from routes.engine import TUNED_CONFIG, Engine, Policies, open_engine
+from routes.settings import Settings
 
 TUNED_BACKUP = TUNED_CONFIG + ".bak"
 MIN_TRAIN_QUESTIONS = 50  # below this, tuned parameters mostly fit noise: `tune` warns
@@ -101,8 +100,8 @@ class GradeRows:
     met: list[bool] = field(default_factory=list)
 
 
-def _grade_rows(engine: Engine, labels: Sequence[Label], sufficient_of: Callable[[Label, list[str]], bool],
-                top: int = 3) -> GradeRows:
+def grade_rows(engine: Engine, labels: Sequence[Label], sufficient_of: Callable[[Label, list[str]], bool],
+               top: int = 3) -> GradeRows:
     out = GradeRows()
     for lb in labels:
         if lb.route == "sql" or lb.answer_rows is not None:
@@ -118,16 +117,22 @@ def _grade_rows(engine: Engine, labels: Sequence[Label], sufficient_of: Callable
     return out
 
 
-def _fit_answer(g: GradeRows, grader: GraderConfig, answer: AnswerScores, target: float, seed: int
-                ) -> tuple[AnswerConfig | None, dict[str, Any]]:
-    """The answer grader fitted on the first attempts whose constraints were met."""
+def answer_examples(g: GradeRows, grader: GraderConfig, answer: AnswerScores, passages: int = 3
+                    ) -> tuple[list[float], list[float], list[bool]]:
+    """(cheap score, best answer probability over the top `passages`, sufficient) of the
+    first attempts whose constraints were met: what the answer grader decides on."""
     idx = [i for i, ok in enumerate(g.met) if ok]
-    ys = [g.sufficient[i] for i in idx]
+    cheap = [relevance(g.rows[i], grader) for i in idx]
+    best = [max(answer.of(g.questions[i], g.tops[i][:passages])) for i in idx]
+    return cheap, best, [g.sufficient[i] for i in idx]
+
+
+def _fit_answer(g: GradeRows, grader: GraderConfig, answer: AnswerScores, target: float, seed: int, passages: int
+                ) -> tuple[AnswerConfig | None, dict[str, Any]]:
+    cheap, best, ys = answer_examples(g, grader, answer, passages)
     if len(set(ys)) < 2:
         return None, {"skipped": "needs both sufficient and insufficient first attempts"}
-    cheap = [relevance(g.rows[i], grader) for i in idx]
-    best = [max(answer.of(g.questions[i], g.tops[i])) for i in idx]
-    config = fit_answer_grader(cheap, best, ys, grader, target_false_gap=target, seed=seed)
+    config = fit_answer_grader(cheap, best, ys, grader, target_false_gap=target, passages=passages, seed=seed)
     return config, {"train_examples": len(ys), "train_sufficient": sum(ys), "threshold": round(config.threshold, 4),
                     "target_false_gap": target, "cascade": [round(config.skip_below, 4), round(config.skip_above, 4)]}
 
@@ -135,9 +140,11 @@ def _fit_answer(g: GradeRows, grader: GraderConfig, answer: AnswerScores, target
 def fit_policies(engine: Engine, train: Sequence[Label], seed: int, tune_router: bool = True,
                  grader_engine: Engine | None = None, sufficient_of: Callable[[Label, list[str]], bool] | None = None,
                  grader_labels: Sequence[Label] | None = None, answer: AnswerScores | None = None,
-                 target_false_gap: float = 0.05) -> tuple[Policies, dict[str, Any]]:
+                 target_false_gap: float = 0.05, answer_passages: int = 3, settings: Settings | None = None
+                 ) -> tuple[Policies, dict[str, Any]]:
     """Fusion, then router, then grader (each fitted with the previous ones in place), then,
-    given the answer model's scores, the answer grader on the same first attempts.
+    given the answer model's scores, the answer grader on the same first attempts. The first
+    attempts are read through the policies `settings` name (a reranker changes them).
     `notes["warnings"]` says when the training set is too small to trust the fits."""
     notes: dict[str, Any] = {}
     if len(train) < MIN_TRAIN_QUESTIONS:
@@ -156,10 +163,12 @@ def fit_policies(engine: Engine, train: Sequence[Label], seed: int, tune_router:
             notes["router_train_examples"] = len(rows)
     policies = Policies(router, engine.policies.grader, fusion)
     g_engine = grader_engine or engine
-    tuned_g = open_engine(g_engine.snapshot.path.parent.parent, g_engine.embedder, g_engine.limits, g_engine.today, policies)
+    reading = settings.model_copy(update={"grader": ""}) if settings is not None else None  # the grade is refitted here
+    tuned_g = open_engine(g_engine.snapshot.path.parent.parent, g_engine.embedder, g_engine.limits, g_engine.today, policies,
+                          settings=reading, answer=answer)
     try:
         suff = sufficient_of or (lambda lb, docs: lb.answerable and bool(set(lb.relevant) & set(docs)))
-        g = _grade_rows(tuned_g, grader_labels or train, suff)
+        g = grade_rows(tuned_g, grader_labels or train, suff, top=answer_passages)
     finally:
         tuned_g.close()
     fit = fit_grader(g.rows, g.sufficient, engine.policies.grader, seed)
@@ -167,7 +176,7 @@ def fit_policies(engine: Engine, train: Sequence[Label], seed: int, tune_router:
                        "train_balanced_accuracy": round(fit.train_balanced_accuracy, 4), "threshold": fit.config.threshold}
     fitted = Policies(router, fit.config, fusion)
     if answer is not None:
-        config, notes["answer"] = _fit_answer(g, fit.config, answer, target_false_gap, seed)
+        config, notes["answer"] = _fit_answer(g, fit.config, answer, target_false_gap, seed, answer_passages)
         if config is not None:
             fitted = replace(fitted, answer=config, answer_model=getattr(answer.scorer, "checksum", None))
     return fitted, notes

@@ -46,8 +46,15 @@ def test_isotonic_is_the_block_means_of_the_violators():
     assert cal(0.0) == 0.0 and cal(1.0) == 1.0  # flat beyond the ends
 
 
+def test_isotonic_pools_tied_scores_whatever_their_order():
+    a = fit_isotonic([0.5, 0.5, 0.2], [False, True, False])
+    b = fit_isotonic([0.5, 0.2, 0.5], [True, False, False])
+    assert a == b and a.xs == (0.2, 0.5) and a.ys == (0.0, 0.5)
+
+
 @settings(max_examples=60, deadline=None)
-@given(st.lists(st.tuples(st.floats(0.0, 1.0), st.booleans()), min_size=1, max_size=60))
+@given(st.lists(st.tuples(st.sampled_from([0.0, 0.1, 0.25, 0.5, 0.75, 1.0]) | st.floats(0.0, 1.0), st.booleans()),
+                min_size=1, max_size=60))
 def test_isotonic_output_never_decreases(pairs):
     cal = fit_isotonic([s for s, _ in pairs], [y for _, y in pairs])
     grid = [i / 50 for i in range(51)]
@@ -72,13 +79,9 @@ def test_false_gap_threshold_keeps_the_rate_and_is_the_highest_that_does(pairs, 
         assert sum(s < higher[0] for s in positives) > target * len(positives)
 
 
-def test_round_trip_and_inverse():
+def test_round_trip():
     for cal in (fit("platt", *_sample(500, 1.5, 0.3)), fit("isotonic", *_sample(500, 1.5, 0.3)), Calibration()):
         again = Calibration.from_json(cal.to_json())
         assert [again(x / 10) for x in range(11)] == pytest.approx([cal(x / 10) for x in range(11)], abs=1e-4)
-        for p in (0.2, 0.5, 0.8):
-            raw = cal.inverse(p)
-            if raw < 1.0:
-                assert cal(raw) >= p - 1e-6
     with pytest.raises(ValueError):
         Calibration.from_json({"method": "magic"})

@@ -9,7 +9,7 @@ import shutil
 import httpx
 import pytest
 
-from indexes.answer_model import AnswerModel, default_path, shipped_identity
+from indexes.answer_model import AnswerModel, default_path
 from retrieval.answer_level import AnswerGrader, AnswerReranker, passage_text
 from retrieval.types import Filters, Principal
 from routes.engine import open_engine
@@ -58,15 +58,42 @@ def test_the_grade_is_the_models_and_the_context_is_in_its_order(answer_engine, 
     assert [round(h.score, 5) for h in result.context] == [round(float(p), 5) for p in sorted(probs, reverse=True)[:4]]
 
 
-def test_the_reranker_never_brings_back_what_the_caller_may_not_read(answer_engine):
-    for attempt in answer_engine.query(BUDGET, ERIN, k=4).attempts:
-        assert "m04" not in {h.doc_id for h in attempt.hits}
-    assert "m04" in {h.doc_id for h in answer_engine.query(BUDGET, BOB, k=4).context}
+@pytest.fixture(scope="module")
+def erins_own_engine(embedder, tmp_path_factory):
+    """The same service over only the documents erin may read."""
+    from indexes.snapshot import build_snapshot
+    from tests.conftest import MINI
+
+    root = tmp_path_factory.mktemp("erin-only")
+    docs = [json.loads(line) for line in (MINI / "docs.jsonl").read_text().splitlines() if line.strip()]
+    (root / "docs.jsonl").write_text("".join(json.dumps(d) + "\n" for d in docs if "public" in d.get("acl", [])))
+    for extra in MINI.iterdir():
+        if extra.name != "docs.jsonl":
+            shutil.copy(extra, root / extra.name)
+    index = tmp_path_factory.mktemp("erin-index")
+    build_snapshot([root], index, embedder)
+    eng = open_engine(index, embedder, settings=Settings(grader="answer", reranker="answer", rerank_top_n=6))
+    yield eng
+    eng.close()
+
+
+@pytest.mark.parametrize("question", [BUDGET, FIXED, "How do I refresh the secret that signs login tokens?",
+                                      "What did the penetration test find about session cookies?"])
+def test_forbidden_documents_change_no_grade_probability_or_order(answer_engine, erins_own_engine, question):
+    full, own = answer_engine.query(question, ERIN, k=4), erins_own_engine.query(question, ERIN, k=4)
+    assert full.status == own.status
+    assert [h.chunk_id for h in full.context] == [h.chunk_id for h in own.context]
+    assert [h.score for h in full.context] == pytest.approx([h.score for h in own.context], abs=1e-6)
+    assert [a.grade.p_sufficient for a in full.attempts] == pytest.approx([a.grade.p_sufficient for a in own.attempts],
+                                                                         abs=1e-6)
 
 
 def test_the_index_records_the_model_it_was_built_beside(answer_engine):
+    from indexes.tables import file_digest
+
     recorded = answer_engine.snapshot.manifest["answer_model"]
-    assert recorded == shipped_identity() and recorded["sha256"] == answer_engine.answer.scorer.checksum
+    assert recorded["sha256"] == file_digest(default_path() / "model.int8.onnx") == answer_engine.answer.scorer.checksum
+    assert recorded["id"] == "quarry-answer-minilm-l6"
 
 
 def test_a_damaged_model_stops_startup_with_one_line(mini_index, embedder, tmp_path):
