@@ -2,8 +2,8 @@
 
 A watcher task on the event loop reads CURRENT every `reload_interval_s` seconds. When it
 names a snapshot other than the one last seen, a thread opens a new engine over it (the
-same settings, tuned policies and plug-ins, and the embedding model already loaded, so a
-snapshot of another model is refused by its manifest check) and installs it as a new
+same settings, tuned policies and plug-ins, and the embedding and answer models already
+loaded, so a snapshot of another embedding model is refused by its manifest check) and installs it as a new
 generation (routes/generations.py): requests that started before keep their engine until
 they finish, the ones after get the new one. A snapshot that fails to load (a broken file, a
 wrong model or format, a plug-in that refuses it) is logged and counted, the serving
@@ -65,7 +65,9 @@ class Reloader:
         self._task: asyncio.Task[None] | None = None
 
     def _open(self, index_dir: Path, serving: Engine) -> Engine:
-        return open_engine(index_dir, embedder=serving.embedder, settings=self.settings, warm=False)
+        # The models already in memory (and their caches, keyed by the text they read) serve on.
+        return open_engine(index_dir, embedder=serving.embedder, settings=self.settings, warm=False,
+                           answer=serving.answer)
 
     def start(self) -> None:
         self._task = asyncio.get_running_loop().create_task(self._watch(), name="quarry-reload")

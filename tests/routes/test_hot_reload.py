@@ -373,3 +373,17 @@ def test_a_new_snapshot_that_cannot_load_is_logged_and_the_old_one_keeps_serving
     ready = served.ready()
     assert ready["generation"] == 2 and ready["reload"]["failed"] is None
     assert clients.errors == [], clients.errors[:5]
+
+
+def test_a_switch_keeps_the_models_already_loaded_and_their_caches(serve, embedder, tmp_path):
+    served = serve(grader="answer")  # a plug-in policy over the shipped answer model
+    old = served.generations.current
+    build_snapshot(new_corpus(tmp_path, HOT), served.index, embedder)
+    served.wait_for(HOT)
+    new = served.generations.current
+    assert new.number == old.number + 1
+    assert new.engine.embedder is old.engine.embedder and new.engine.answer is old.engine.answer
+    assert new.engine.policy.grader is not old.engine.policy.grader  # the policies are built over the new engine
+    r = httpx.post(served.server.url + "/v1/query", json={"question": "How do I service the zephyr manifold?"},
+                   headers=auth(served.keys["erin"]), timeout=60)
+    assert r.status_code == 200 and "n-hot" in [c["doc_id"] for c in r.json()["context"]]
