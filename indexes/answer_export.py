@@ -17,7 +17,8 @@ from typing import Any, Callable, Sequence
 import numpy as np
 
 from indexes.answer_data import Pair
-from indexes.answer_model import CONFIG_FILE, INPUT_NAMES, MODEL_FILE, SUMS_FILE, AnswerModel, encode_pairs, pad_batch
+from indexes.answer_model import (CHECKED_FILES, CONFIG_FILE, INPUT_NAMES, MODEL_FILE, SUMS_FILE, AnswerModel,
+                                  encode_pairs, pad_batch)
 
 MODEL_ID = "quarry-answer-minilm-l6"
 TOKENIZER_FILES = ("vocab.txt", "tokenizer_config.json", "special_tokens_map.json")
@@ -79,7 +80,7 @@ def write_artifacts(out: Path, fp32_onnx: Path, base: Path, tokenizer: Any, max_
               "inputs": list(INPUT_NAMES), "pair_order": "question, passage",
               "base_model": "sentence-transformers/all-MiniLM-L6-v2"}
     (out / CONFIG_FILE).write_text(json.dumps(config, indent=2) + "\n", encoding="utf-8")
-    (out / SUMS_FILE).write_text(f"{file_digest(out / MODEL_FILE)}  {MODEL_FILE}\n", encoding="utf-8")
+    (out / SUMS_FILE).write_text("".join(f"{file_digest(out / name)}  {name}\n" for name in CHECKED_FILES), encoding="utf-8")
 
 
 def int8_speed(out: Path, pairs: Sequence[Pair], n: int = 320, batch: int = 16) -> dict[str, Any]:

@@ -29,6 +29,8 @@ MODEL_FILE = "model.int8.onnx"
 CONFIG_FILE = "answer_config.json"
 SUMS_FILE = "SHA256SUMS"
 INPUT_NAMES = ("input_ids", "attention_mask", "token_type_ids")
+# what scoring depends on: the weights, the vocabulary and the encoding settings
+CHECKED_FILES = (MODEL_FILE, "tokenizer.json", CONFIG_FILE)
 
 
 def default_path() -> Path:
@@ -127,23 +129,28 @@ class AnswerModel:
 
     @classmethod
     def load(cls, path: Path | None = None, threads: int | None = None) -> AnswerModel:
-        """Load the model folder (default: the bundled one), checking the weights' sha256 first.
+        """Load the model folder (default: the bundled one), checking the sha256 of every file
+        SHA256SUMS names first (the weights, the tokenizer and the encoding settings).
 
         `threads` sets onnxruntime's intra-op threads (None: onnxruntime's default, one per
         core). Raises SnapshotError when a file is missing or the checksum does not match.
         """
         folder = Path(path) if path is not None else default_path()
         model_file = folder / MODEL_FILE
-        for needed in (model_file, folder / SUMS_FILE, folder / CONFIG_FILE, folder / "tokenizer.json"):
+        for needed in (folder / SUMS_FILE, *(folder / name for name in CHECKED_FILES)):
             if not needed.is_file():
                 raise SnapshotError(f"answer model file {needed.name} is missing from {folder}")
-        expected = read_checksums(folder).get(MODEL_FILE)
-        if expected is None:
+        sums = read_checksums(folder)
+        if MODEL_FILE not in sums:
             raise SnapshotError(f"{SUMS_FILE} in {folder} has no line for {MODEL_FILE}")
-        actual = file_digest(model_file)
-        if actual != expected:
-            raise SnapshotError(f"answer model {model_file} has sha256 {actual[:16]}..., "
-                                f"{SUMS_FILE} says {expected[:16]}...: the file is damaged or was replaced")
+        digests = {}
+        for name, expected in sums.items():  # every file the sums name: weights, vocabulary, settings
+            actual = file_digest(folder / name) if (folder / name).is_file() else "missing"
+            if actual != expected:
+                raise SnapshotError(f"answer model file {folder / name} has sha256 {actual[:16]}..., "
+                                    f"{SUMS_FILE} says {expected[:16]}...: the file is damaged or was replaced")
+            digests[name] = actual
+        actual = digests[MODEL_FILE]
         import onnxruntime as ort
         from tokenizers import Tokenizer
 

@@ -68,6 +68,22 @@ class Tokenizer:
         return self._stemmer.stemWords(tokens) if self._stemmer else tokens
 
 
+@dataclass(frozen=True)
+class CollectionStats:
+    """What BM25 scoring needs from the collection: N, total length and the query terms'
+    document frequencies, over some allowed rows (of one segment, or summed over several)."""
+
+    n: int
+    total_len: float
+    df: dict[str, int]
+
+    def __add__(self, other: CollectionStats) -> CollectionStats:
+        df = dict(self.df)
+        for term, count in other.df.items():
+            df[term] = df.get(term, 0) + count
+        return CollectionStats(self.n + other.n, self.total_len + other.total_len, df)
+
+
 class Bm25Index:
     """A bm25s index whose row i is chunk row i of the snapshot."""
 
@@ -114,23 +130,49 @@ class Bm25Index:
         ids = model.get_tokens_ids(self.tokenize(query)) if model is not None else []
         if model is None or not ids:
             return np.zeros(self.size, dtype=np.float32)
-        n_allowed = self.size if allowed is None else int(allowed.sum())
-        if allowed is None or n_allowed == self.size:
+        if allowed is None or int(allowed.sum()) == self.size:
             scores: np.ndarray = model.get_scores_from_ids(ids)
             return scores
-        data, indices, indptr = (model.scores[k] for k in ("data", "indices", "indptr"))
-        scoped_avgdl = float(self._lengths[allowed].mean()) if n_allowed else 1.0
+        return self.scores_with(query, allowed, self.collection_stats(query, allowed))
+
+    def collection_stats(self, query: str, allowed: np.ndarray) -> CollectionStats:
+        """This index's share of the statistics BM25 needs over the `allowed` rows: their
+        number and total length, and each query term's document frequency among them.
+        Statistics of several segments add up (`CollectionStats.__add__`)."""
+        n = int(np.count_nonzero(allowed))
+        df: dict[str, int] = {}
+        model = self._model
+        if model is not None:
+            indptr, indices = model.scores["indptr"], model.scores["indices"]
+            for term in dict.fromkeys(self.tokenize(query)):
+                t = model.vocab_dict.get(term)
+                if t is not None:
+                    df[term] = int(np.count_nonzero(allowed[indices[int(indptr[t]) : int(indptr[t + 1])]]))
+        return CollectionStats(n, float(self._lengths[allowed].sum()) if n else 0.0, df)
+
+    def scores_with(self, query: str, allowed: np.ndarray, stats: CollectionStats) -> np.ndarray:
+        """BM25 score of every row with collection statistics `stats` (N, each term's df and
+        the average length), which may span several segments: an index built from every
+        segment's allowed rows at once gives the same scores. Rows outside `allowed` score 0."""
+        model = self._model
         out = np.zeros(self.size, dtype=np.float64)
-        for t in ids:  # repeated query terms count again, as in bm25s and rank-bm25
+        if model is None or stats.n == 0:
+            return out.astype(np.float32)
+        data, indices, indptr = (model.scores[k] for k in ("data", "indices", "indptr"))
+        avgdl = stats.total_len / stats.n
+        for term in self.tokenize(query):  # repeated query terms count again, as in bm25s and rank-bm25
+            t = model.vocab_dict.get(term)
+            df = stats.df.get(term, 0)
+            if t is None or df == 0:
+                continue
             lo, hi = int(indptr[t]), int(indptr[t + 1])
             rows = indices[lo:hi]
             keep = allowed[rows]
-            df = int(keep.sum())
             global_idf = self._idf(hi - lo, N=self.size)
-            if df == 0 or global_idf <= 0:
+            if not keep.any() or global_idf <= 0:
                 continue
             rows = rows[keep]
-            out[rows] += self._idf(df, N=n_allowed) * self._rescoped(data[lo:hi][keep], global_idf, rows, scoped_avgdl)
+            out[rows] += self._idf(df, N=stats.n) * self._rescoped(data[lo:hi][keep], global_idf, rows, avgdl)
         return out.astype(np.float32)
 
     def _rescoped(self, stored: np.ndarray, global_idf: float | np.ndarray, rows: np.ndarray,

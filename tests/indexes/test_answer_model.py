@@ -90,6 +90,18 @@ def test_a_corrupted_model_file_is_refused(tmp_path):
         AnswerModel.load(copy)
 
 
+@pytest.mark.parametrize("name", ["tokenizer.json", "answer_config.json"])
+def test_a_swapped_tokenizer_or_encoding_setting_is_refused(tmp_path, name):
+    copy = tmp_path / "model"
+    shutil.copytree(default_path(), copy)
+    text = (copy / name).read_text(encoding="utf-8")
+    (copy / name).write_text(text.replace('"max_length": 256', '"max_length": 128') if name == "answer_config.json"
+                             else text.replace('"[UNK]"', '"[unk]"', 1), encoding="utf-8")
+    assert (copy / name).read_text(encoding="utf-8") != text
+    with pytest.raises(SnapshotError, match=f"{name} has sha256"):
+        AnswerModel.load(copy)
+
+
 def test_a_model_folder_without_checksums_is_refused(tmp_path):
     copy = tmp_path / "model"
     shutil.copytree(default_path(), copy)

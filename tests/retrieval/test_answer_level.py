@@ -136,16 +136,23 @@ def test_a_passage_whose_text_differs_is_scored_again_under_the_same_id():
     assert scores.of("how many?", [a]) == [0.9] and scores.of("how many?", [b]) == [0.1]
 
 
-def test_fitting_meets_its_false_gap_target_on_the_examples_it_saw():
+def _examples(seed: int, n: int, cheap_means: tuple[float, float], answer_means: tuple[float, float],
+              cheap_sd: float = 0.15) -> tuple[list[float], list[float], list[bool]]:
+    """(cheap score, best answer probability, sufficient) drawn around two means per class."""
     import random
 
-    rng = random.Random(5)
+    rng = random.Random(seed)
     cheap, answer, y = [], [], []
-    for _ in range(400):
+    for _ in range(n):
         suff = rng.random() < 0.5
-        cheap.append(min(0.99, max(0.01, rng.gauss(0.55 if suff else 0.4, 0.15))))
-        answer.append(min(0.99, max(0.01, rng.gauss(0.7 if suff else 0.2, 0.2))))
+        cheap.append(min(0.99, max(0.01, rng.gauss(cheap_means[suff], cheap_sd))))
+        answer.append(min(0.99, max(0.01, rng.gauss(answer_means[suff], 0.2))))
         y.append(suff)
+    return cheap, answer, y
+
+
+def test_fitting_meets_its_false_gap_target_on_the_examples_it_saw():
+    cheap, answer, y = _examples(5, 400, (0.4, 0.55), (0.2, 0.7))
     config = fit_answer_grader(cheap, answer, y, GraderConfig(), target_false_gap=0.05)
     assert config.w_answer > 0 and config.target_false_gap == 0.05
     p = [config.calibration(config.raw(c, a)) for c, a in zip(cheap, answer, strict=True)]
@@ -173,15 +180,7 @@ def test_the_cascade_band_never_cuts_through_tied_scores():
 
 
 def test_with_a_cascade_the_false_gap_target_holds_for_the_whole_decision():
-    import random
-
-    rng = random.Random(11)
-    cheap, answer, y = [], [], []
-    for _ in range(600):
-        suff = rng.random() < 0.5
-        cheap.append(min(0.99, max(0.01, rng.gauss(0.6 if suff else 0.35, 0.18))))
-        answer.append(min(0.99, max(0.01, rng.gauss(0.65 if suff else 0.3, 0.2))))
-        y.append(suff)
+    cheap, answer, y = _examples(11, 600, (0.35, 0.6), (0.3, 0.65), cheap_sd=0.18)
     config = fit_answer_grader(cheap, answer, y, GraderConfig(), target_false_gap=0.05)
     scorer = TableScorer({})
     grader = AnswerGrader(AnswerScores(scorer), GraderConfig(), config)
