@@ -2,6 +2,14 @@
 `.building-*` folder, the manifest last, then the folder renamed and CURRENT replaced
 atomically. A build killed at any point leaves CURRENT naming the previous, complete
 snapshot; a failed build leaves nothing behind.
+
+After the switch the build prunes: it keeps the new snapshot and the previous one, and
+removes every other one *that no live process serves*. Each process that loads a snapshot
+holds a shared `flock` on its lease file until it closes it, and the prune takes an
+exclusive non-blocking lock before deleting (indexes/snapshot_lease.py): a server that has
+not switched yet, a long `quarry eval`, or an engine draining its last requests keeps its
+snapshot on disk, and a later ingest removes it once it is released. The kernel drops the
+locks of a process that dies, so a killed server never keeps a snapshot forever.
 """
 
 from __future__ import annotations
@@ -30,6 +38,7 @@ from indexes.chunking import DEFAULT_MAX_CHARS, chunk_documents
 from indexes.corpus import ADMIN_ONLY, discover, load_documents
 from indexes.dense import DenseIndex
 from indexes.embedder import Embedder
+from indexes.snapshot_lease import LEASE_FILE, PRUNING, acquire, remove_unless_served
 from indexes.snapshot_load import CURRENT, FORMAT_VERSION, current_snapshot_path, read_manifest, verify_files
 from indexes.tables import TableSource, file_digest, plan_tables
 from retrieval.errors import IngestError, RetrievalError, SnapshotError, StorageError
@@ -76,7 +85,7 @@ def corpus_digest(sources: Sequence[Path], default_acl: tuple[str, ...] = ADMIN_
 
 
 def _snapshot_files(root: Path) -> dict[str, dict[str, Any]]:
-    files = sorted(p for p in root.rglob("*") if p.is_file() and p.name != "manifest.json")
+    files = sorted(p for p in root.rglob("*") if p.is_file() and p.name not in ("manifest.json", LEASE_FILE))
     return {p.relative_to(root).as_posix(): {"bytes": p.stat().st_size, "sha256": file_digest(p)} for p in files}
 
 
@@ -143,7 +152,7 @@ def build_snapshot(
     with _storage_errors(), _build_lock(index_dir):
         snapshots = index_dir / "snapshots"
         snapshots.mkdir(exist_ok=True)
-        for stale in snapshots.glob(".building-*"):
+        for stale in [*snapshots.glob(".building-*"), *snapshots.glob(f"{PRUNING}*")]:
             shutil.rmtree(stale, ignore_errors=True)
         digest = content_hash(docs, tables)
         name = f"{datetime.now(timezone.utc):%Y%m%dT%H%M%S}-{digest[:8]}-{uuid.uuid4().hex[:6]}"
@@ -157,6 +166,7 @@ def build_snapshot(
             raise
         manifest["timings_s"]["load_and_chunk"] = round(t_load, 3)
         (work / "manifest.json").write_text(json.dumps(manifest, indent=2))
+        (work / LEASE_FILE).touch()  # so a read-only copy of the index can still be leased
         _fsync_dir(work)
         serving = _current_name(index_dir)  # read before the switch: the snapshot that was serving
         final = snapshots / name
@@ -185,6 +195,9 @@ def previous_vectors(index_dir: Path, model_id: str) -> dict[str, np.ndarray]:
         return {}
     if manifest.get("model", {}).get("id") != model_id or manifest.get("format_version") != FORMAT_VERSION:
         return {}
+    lease = acquire(path)  # another index's ingest (`reuse_from`) must not prune it while it is read
+    if lease is None:
+        return {}
     try:
         # A snapshot the server would refuse gives nothing to reuse: its vectors are recomputed.
         verify_files(path, manifest, ("catalog.duckdb", "dense.faiss"))
@@ -197,6 +210,8 @@ def previous_vectors(index_dir: Path, model_id: str) -> dict[str, np.ndarray]:
     except Exception:  # noqa: BLE001 - an unreadable or altered old snapshot only means nothing to reuse
         log.warning("previous snapshot %s fails its checks; every vector is computed again", path.name)
         return {}
+    finally:
+        lease.release()
     if dense.size != len(keys):
         return {}
     vectors = dense.vectors(np.arange(len(keys), dtype=np.int64))
@@ -274,10 +289,11 @@ def _prune(snapshots: Path, keep: str, previous: str | None) -> None:
     """Keep the new snapshot and the one CURRENT named before the switch (for a quick
     rollback), whatever their names sort as: a build that died between renaming its folder
     and switching CURRENT leaves a newer folder that never served, and that one goes. Without
-    a readable previous CURRENT, the newest other snapshot is kept instead."""
+    a readable previous CURRENT, the newest other snapshot is kept instead. Any other one is
+    removed only if no process holds a serving lease on it (see the module docstring)."""
     done = sorted((p for p in snapshots.iterdir() if p.is_dir() and not p.name.startswith(".")), key=lambda p: p.name)
     names = {p.name for p in done}
     kept = {keep, previous} if previous in names else {keep, *[p.name for p in done if p.name != keep][-1:]}
     for p in done:
-        if p.name not in kept:
-            shutil.rmtree(p, ignore_errors=True)
+        if p.name not in kept and not remove_unless_served(p):
+            log.info("snapshot %s is still served by a running process; a later ingest removes it", p.name)

@@ -1,12 +1,15 @@
 """Loading a snapshot: the CURRENT pointer, the manifest and its checks, the files' sizes and
 hashes, then the catalog and in-memory indexes. A snapshot this code or the configured
 embedding model cannot serve correctly is refused with a clear message, never loaded.
+
+A loaded snapshot holds a serving lease (indexes/snapshot_lease.py) until it is closed, so
+no ingest deletes it while this process may still read it.
 """
 
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -14,6 +17,7 @@ from indexes.bm25 import Bm25Index
 from indexes.catalog import Catalog
 from indexes.dense import DenseIndex
 from indexes.embedder import Embedder
+from indexes.snapshot_lease import SnapshotLease, acquire
 from indexes.tables import file_digest
 from retrieval.access import ChunkTable
 from retrieval.errors import NoSnapshot, SnapshotError
@@ -32,9 +36,14 @@ class Snapshot:
     chunks: ChunkTable
     bm25: Bm25Index
     dense: DenseIndex
+    lease: SnapshotLease | None = field(default=None, repr=False)  # released by close
 
     def close(self) -> None:
-        self.catalog.close()
+        try:
+            self.catalog.close()
+        finally:
+            if self.lease is not None:
+                self.lease.release()
 
 
 def current_snapshot_path(index_dir: Path) -> Path:
@@ -80,8 +89,30 @@ def check_manifest(manifest: dict[str, Any], model_id: str, dim: int) -> None:
 def load_snapshot(index_dir: Path, embedder: Embedder, verify_hashes: bool = True,
                   mask_cache_size: int = 512) -> Snapshot:
     """Load the current snapshot of `index_dir` after checking its manifest and files; its
-    chunk table keeps up to `mask_cache_size` access masks."""
-    path = current_snapshot_path(index_dir)
+    chunk table keeps up to `mask_cache_size` access masks. The snapshot holds a serving
+    lease from before its files are read until it is closed."""
+    path, lease = _leased_current(index_dir)
+    try:
+        snapshot = _load(path, embedder, verify_hashes, mask_cache_size)
+    except BaseException:
+        lease.release()
+        raise
+    snapshot.lease = lease
+    return snapshot
+
+
+def _leased_current(index_dir: Path, attempts: int = 5) -> tuple[Path, SnapshotLease]:
+    """The snapshot CURRENT names, with a lease on it. An ingest may prune that snapshot
+    between the read and the lock (two ingests in a row): then CURRENT is read again."""
+    for _ in range(attempts):
+        path = current_snapshot_path(index_dir)
+        lease = acquire(path)
+        if lease is not None:
+            return path, lease
+    raise SnapshotError(f"the snapshot CURRENT names in {index_dir} kept being replaced while it was opened; try again")
+
+
+def _load(path: Path, embedder: Embedder, verify_hashes: bool, mask_cache_size: int) -> Snapshot:
     manifest = read_manifest(path)
     check_manifest(manifest, embedder.model_id, embedder.dimension())
     if verify_hashes:

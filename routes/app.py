@@ -2,6 +2,9 @@
 
 `create_app(settings)` loads the engine in the lifespan (or takes a ready one, so tests can
 run two apps side by side) and wires auth, limits, metrics, the audit trail and errors.
+Requests lease the engine generation current when they start (routes/generations.py); when
+the engine's snapshot lives in `settings.index_dir`, a watcher follows its CURRENT and
+switches to each new snapshot without a restart (routes/reload.py).
 """
 
 from __future__ import annotations
@@ -31,9 +34,11 @@ from routes.audit import AuditLog, AuditRecord
 from routes.docs import install_docs
 from routes.auth import Caller, Gate, caller_from_header, require_scope
 from routes.engine import Engine, open_engine
+from routes.generations import Generations
 from routes.errors import error_code, install_error_handlers
 from routes.keys import KeyStore
 from routes.metrics import Metrics
+from routes.reload import Reloader, serves_from
 from routes.schemas import ErrorOut, error_responses, request_models
 from routes.settings import Settings
 from routes.tools import Toolset
@@ -48,15 +53,17 @@ AUDIT_REFUSAL = "the audit log cannot be written, and this server answers nothin
 
 @dataclass
 class AppState:
-    """What handlers reach through `request.app.state.quarry`."""
+    """What handlers reach through `request.app.state.quarry`. A handler takes its engine
+    from `engines.lease()` (the `served_engine` dependency), once per request."""
 
     settings: Settings
-    engine: Engine | None
+    engines: Generations
     keys: KeyStore | None
     gate: Gate
     tools: Toolset
     metrics: Metrics = field(default_factory=Metrics)
     audit: AuditLog | None = None
+    reloader: Reloader | None = None
     extra: dict[str, Any] = field(default_factory=dict)
 
 
@@ -224,31 +231,41 @@ def engine_for(settings: Settings) -> Engine:
     return open_engine(settings.index_dir, settings=settings)
 
 
-def create_app(settings: Settings, engine: Engine | None = None, keys: KeyStore | None = None) -> FastAPI:
-    """Build the app. Without `engine`, the lifespan loads the index of `settings` once. The
-    request bodies, the tools and so the OpenAPI document are bounded by `settings.limits`;
-    a ready `engine` must check the same limits."""
+def create_app(settings: Settings, engine: Engine | None = None, keys: KeyStore | None = None,
+               own_engine: bool = False) -> FastAPI:
+    """Build the app. Without `engine`, the lifespan loads the index of `settings` once. A
+    ready `engine` stays its caller's to close unless `own_engine` (then the app closes it
+    once it is replaced or the app stops). The request bodies, the tools and so the OpenAPI
+    document are bounded by `settings.limits`; a ready `engine` must check the same limits.
+    With `reload_interval_s` > 0 and an engine over `settings.index_dir`, new snapshots are
+    served as CURRENT names them."""
     limits = settings.limits
     if engine is not None and engine.limits != limits:
         raise ValueError(f"the engine's limits {engine.limits} differ from the settings' {limits}")
-    state = AppState(settings, engine,
+    state = AppState(settings, Generations(engine, owned=own_engine, grace_s=settings.reload_grace_s),
                      keys if keys is not None else (KeyStore(settings.keys_file) if settings.keys_file else None),
                      Gate(settings.rate_per_second, settings.burst, settings.max_concurrent_per_key), Toolset(limits))
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        owned = state.engine is None
-        if owned:
-            state.engine = await run_in_threadpool(engine_for, settings)
+        if state.engines.current is None:
+            state.engines.install(await run_in_threadpool(engine_for, settings), owned=True)
+        served = state.engines.current
+        if settings.reload_interval_s > 0 and served is not None and serves_from(served.engine, settings.index_dir):
+            state.reloader = Reloader(state.engines, settings, settings.index_dir,
+                                      lambda outcome: state.metrics.reloads.labels(outcome).inc())
+            state.reloader.start()
         state.audit = AuditLog(settings.audit_path or settings.index_dir / "audit.duckdb", settings.audit_questions,
                                lambda reason, n: state.metrics.audit_dropped.labels(reason).inc(n))
         try:
             async with _mounted_lifespans(app):
                 yield
         finally:
+            if state.reloader is not None:
+                await state.reloader.stop()
+                state.reloader = None
             state.audit.close()
-            if owned and state.engine is not None:
-                state.engine.close()
+            await run_in_threadpool(state.engines.close)
 
     app = FastAPI(title="Quarry", version="0.1.0", lifespan=lifespan, docs_url=None, redoc_url=None,
                   description="Agentic retrieval: answer contexts with provenance, or typed evidence gaps. "
@@ -286,14 +303,16 @@ async def _mounted_lifespans(app: FastAPI) -> AsyncIterator[None]:
 
 def _add_ops_routes(app: FastAPI, state: AppState) -> None:
     """/healthz is open. /readyz answers ready or not to anyone (load balancers carry no key),
-    its snapshot name and counts only to a key with the `admin` scope. /metrics (every key's
-    activity) needs the `admin` scope."""
+    the generation served (number, snapshot name, build time), its counts and the last
+    refused reload only to a key with the `admin` scope. /metrics (every key's activity)
+    needs the `admin` scope."""
 
     @app.get("/healthz", tags=["ops"], summary="The process is up")
     async def healthz() -> dict:
         return {"status": "ok"}
 
-    @app.get("/readyz", tags=["ops"], summary="The index is loaded and answering (snapshot and counts for admin keys)",
+    @app.get("/readyz", tags=["ops"], summary="The index is loaded and answering (generation, snapshot and counts for "
+                                               "admin keys)",
              responses={200: {"content": {"application/json": {"schema": {"type": "object"}}}, "description": "Ready"},
                         401: {"model": ErrorOut, "description": "A key was sent and is not valid"},
                         503: {"model": ErrorOut, "description": "Not ready"}},
@@ -302,16 +321,18 @@ def _add_ops_routes(app: FastAPI, state: AppState) -> None:
 
         header = request.headers.get("authorization")
         caller = caller_from_header(state.keys, header) if header is not None else None
-        engine = state.engine
         try:
-            await run_in_threadpool(engine.retrievers["bm25"].search, "readiness", READINESS_PROBE, 1, Filters())
+            with state.engines.lease() as served:
+                await run_in_threadpool(served.engine.retrievers["bm25"].search, "readiness", READINESS_PROBE, 1, Filters())
         except Exception as exc:  # noqa: BLE001 - readiness reports, it does not raise
             log.warning("readiness probe failed: %s", type(exc).__name__)
             down = RetrievalUnavailable("index not answering")
             return Response(json.dumps(down.to_dict()), status_code=down.http_status, media_type="application/json")
         body: dict[str, Any] = {"status": "ready"}
         if caller is not None and "admin" in caller.principal.scopes:
-            body |= {"snapshot": engine.snapshot.manifest["snapshot"], "counts": engine.snapshot.manifest["counts"]}
+            body |= served.describe()
+            if state.reloader is not None:
+                body["reload"] = state.reloader.describe()
         return Response(json.dumps(body), media_type="application/json")
 
     @app.get("/metrics", tags=["ops"], summary="Prometheus metrics (admin scope)",

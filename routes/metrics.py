@@ -31,6 +31,8 @@ class Metrics:
                               registry=self.registry)
         self.audit_dropped = Counter("quarry_audit_dropped_total", "Audit rows that could not be written, by reason "
                                      "(write_failed, queue_full)", ["reason"], registry=self.registry)
+        self.reloads = Counter("quarry_reloads_total", "New snapshots named by CURRENT, by outcome (switched: now "
+                               "served; failed: refused, the old one keeps serving)", ["outcome"], registry=self.registry)
 
     def count_answer(self, answer: Mapping[str, Any]) -> None:
         """Attempts, first route, and status with gap reason of one answer of the loop."""

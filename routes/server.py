@@ -3,7 +3,11 @@ before the server listens: a server that could answer nothing does not start."""
 
 from __future__ import annotations
 
+import copy
+from typing import Any
+
 import uvicorn
+from uvicorn.config import LOGGING_CONFIG
 
 from retrieval.errors import InvalidRequest
 from routes.app import create_app, engine_for
@@ -23,11 +27,21 @@ def require_keys(settings: Settings) -> KeyStore:
     return store
 
 
+def log_config() -> dict[str, Any]:
+    """uvicorn's logging, plus the reload log (switches at INFO, refused snapshots at ERROR)
+    on the same stream, so an operator sees which snapshot serves."""
+    config = copy.deepcopy(LOGGING_CONFIG)
+    config["loggers"]["quarry.reload"] = {"handlers": ["default"], "level": "INFO", "propagate": False}
+    return config
+
+
 def serve(settings: Settings) -> None:
+    """Serve until stopped; the app owns the engine, closes it when a reload replaces it
+    (routes/reload.py), and closes the last one on the way out."""
     keys = require_keys(settings)
-    engine = engine_for(settings)
+    app = create_app(settings, engine=engine_for(settings), keys=keys, own_engine=True)
     try:
-        uvicorn.run(create_app(settings, engine=engine, keys=keys), host=settings.host, port=settings.port,
-                    log_level="info", access_log=False)
+        uvicorn.run(app, host=settings.host, port=settings.port, log_level="info", access_log=False,
+                    log_config=log_config())
     finally:
-        engine.close()
+        app.state.quarry.engines.close()

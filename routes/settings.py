@@ -79,6 +79,10 @@ class Settings(BaseSettings):
                                              "empty: none besides localhost).", "server")
     mcp_stream_idle_seconds: float = setting(30.0, "A GET /mcp event stream that carries no message for this long "
                                              "is closed (it never holds one of the key's request slots).", "server", gt=0)
+    reload_interval_s: float = setting(2.0, "How often `serve` reads the index's CURRENT and switches to a new "
+                                       "snapshot without a restart (0: never).", "server", ge=0)
+    reload_grace_s: float = setting(30.0, "After its last request, how long a replaced engine waits for retriever "
+                                    "calls the loop gave up on before it is closed.", "server", ge=0)
 
     # -- audit ------------------------------------------------------------------------------
     audit_questions: bool = setting(False, "Store question text in the audit log (off: only its length).", "audit")

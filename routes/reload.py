@@ -1,0 +1,133 @@
+"""Hot reload: `serve` follows INDEX/CURRENT without a restart.
+
+A watcher task on the event loop reads CURRENT every `reload_interval_s` seconds. When it
+names a snapshot other than the one last seen, a thread opens a new engine over it (the
+same settings, tuned policies and plug-ins, and the embedding and answer models already
+loaded, so a snapshot of another embedding model is refused by its manifest check) and installs it as a new
+generation (routes/generations.py): requests that started before keep their engine until
+they finish, the ones after get the new one. A snapshot that fails to load (a broken file, a
+wrong model or format, a plug-in that refuses it) is logged and counted, the serving
+generation stays, `/readyz` stays ready, and that snapshot is not tried again until CURRENT
+names another one (or the server restarts).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+from pathlib import Path
+from typing import Any, Callable
+
+from indexes.snapshot import current_snapshot_path
+from retrieval.errors import SnapshotError
+from routes.engine import Engine, open_engine
+from routes.generations import Generations
+from routes.settings import Settings
+
+log = logging.getLogger("quarry.reload")
+
+Opener = Callable[[Path, Engine], Engine]  # (index directory, serving engine) -> a new engine over CURRENT
+
+
+def current_name(index_dir: Path) -> str | None:
+    """The snapshot CURRENT names now, or None when there is none readable."""
+    try:
+        return current_snapshot_path(index_dir).name
+    except SnapshotError:
+        return None
+
+
+def serves_from(engine: Engine, index_dir: Path) -> bool:
+    """Whether `engine`'s snapshot lives in `index_dir` (only then is its CURRENT followed)."""
+    try:
+        return engine.snapshot.path.parent.parent.samefile(index_dir)
+    except OSError:
+        return False
+
+
+class Reloader:
+    """Follows CURRENT of `index_dir` and installs each new snapshot into `generations`."""
+
+    def __init__(self, generations: Generations, settings: Settings, index_dir: Path,
+                 on_outcome: Callable[[str], None] | None = None, opener: Opener | None = None) -> None:
+        self.generations = generations
+        self.settings = settings
+        self.index_dir = index_dir
+        self.interval_s = settings.reload_interval_s
+        self.on_outcome = on_outcome or (lambda outcome: None)
+        self.opener = opener or self._open
+        served = generations.current
+        self.seen = served.snapshot if served is not None else None  # the CURRENT content last acted on
+        self.failed: dict[str, str] | None = None  # the snapshot last refused, and why
+        self._lock = threading.Lock()
+        self._stopped = False
+        self._task: asyncio.Task[None] | None = None
+
+    def _open(self, index_dir: Path, serving: Engine) -> Engine:
+        # The models already in memory (and their caches, keyed by the text they read) serve on.
+        return open_engine(index_dir, embedder=serving.embedder, settings=self.settings, warm=False,
+                           answer=serving.answer)
+
+    def start(self) -> None:
+        self._task = asyncio.get_running_loop().create_task(self._watch(), name="quarry-reload")
+
+    async def stop(self) -> None:
+        """Stop watching. A load still running finishes on its thread and closes what it built."""
+        with self._lock:
+            self._stopped = True
+        if self._task is not None:
+            self._task.cancel()
+            try:
+                await self._task
+            except asyncio.CancelledError:
+                pass
+
+    async def _watch(self) -> None:
+        while not self._stopped:
+            await asyncio.sleep(self.interval_s)
+            try:
+                await self.check()
+            except Exception:  # noqa: BLE001 - the watcher outlives any one failure
+                log.exception("the reload watcher failed; it keeps watching")
+
+    async def check(self) -> bool:
+        """One poll: install the snapshot CURRENT names if it is new; True when one was installed."""
+        name = await asyncio.to_thread(current_name, self.index_dir)
+        if name is None or name == self.seen:
+            return False
+        self.seen = name
+        serving = self.generations.current
+        if serving is None:
+            return False
+        log.info("CURRENT names snapshot %s; loading it beside generation %d (%s)", name, serving.number, serving.snapshot)
+        try:
+            installed = await asyncio.to_thread(self._load_and_install, serving.engine)
+        except Exception as e:  # noqa: BLE001 - a snapshot that cannot serve leaves the old one serving
+            message = getattr(e, "message", None) or f"{type(e).__name__}: {e}"
+            self.failed = {"snapshot": name, "error": message}
+            self.on_outcome("failed")
+            log.error("snapshot %s cannot be served, generation %d (%s) keeps serving: %s", name, serving.number,
+                      serving.snapshot, message)
+            return False
+        if installed is None:  # the server stopped while it loaded
+            return False
+        self.seen = installed  # CURRENT may have moved on while it loaded
+        self.failed = None
+        self.on_outcome("switched")
+        return True
+
+    def _load_and_install(self, serving: Engine) -> str | None:
+        """On a worker thread: open the new engine and install it, unless the server stopped
+        meanwhile (then nobody would serve or close it: it is closed here)."""
+        engine = self.opener(self.index_dir, serving)
+        with self._lock:
+            if not self._stopped:
+                self.generations.install(engine, owned=True)
+                return engine.snapshot.path.name
+        engine.close()
+        return None
+
+    def describe(self) -> dict[str, Any]:
+        """What /readyz shows an admin key about reloading."""
+        return {"interval_s": self.interval_s, "failed": self.failed}
