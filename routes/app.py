@@ -22,7 +22,7 @@ from fastapi import Depends, FastAPI, Request, Response, Security
 from fastapi.security import HTTPAuthorizationCredentials
 from fastapi.responses import PlainTextResponse
 from starlette.concurrency import run_in_threadpool
-from starlette.types import ASGIApp, Receive, Scope, Send
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from retrieval.errors import PayloadTooLarge, RetrievalUnavailable
 from retrieval.types import Filters, Principal
@@ -92,7 +92,7 @@ class Observe:
         scope.setdefault("state", {})
         trace = uuid.uuid4().hex
 
-        async def receive_wrapper() -> dict:
+        async def receive_wrapper() -> Message:
             nonlocal disconnected
             message = await receive()
             disconnected = disconnected or message["type"] == "http.disconnect"
@@ -100,7 +100,7 @@ class Observe:
 
         audited_early = refused = False
 
-        async def send_wrapper(message: dict) -> None:
+        async def send_wrapper(message: Message) -> None:
             nonlocal status, responded, audited_early, refused
             if refused:  # the answer was replaced by the audit refusal: drop the rest of it
                 return
@@ -133,8 +133,9 @@ class Observe:
                 status = CLIENT_CLOSED
             seconds = time.perf_counter() - started
             self._count(scope, status, bytes(error), seconds)
-            if self._audited(scope) and not audited_early:
-                self.state.audit.record(self._audit_record(scope, status, seconds, trace))
+            audit = self.state.audit
+            if audit is not None and self._audited(scope) and not audited_early:
+                audit.record(self._audit_record(scope, status, seconds, trace))
 
     @staticmethod
     def _endpoint(scope: Scope) -> str:
@@ -169,8 +170,9 @@ class Observe:
         written: asyncio.Future[bool] = loop.create_future()
 
         def done(ok: bool) -> None:
-            loop.call_soon_threadsafe(lambda: written.done() or written.set_result(ok))
+            loop.call_soon_threadsafe(lambda: None if written.done() else written.set_result(ok))
 
+        assert self.state.audit is not None  # only audited requests are written early
         self.state.audit.record(self._audit_record(scope, status, seconds, trace), done)
         try:
             return await asyncio.wait_for(written, AUDIT_WAIT_SECONDS)
@@ -207,7 +209,7 @@ class BodyLimit:
             more = message.get("more_body", False)
         replayed = False
 
-        async def replay() -> dict:
+        async def replay() -> Message:
             nonlocal replayed
             if replayed:
                 return await receive()

@@ -22,7 +22,8 @@ def cmd_ingest(args: argparse.Namespace, settings: Settings) -> int:
     from indexes.snapshot import build_snapshot
 
     acl = default_acl(settings.default_acl)
-    meaning = {("public",): " (everyone)", ("group:admin",): " (admins only)"}.get(acl, "")
+    meanings: dict[tuple[str, ...], str] = {("public",): " (everyone)", ("group:admin",): " (admins only)"}
+    meaning = meanings.get(acl, "")
     print(f"default ACL of documents and tables without one: {' '.join(acl)}{meaning}", file=sys.stderr)
     manifest = build_snapshot([Path(s) for s in args.sources], _index(settings), settings.embedder(),
                               settings.build_options(acl), progress=_progress_bar())

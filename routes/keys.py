@@ -49,7 +49,7 @@ class KeyRecord:
 
 
 def _well_formed(token: str | None) -> TypeGuard[str]:
-    return bool(token) and token.startswith(PREFIX) and len(token) <= 200
+    return token is not None and token.startswith(PREFIX) and len(token) <= 200
 
 
 def _digest(token: str) -> str:

@@ -21,7 +21,7 @@ from mcp.server.lowlevel import Server
 from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
 from mcp.server.transport_security import TransportSecuritySettings
 from starlette.concurrency import run_in_threadpool
-from starlette.types import Receive, Scope, Send
+from starlette.types import Message, Receive, Scope, Send
 
 from retrieval.types import Principal
 from routes.audit import tool_fields
@@ -137,7 +137,7 @@ class McpHttp:
         with anyio.CancelScope() as idle:
             idle.deadline = anyio.current_time() + self.stream_idle_seconds
 
-            async def send_wrapper(message: dict) -> None:
+            async def send_wrapper(message: Message) -> None:
                 nonlocal opened, finished
                 if message["type"] == "http.response.start":
                     opened = True

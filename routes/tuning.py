@@ -82,9 +82,9 @@ def first_attempt_evidence(engine: Engine, question: str, principal: Principal, 
 
 
 def _route_rows(engine: Engine, labels: Sequence[Label]) -> tuple[list[dict[str, float]], list[str]]:
-    labeled = [lb for lb in labels if lb.route]
-    features = [question_features(engine, lb.question, lb.principal_obj(), lb.today)[1] for lb in labeled]
-    return features, [lb.route for lb in labeled]
+    labeled = [(lb, lb.route) for lb in labels if lb.route]
+    features = [question_features(engine, lb.question, lb.principal_obj(), lb.today)[1] for lb, _ in labeled]
+    return features, [route for _, route in labeled]
 
 
 @dataclass
