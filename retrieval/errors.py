@@ -73,6 +73,17 @@ class NotFound(RetrievalError):
     exit_code = CALLER_MISTAKE_EXIT
 
 
+class Conflict(RetrievalError):
+    """The request conflicts with the index's current state: an `Idempotency-Key` reused with
+    another body, or a second process opening an index's write-ahead log. A model that sent
+    it passed arguments that cannot apply now, hence `invalid_arguments`."""
+
+    code = "conflict"
+    http_status = 409
+    tool_code = "invalid_arguments"
+    exit_code = CALLER_MISTAKE_EXIT
+
+
 class PayloadTooLarge(RetrievalError):
     code = "payload_too_large"
     http_status = 413

@@ -39,7 +39,7 @@ def test_the_http_tables_are_derived_from_the_error_classes():
     assert STATUS == {cls.code: cls.http_status for cls in CLASSES}
     assert set(STATUS) == {"internal", "invalid_request", "unauthenticated", "forbidden", "not_found",
                            "payload_too_large", "sql_rejected", "rate_limited", "retrieval_unavailable",
-                           "retrieval_timeout"}
+                           "retrieval_timeout", "conflict"}
     # The framework's own statuses are the only ones written down, and no class has them.
     assert not set(FRAMEWORK_CODES) & {cls.http_status for cls in CLASSES}
     for status, code in HTTP_CODES.items():
