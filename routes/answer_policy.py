@@ -5,8 +5,9 @@ One model per engine, loaded on first use and shared by both (retrieval/answer_l
 holds the policies; indexes/answer_model.py the model). The grader's combination,
 calibration, threshold and cascade come from the index's tuned.json when `quarry tune` fitted
 them with this same model (its sha256 is recorded there), else from the shipped defaults;
-`QUARRY_ANSWER_THRESHOLD` and `QUARRY_ANSWER_PASSAGES` override them; the reranker takes
-`QUARRY_RERANK_TOP_N` and `QUARRY_RERANK_RANK_PRIOR`.
+`QUARRY_ANSWER_THRESHOLD` and `QUARRY_ANSWER_PASSAGES` override them. The reranker's
+candidates and rank prior are the ones `quarry tune` chose with this model, else 20 and 0;
+`QUARRY_RERANK_TOP_N` and `QUARRY_RERANK_RANK_PRIOR` override them.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ _LOCK = Lock()
 
 DEFAULTS_FILE = "grader_defaults.json"
 DEFAULT_PASSAGES = AnswerConfig().passages
+DEFAULT_TOP_N = 20
 
 
 def shipped_defaults(folder: Path | None = None, checksum: str | None = None) -> AnswerConfig | None:
@@ -57,10 +59,10 @@ class ModelScorer:
         return [float(p) for p in self.model.score(question, list(passages), batch_size=1)]
 
 
-def configured(settings: Settings) -> bool:
-    """Whether the settings name the answer model as grader or reranker."""
+def configured(settings: Settings, *kinds: str) -> bool:
+    """Whether the settings name the answer model as one of `kinds` (default: grader or reranker)."""
     return any((getattr(settings, kind) or "").strip() in ("answer", f"routes.answer_policy:make_{kind}")
-               for kind in ("grader", "reranker"))
+               for kind in kinds or ("grader", "reranker"))
 
 
 def answer_scores(settings: Settings, engine: Engine) -> AnswerScores:
@@ -108,5 +110,11 @@ def make_grader(settings: Settings, engine: Engine) -> AnswerGrader:
 
 
 def make_reranker(settings: Settings, engine: Engine) -> AnswerReranker:
-    return AnswerReranker(answer_scores(settings, engine),
-                          RerankConfig(settings.rerank_top_n, settings.rerank_rank_prior, "settings"))
+    """The reranker `quarry tune` chose for this index (if it was tuned with this model), else
+    20 candidates and no rank prior; the settings override either."""
+    checksum = getattr(answer_scores(settings, engine).scorer, "checksum", None)
+    tuned = engine.policies.rerank if engine.policies.rerank_model == checksum else None
+    base = tuned or RerankConfig(DEFAULT_TOP_N, 0.0, "defaults")
+    top_n = base.top_n if settings.rerank_top_n is None else settings.rerank_top_n
+    prior = base.rank_prior if settings.rerank_rank_prior is None else settings.rerank_rank_prior
+    return AnswerReranker(answer_scores(settings, engine), RerankConfig(top_n, prior, base.source))

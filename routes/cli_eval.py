@@ -99,9 +99,11 @@ def cmd_tune(args: argparse.Namespace, settings: Settings) -> int:
     report: dict[str, Any] = {"seed": args.seed}
     # the answer grader is fitted when the settings use the answer model (open_engine loaded it)
     answer: dict[str, Any] = {"settings": settings}
-    if configured(settings) and engine.answer is not None:
+    if configured(settings, "grader") and engine.answer is not None:
         answer |= {"answer": engine.answer, "target_false_gap": settings.answer_target_false_gap,
                    "answer_passages": settings.answer_passages or DEFAULT_PASSAGES}
+    if configured(settings, "reranker") and engine.answer is not None:
+        answer |= {"rerank": engine.answer}
     pick = lambda r: {m: r.get(m) for m in TOP if r.get(m) is not None}  # noqa: E731
     try:
         if beir_root is None:

@@ -12,7 +12,7 @@ from pathlib import Path
 from indexes.catalog import SqlRunner
 from indexes.embedder import Embedder
 from indexes.snapshot import Snapshot, load_snapshot
-from retrieval.answer_level import AnswerConfig, AnswerScores
+from retrieval.answer_level import AnswerConfig, AnswerScores, RerankConfig
 from retrieval.calls import CallPool
 from retrieval.entities import EntityIndex
 from retrieval.errors import InvalidRequest
@@ -64,6 +64,8 @@ class Policies:
     fusion: FusionParams = field(default_factory=FusionParams)
     answer: AnswerConfig = field(default_factory=AnswerConfig)  # the answer grader's, when it is used
     answer_model: str | None = None  # sha256 of the answer model `answer` was fitted with
+    rerank: RerankConfig | None = None  # what `quarry tune` chose for the answer reranker
+    rerank_model: str | None = None  # sha256 of the answer model it was chosen with
 
     @classmethod
     def load(cls, index_dir: Path, fusion: FusionParams = FusionParams()) -> Policies:
@@ -73,13 +75,14 @@ class Policies:
             return cls(fusion=fusion)
         data = json.loads(path.read_text())
         tuned = data.get("fusion") or {}
-        answer = data.get("answer")
+        answer, rerank = data.get("answer"), data.get("rerank")
         return cls(RouterConfig.from_json(data["router"]), GraderConfig.from_json(data["grader"]),
                    FusionParams(rrf_k=int(tuned.get("rrf_k", fusion.rrf_k)), depth=int(tuned.get("depth", fusion.depth)),
                                 weights=dict(tuned.get("weights", fusion.weights)),
                                 method=str(tuned.get("method", fusion.method))),
                    AnswerConfig.from_json(answer["config"]) if answer else AnswerConfig(),
-                   answer["model_sha256"] if answer else None)
+                   answer["model_sha256"] if answer else None,
+                   RerankConfig.from_json(rerank["config"]) if rerank else None, rerank["model_sha256"] if rerank else None)
 
 
 @dataclass

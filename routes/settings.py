@@ -183,10 +183,10 @@ class Settings(BaseSettings):
                                              "answer grader's threshold call gaps.", "answer", ge=0, lt=1)
     answer_cascade: bool = setting(True, "Skip the model where the cheap grader is already sure (the tuned band).",
                                    "answer")
-    rerank_top_n: int = setting(20, "Candidates the answer reranker rescores (each costs one model pass).",
-                                "answer", ge=2, le=50)
-    rerank_rank_prior: float = setting(0.0, "Weight of the retriever's rank beside the answer model's logit in "
-                                       "reranking (0: the model's order alone).", "answer", ge=0)
+    rerank_top_n: int | None = setting(None, "Candidates the answer reranker rescores, each one model pass (default: "
+                                       "what `quarry tune` chose, else 20; 0 turns reranking off).", "answer", ge=0, le=50)
+    rerank_rank_prior: float | None = setting(None, "Weight of the retriever's rank beside the answer model's logit "
+                                              "(default: tuned, else 0: the model's order alone).", "answer", ge=0)
 
     # -- the external judge grader (routes/judge.py, QUARRY_GRADER=routes.judge:make_judge) --
     judge_url: str = setting("", "Base URL of the judge's OpenAI-compatible API (requests go to <url>/chat/completions).",

@@ -11,7 +11,7 @@ from datetime import date
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
-from retrieval.answer_level import AnswerConfig, AnswerScores
+from retrieval.answer_level import AnswerConfig, AnswerReranker, AnswerScores, RerankConfig
 from retrieval.constraints import Constraints
 from retrieval.evaluate import Label
 from retrieval.fusion import DEFAULT_RRF_K, rrf, zscore_scores
@@ -59,6 +59,34 @@ def _fusion_scores(engine: Engine, labels: Sequence[Label]) -> dict[tuple[str, i
         scores[key] = mean(ndcg_at_k(doc_ranking(_fused(b, d, *key)), {x: 1.0 for x in lb.relevant}, 10)
                            for b, d, lb in lists) if lists else 0.0
     return scores
+
+
+# (candidates rescored, rank prior); (0, 0.0) is no reranking, which wins ties
+RERANK_GRID = [(0, 0.0)] + [(n, prior) for n in (10, 20) for prior in (0.0, 0.5, 1.0, 2.0, 4.0)]
+
+
+def _rerank_choice(engine: Engine, labels: Sequence[Label], fusion: tuple[str, int, float], answer: AnswerScores
+                   ) -> tuple[RerankConfig, dict[str, Any]]:
+    """The answer reranker's candidates and rank prior with the best train nDCG@10 over the
+    tuned fusion's top candidates (no reranking when nothing beats it)."""
+    ranked = [lb for lb in labels if lb.answerable and lb.relevant]
+    depth = max(n for n, _ in RERANK_GRID)
+    pools = []
+    for lb in ranked:
+        p = lb.principal_obj()
+        fused = _fused(engine.retrievers["bm25"].search(lb.question, p, 100, Filters()),
+                       engine.retrievers["dense"].search(lb.question, p, 100, Filters()), *fusion)
+        pools.append((lb, p, fused[:depth]))
+    scores: dict[tuple[int, float], float] = {}
+    for n, prior in RERANK_GRID:
+        reranker = AnswerReranker(answer, RerankConfig(n, prior))
+        scores[(n, prior)] = mean(
+            ndcg_at_k(doc_ranking(reranker.rerank(lb.question, hits[:n], p) + hits[n:] if n else hits),
+                      {x: 1.0 for x in lb.relevant}, 10) for lb, p, hits in pools) if pools else 0.0
+    best = max(scores, key=lambda c: (round(scores[c], 4), c[0] == 0, c[1], -c[0]))
+    return RerankConfig(best[0], best[1], f"tuned on {len(pools)} questions"), {
+        "top_n": best[0], "rank_prior": best[1], "train_ndcg@10": round(scores[best], 4),
+        "train_ndcg@10_without": round(scores[(0, 0.0)], 4), "questions": len(pools)}
 
 
 def question_features(engine: Engine, question: str, principal: Principal, today: date | None = None
@@ -140,11 +168,13 @@ def _fit_answer(g: GradeRows, grader: GraderConfig, answer: AnswerScores, target
 def fit_policies(engine: Engine, train: Sequence[Label], seed: int, tune_router: bool = True,
                  grader_engine: Engine | None = None, sufficient_of: Callable[[Label, list[str]], bool] | None = None,
                  grader_labels: Sequence[Label] | None = None, answer: AnswerScores | None = None,
-                 target_false_gap: float = 0.05, answer_passages: int = 3, settings: Settings | None = None
-                 ) -> tuple[Policies, dict[str, Any]]:
+                 target_false_gap: float = 0.05, answer_passages: int = 3, settings: Settings | None = None,
+                 rerank: AnswerScores | None = None) -> tuple[Policies, dict[str, Any]]:
     """Fusion, then router, then grader (each fitted with the previous ones in place), then,
-    given the answer model's scores, the answer grader on the same first attempts. The first
-    attempts are read through the policies `settings` name (a reranker changes them).
+    given the answer model's scores, the answer grader on the same first attempts; given
+    `rerank` (the model's scores for the answer reranker), its candidates and rank prior
+    first. The first attempts are read through the policies `settings` name (a reranker
+    changes them).
     `notes["warnings"]` says when the training set is too small to trust the fits."""
     notes: dict[str, Any] = {}
     if len(train) < MIN_TRAIN_QUESTIONS:
@@ -162,6 +192,9 @@ def fit_policies(engine: Engine, train: Sequence[Label], seed: int, tune_router:
             router = fit_router(rows, routes, seed)
             notes["router_train_examples"] = len(rows)
     policies = Policies(router, engine.policies.grader, fusion)
+    if rerank is not None:
+        chosen, notes["rerank"] = _rerank_choice(engine, train, (method, rrf_k, w), rerank)
+        policies = replace(policies, rerank=chosen, rerank_model=getattr(rerank.scorer, "checksum", None))
     g_engine = grader_engine or engine
     reading = settings.model_copy(update={"grader": ""}) if settings is not None else None  # the grade is refitted here
     tuned_g = open_engine(g_engine.snapshot.path.parent.parent, g_engine.embedder, g_engine.limits, g_engine.today, policies,
@@ -174,7 +207,7 @@ def fit_policies(engine: Engine, train: Sequence[Label], seed: int, tune_router:
     fit = fit_grader(g.rows, g.sufficient, engine.policies.grader, seed)
     notes["grader"] = {"train_examples": len(g.sufficient), "train_sufficient": int(sum(g.sufficient)),
                        "train_balanced_accuracy": round(fit.train_balanced_accuracy, 4), "threshold": fit.config.threshold}
-    fitted = Policies(router, fit.config, fusion)
+    fitted = replace(policies, grader=fit.config)
     if answer is not None:
         config, notes["answer"] = _fit_answer(g, fit.config, answer, target_false_gap, seed, answer_passages)
         if config is not None:
@@ -192,6 +225,8 @@ def save_policies(index_dir: Path, policies: Policies, notes: dict[str, Any], se
         "seed": seed, "notes": notes}
     if policies.answer_model is not None:
         data["answer"] = {"config": policies.answer.to_json(), "model_sha256": policies.answer_model}
+    if policies.rerank is not None:
+        data["rerank"] = {"config": policies.rerank.to_json(), "model_sha256": policies.rerank_model}
     path = index_dir / TUNED_CONFIG
     if path.is_file():  # tuned.json stays in place until the new one replaces it
         backup = path.with_name(TUNED_BACKUP)

@@ -147,3 +147,30 @@ def test_p_sufficient_is_in_the_answer_over_http(mini_index, http_keys, tmp_path
                           headers={"Authorization": f"Bearer {keys['erin']}"}, timeout=60).json()
     grade = body["attempts"][0]["grade"]
     assert grade["source"].startswith("answer") and 0.0 < grade["p_sufficient"] < 1.0
+
+
+def test_tune_chooses_the_rerankers_candidates_and_prior_and_serving_uses_them(mini_index, embedder, tmp_path,
+                                                                               labels_file):  # noqa: F811
+    from routes.tuning import RERANK_GRID
+
+    index = tmp_path / "index"
+    shutil.copytree(mini_index, index)
+    train, _ = split_labels(load_label_file(labels_file))
+    settings = Settings(reranker="answer")
+    base = open_engine(index, embedder, settings=settings)
+    try:
+        policies, notes = fit_policies(base, train, seed=3, rerank=base.answer, settings=settings)
+    finally:
+        base.close()
+    chosen = (notes["rerank"]["top_n"], notes["rerank"]["rank_prior"])
+    assert chosen in RERANK_GRID and notes["rerank"]["train_ndcg@10"] >= notes["rerank"]["train_ndcg@10_without"]
+    assert (policies.rerank.top_n, policies.rerank.rank_prior) == chosen
+    save_policies(index, policies, notes, seed=3)
+    served = open_engine(index, embedder, settings=settings)
+    overridden = open_engine(index, embedder, settings=Settings(reranker="answer", rerank_top_n=7, rerank_rank_prior=3.0))
+    try:
+        assert (served.policy.reranker.config.top_n, served.policy.reranker.config.rank_prior) == chosen
+        assert (overridden.policy.reranker.config.top_n, overridden.policy.reranker.config.rank_prior) == (7, 3.0)
+    finally:
+        served.close()
+        overridden.close()
