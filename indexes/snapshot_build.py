@@ -40,7 +40,7 @@ from indexes.dense import DenseIndex
 from indexes.embedder import Embedder
 from indexes.snapshot_lease import LEASE_FILE, PRUNING, acquire, remove_unless_served
 from indexes.snapshot_load import CURRENT, FORMAT_VERSION, current_snapshot_path, read_manifest, verify_files
-from indexes.tables import TableSource, file_digest, plan_tables
+from indexes.tables import TableSource, file_digest, fsync_dir, plan_tables
 from retrieval.errors import IngestError, RetrievalError, SnapshotError, StorageError
 from retrieval.types import Chunk, Document
 
@@ -87,14 +87,6 @@ def corpus_digest(sources: Sequence[Path], default_acl: tuple[str, ...] = ADMIN_
 def _snapshot_files(root: Path) -> dict[str, dict[str, Any]]:
     files = sorted(p for p in root.rglob("*") if p.is_file() and p.name not in ("manifest.json", LEASE_FILE))
     return {p.relative_to(root).as_posix(): {"bytes": p.stat().st_size, "sha256": file_digest(p)} for p in files}
-
-
-def _fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 # The OS's words for a write the storage refuses; DuckDB and FAISS carry them in their messages.
@@ -167,17 +159,17 @@ def build_snapshot(
         manifest["timings_s"]["load_and_chunk"] = round(t_load, 3)
         (work / "manifest.json").write_text(json.dumps(manifest, indent=2))
         (work / LEASE_FILE).touch()  # so a read-only copy of the index can still be leased
-        _fsync_dir(work)
+        fsync_dir(work)
         serving = _current_name(index_dir)  # read before the switch: the snapshot that was serving
         final = snapshots / name
         work.rename(final)
-        _fsync_dir(snapshots)
+        fsync_dir(snapshots)
         pointer = index_dir / f"{CURRENT}.tmp"
         pointer.write_text(name + "\n")
         with pointer.open("rb") as f:
             os.fsync(f.fileno())
         os.replace(pointer, index_dir / CURRENT)  # the atomic switch
-        _fsync_dir(index_dir)
+        fsync_dir(index_dir)
         _prune(snapshots, keep=name, previous=serving)
     return manifest
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -91,6 +92,15 @@ def file_digest(path: Path) -> str:
         for block in iter(lambda: f.read(1 << 20), b""):
             h.update(block)
     return h.hexdigest()
+
+
+def fsync_dir(path: Path) -> None:
+    """Make a rename or a new file in `path` durable (the directory entry, not only the data)."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
 
 
 def load_tables(con: duckdb.DuckDBPyConnection, sources: Sequence[TableSource]) -> list[TableInfo]:

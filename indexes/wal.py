@@ -52,6 +52,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any, NoReturn
 
+from indexes.tables import fsync_dir
 from retrieval.errors import Conflict, InvalidRequest, PayloadTooLarge, ServerFault, StorageError
 
 log = logging.getLogger("quarry.wal")
@@ -149,14 +150,6 @@ def read_log(path: Path) -> Iterator[Record]:
     """The valid records of the log at `path`, without taking the writer's lock or repairing
     a torn tail (which is ignored)."""
     return _records(open(path, "rb"), None)
-
-
-def _fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 def _lock_writer(lock_path: Path) -> int:
@@ -318,7 +311,7 @@ class WriteAheadLog:
                 os.fsync(out.fileno())
                 size = out.tell()
             os.replace(self._tmp, self.path)
-            _fsync_dir(self.path.parent)
+            fsync_dir(self.path.parent)
             fd = os.open(self.path, os.O_WRONLY | os.O_CLOEXEC) if self._fd >= 0 else -1
         except BaseException as e:
             self._tmp.unlink(missing_ok=True)
