@@ -47,7 +47,7 @@ from indexes.answer_finetune import (benchmark, build_model, feeds, load_checkpo
 from indexes.answer_model import MODEL_FILE, AnswerModel, encode_pairs, sigmoid
 
 log = logging.getLogger("quarry.answer_train")
-DATASETS = Path("/work/shared/datasets")
+DATASETS = Path(__file__).resolve().parents[2] / "shared" / "datasets"  # ../shared beside the repository
 CHECKPOINT = "checkpoint.pt"
 
 
