@@ -325,14 +325,14 @@ def main() -> None:
     embedder = make_embedder().load()
     scores = load_scores()
     results: dict[str, Any] = {"machine": machine()}
-    config = shipped_defaults(checksum=scores.scorer.checksum) or AnswerConfig()
+    config = shipped_defaults(checksum=scores.checksum) or AnswerConfig()
     if "fit" in wanted:
         results["fit"] = part_fit(embedder, scores)
         config = AnswerConfig.from_json(results["fit"]["config"])
         if args.save_defaults:
             target = default_path() / DEFAULTS_FILE
             target.write_text(json.dumps({"written_by": "benchmarks/answer_grader.py --only fit --save-defaults",
-                                          "model_sha256": scores.scorer.checksum, "fit": {
+                                          "model_sha256": scores.checksum, "fit": {
                                               k: v for k, v in results["fit"].items() if k != "config"},
                                           "config": results["fit"]["config"]}, indent=2) + "\n")
             print(f"wrote {target.relative_to(ROOT)}")

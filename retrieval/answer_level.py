@@ -64,6 +64,12 @@ class AnswerScores:
         self.pairs = 0
         self.calls = 0
 
+    @property
+    def checksum(self) -> str | None:
+        """The scorer's model checksum, when it has one: what tuned settings are tied to."""
+        value = getattr(self.scorer, "checksum", None)
+        return None if value is None else str(value)
+
     def of(self, question: str, hits: Sequence[Hit]) -> list[float]:
         keys = [(question, passage_text(h)) for h in hits]
         with self._lock:
@@ -88,8 +94,8 @@ class AnswerScores:
 
 @dataclass(frozen=True)
 class AnswerConfig:
-    """How the answer grader decides. Defaults are a fit on demo *train* questions and
-    SciFact *train* claims (benchmarks/answer_grader.py); `quarry tune` refits them."""
+    """How the answer grader decides: fitted by `quarry tune`, or the fit shipped beside the
+    model (routes/answer_policy.py `shipped_defaults`); these field defaults are neutral."""
 
     passages: int = 3  # top passages of the set the model reads
     skip_below: float = 0.0  # cheap p_sufficient below this: a gap without the model

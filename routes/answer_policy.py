@@ -78,9 +78,8 @@ def answer_scores(settings: Settings, engine: Engine) -> AnswerScores:
         return engine.answer
 
 
-def answer_config(settings: Settings, engine: Engine) -> AnswerConfig:
-    """Tuned (for this model) or shipped, with the settings' overrides."""
-    checksum = getattr(answer_scores(settings, engine).scorer, "checksum", None)
+def answer_config(settings: Settings, engine: Engine, checksum: str | None) -> AnswerConfig:
+    """Tuned (for the model with this checksum) or shipped, with the settings' overrides."""
     config: AnswerConfig | None = None
     if engine.policies.answer_model is not None:
         if engine.policies.answer_model == checksum:
@@ -106,15 +105,16 @@ def answer_config(settings: Settings, engine: Engine) -> AnswerConfig:
 
 
 def make_grader(settings: Settings, engine: Engine) -> AnswerGrader:
-    return AnswerGrader(answer_scores(settings, engine), engine.policies.grader, answer_config(settings, engine))
+    scores = answer_scores(settings, engine)
+    return AnswerGrader(scores, engine.policies.grader, answer_config(settings, engine, scores.checksum))
 
 
 def make_reranker(settings: Settings, engine: Engine) -> AnswerReranker:
     """The reranker `quarry tune` chose for this index (if it was tuned with this model), else
     20 candidates and no rank prior; the settings override either."""
-    checksum = getattr(answer_scores(settings, engine).scorer, "checksum", None)
-    tuned = engine.policies.rerank if engine.policies.rerank_model == checksum else None
+    scores = answer_scores(settings, engine)
+    tuned = engine.policies.rerank if engine.policies.rerank_model == scores.checksum else None
     base = tuned or RerankConfig(DEFAULT_TOP_N, 0.0, "defaults")
     top_n = base.top_n if settings.rerank_top_n is None else settings.rerank_top_n
     prior = base.rank_prior if settings.rerank_rank_prior is None else settings.rerank_rank_prior
-    return AnswerReranker(answer_scores(settings, engine), RerankConfig(top_n, prior, base.source))
+    return AnswerReranker(scores, RerankConfig(top_n, prior, base.source))

@@ -194,7 +194,7 @@ def fit_policies(engine: Engine, train: Sequence[Label], seed: int, tune_router:
     policies = Policies(router, engine.policies.grader, fusion)
     if rerank is not None:
         chosen, notes["rerank"] = _rerank_choice(engine, train, (method, rrf_k, w), rerank)
-        policies = replace(policies, rerank=chosen, rerank_model=getattr(rerank.scorer, "checksum", None))
+        policies = replace(policies, rerank=chosen, rerank_model=rerank.checksum)
     g_engine = grader_engine or engine
     reading = settings.model_copy(update={"grader": ""}) if settings is not None else None  # the grade is refitted here
     tuned_g = open_engine(g_engine.snapshot.path.parent.parent, g_engine.embedder, g_engine.limits, g_engine.today, policies,
@@ -211,7 +211,7 @@ def fit_policies(engine: Engine, train: Sequence[Label], seed: int, tune_router:
     if answer is not None:
         config, notes["answer"] = _fit_answer(g, fit.config, answer, target_false_gap, seed, answer_passages)
         if config is not None:
-            fitted = replace(fitted, answer=config, answer_model=getattr(answer.scorer, "checksum", None))
+            fitted = replace(fitted, answer=config, answer_model=answer.checksum)
     return fitted, notes
 
 
