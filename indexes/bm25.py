@@ -150,6 +150,19 @@ class Bm25Index:
                     df[term] = int(np.count_nonzero(allowed[indices[int(indptr[t]) : int(indptr[t + 1])]]))
         return CollectionStats(n, float(self._lengths[allowed].sum()) if n else 0.0, df)
 
+    def postings(self, term: str) -> np.ndarray:
+        """Rows holding an (already tokenized) term, sorted; empty for a term not indexed."""
+        model = self._model
+        t = model.vocab_dict.get(term) if model is not None else None
+        if model is None or t is None:
+            return np.zeros(0, dtype=np.int64)
+        indptr = model.scores["indptr"]
+        return np.asarray(model.scores["indices"][int(indptr[t]) : int(indptr[t + 1])], dtype=np.int64)
+
+    def idf(self, df: int, n: int) -> float:
+        """This index's idf of a term in `df` of `n` chunks."""
+        return float(self._idf(df, N=n))
+
     def scores_with(self, query: str, allowed: np.ndarray, stats: CollectionStats) -> np.ndarray:
         """BM25 score of every row with collection statistics `stats` (N, each term's df and
         the average length), which may span several segments: an index built from every
@@ -270,8 +283,10 @@ class Bm25Index:
                 out[term] = float(self._idf(df, N=max(n, 1)))
         return out
 
-    def top_k(self, query: str, allowed: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
-        """Best k allowed rows with a positive score; unauthorized rows are never ranked."""
+    def top_k(self, query: str, allowed: np.ndarray, k: int,
+              order: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+        """Best k allowed rows with a positive score, ties by `order`; unauthorized rows are
+        never ranked."""
         scores = self.scores(query, allowed)
-        rows = top_k(scores, allowed, k, floor=0.0)
+        rows = top_k(scores, allowed, k, floor=0.0, order=order)
         return rows, scores[rows]

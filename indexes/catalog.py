@@ -57,57 +57,77 @@ CREATE TABLE quarry.tables (
 
 
 def write_catalog(path: Path, docs: Sequence[Document], origins: Sequence[str], chunks: Sequence[Chunk],
-                  tables: Sequence[TableSource] = (), embed_keys: Sequence[str] = ()) -> list[TableInfo]:
-    """Create the catalog file in one transaction, loading rows through Arrow (fast at 100k)."""
+                  tables: Sequence[TableSource] = (), embed_keys: Sequence[str] = (),
+                  copy_tables: tuple[Path, Sequence[TableInfo]] | None = None) -> list[TableInfo]:
+    """Create the catalog file in one transaction, loading rows through Arrow (fast at 100k).
+    `copy_tables` (another catalog and its tables) copies user tables as they are, for a
+    compaction, which has the previous snapshot but not the files it was built from."""
     con = duckdb.connect(str(path))
     try:
-        con.execute("BEGIN")
-        con.execute(SCHEMA)
-        documents = pa.table({
-            "doc_id": [d.id for d in docs],
-            "title": [d.title for d in docs],
-            "source": [d.source for d in docs],
-            "date": pa.array([d.date for d in docs], type=pa.date32()),
-            "metadata": [json.dumps(dict(d.metadata), sort_keys=True) for d in docs],
-            "acl": pa.array([list(d.acl) for d in docs], type=pa.list_(pa.string())),
-            "text": [d.text for d in docs],
-            "origin": list(origins),
-        })
-        chunk_rows = pa.table({
-            "row": pa.array([c.row for c in chunks], type=pa.int32()),
-            "chunk_id": [c.chunk_id for c in chunks],
-            "doc_id": [c.doc_id for c in chunks],
-            "start_offset": pa.array([c.start for c in chunks], type=pa.int32()),
-            "end_offset": pa.array([c.end for c in chunks], type=pa.int32()),
-            "text": [c.text for c in chunks],
-            "norm": [normalize(c.text) for c in chunks],
-            "embed_key": list(embed_keys) if embed_keys else [""] * len(chunks),
-        })
-        con.register("documents_in", documents)
-        con.register("chunks_in", chunk_rows)
-        con.execute("INSERT INTO quarry.documents SELECT * FROM documents_in")
-        con.execute('INSERT INTO quarry.chunks SELECT * FROM chunks_in ORDER BY "row"')
-        infos = load_tables(con, tables)
-        for t in infos:
-            con.execute(
-                "INSERT INTO quarry.tables VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-                [t.name, list(t.acl), t.row_acl, t.id_column, t.doc_column, t.rows,
-                 json.dumps([[c.name, c.type] for c in t.columns]), t.source],
-            )
-        con.execute("COMMIT")
+        if copy_tables is not None:
+            con.execute("ATTACH ? AS quarry_previous (READ_ONLY)", [str(copy_tables[0])])
+        infos = _fill(con, docs, origins, chunks, tables, embed_keys, copy_tables[1] if copy_tables else ())
+        if copy_tables is not None:
+            con.execute("DETACH quarry_previous")
         con.execute("CHECKPOINT")
     finally:
         con.close()
     return infos
 
 
+def _fill(con: duckdb.DuckDBPyConnection, docs: Sequence[Document], origins: Sequence[str], chunks: Sequence[Chunk],
+          tables: Sequence[TableSource], embed_keys: Sequence[str], copied: Sequence[TableInfo] = ()) -> list[TableInfo]:
+    """Schema, documents, chunks (at their `row`s) and user tables, in one transaction."""
+    con.execute("BEGIN")
+    con.execute(SCHEMA)
+    documents = pa.table({
+        "doc_id": pa.array([d.id for d in docs], type=pa.string()),
+        "title": pa.array([d.title for d in docs], type=pa.string()),
+        "source": pa.array([d.source for d in docs], type=pa.string()),
+        "date": pa.array([d.date for d in docs], type=pa.date32()),
+        "metadata": pa.array([json.dumps(dict(d.metadata), sort_keys=True) for d in docs], type=pa.string()),
+        "acl": pa.array([list(d.acl) for d in docs], type=pa.list_(pa.string())),
+        "text": pa.array([d.text for d in docs], type=pa.string()),
+        "origin": pa.array(list(origins), type=pa.string()),
+    })
+    chunk_rows = pa.table({
+        "row": pa.array([c.row for c in chunks], type=pa.int32()),
+        "chunk_id": pa.array([c.chunk_id for c in chunks], type=pa.string()),
+        "doc_id": pa.array([c.doc_id for c in chunks], type=pa.string()),
+        "start_offset": pa.array([c.start for c in chunks], type=pa.int32()),
+        "end_offset": pa.array([c.end for c in chunks], type=pa.int32()),
+        "text": pa.array([c.text for c in chunks], type=pa.string()),
+        "norm": pa.array([normalize(c.text) for c in chunks], type=pa.string()),
+        "embed_key": pa.array(list(embed_keys) if embed_keys else [""] * len(chunks), type=pa.string()),
+    })
+    con.register("documents_in", documents)
+    con.register("chunks_in", chunk_rows)
+    con.execute("INSERT INTO quarry.documents SELECT * FROM documents_in")
+    con.execute('INSERT INTO quarry.chunks SELECT * FROM chunks_in ORDER BY "row"')
+    con.unregister("documents_in")
+    con.unregister("chunks_in")
+    infos = load_tables(con, tables)
+    for t in copied:  # from the catalog attached as quarry_previous
+        name = t.name.replace('"', '""')
+        con.execute(f'CREATE TABLE data."{name}" AS SELECT * FROM quarry_previous.data."{name}"')
+    infos = [*infos, *copied]
+    for t in infos:
+        con.execute(
+            "INSERT INTO quarry.tables VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+            [t.name, list(t.acl), t.row_acl, t.id_column, t.doc_column, t.rows,
+             json.dumps([[c.name, c.type] for c in t.columns]), t.source],
+        )
+    con.execute("COMMIT")
+    return infos
+
+
 class Catalog:
     """Read-only access to a snapshot's catalog."""
 
-    def __init__(self, path: Path, memory_limit: str = MEMORY_LIMIT) -> None:
+    def __init__(self, path: Path, memory_limit: str = MEMORY_LIMIT, connection: duckdb.DuckDBPyConnection | None = None) -> None:
         self.path = path
-        self._con = duckdb.connect(str(path), read_only=True,
-                                   config={"enable_external_access": False, "memory_limit": memory_limit})
+        self._con = connection if connection is not None else duckdb.connect(
+            str(path), read_only=True, config={"enable_external_access": False, "memory_limit": memory_limit})
         try:
             self._con.execute("SET TimeZone = 'UTC'")
             self._con.execute("SET lock_configuration = true")
@@ -119,6 +139,20 @@ class Catalog:
         if locked != (False, True):
             raise RuntimeError(f"catalog {path} is not locked down: {locked}")
         self._local = threading.local()
+
+    @classmethod
+    def in_memory(cls, path: Path, docs: Sequence[Document], origins: Sequence[str], chunks: Sequence[Chunk],
+                  embed_keys: Sequence[str] = (), memory_limit: str = "256MB") -> Catalog:
+        """A catalog of a few documents held in memory (a live index's delta segment; `path`
+        names the index it belongs to), locked down like one opened from a file."""
+        con = duckdb.connect(":memory:", config={"memory_limit": memory_limit})
+        try:
+            _fill(con, docs, origins, chunks, (), embed_keys)
+            con.execute("SET enable_external_access = false")
+        except BaseException:
+            con.close()
+            raise
+        return cls(path, connection=con)
 
     def close(self) -> None:
         self._con.close()

@@ -62,8 +62,10 @@ class DenseIndex:
             return np.zeros((0, self.dim), dtype=np.float32)
         return self._index.reconstruct_batch(np.ascontiguousarray(rows, dtype=np.int64))
 
-    def top_k(self, vector: np.ndarray, allowed: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
-        """Best k allowed rows by cosine similarity (fewer only when fewer are allowed)."""
+    def top_k(self, vector: np.ndarray, allowed: np.ndarray, k: int,
+              order: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+        """Best k allowed rows by cosine similarity (fewer only when fewer are allowed), equal
+        scores ordered by `order` (per row) when given."""
         n_allowed = int(allowed.sum())
         k = min(k, n_allowed)
         if k <= 0:
@@ -77,4 +79,8 @@ class DenseIndex:
             params=params,
         )
         keep = rows[0] >= 0  # FAISS pads with -1 when fewer rows pass the selector
-        return rows[0][keep].astype(np.int64), scores[0][keep]
+        found, cosines = rows[0][keep].astype(np.int64), scores[0][keep]
+        if order is not None and len(found) > 1:
+            ranked = np.lexsort((order[found], -cosines))
+            found, cosines = found[ranked], cosines[ranked]
+        return found, cosines

@@ -22,7 +22,8 @@ of them from.
 
 from __future__ import annotations
 
-from indexes.snapshot_build import (STORAGE_FAILURES, BuildOptions, Progress, build_snapshot, content_hash, corpus_digest,
+from indexes.snapshot_build import (STORAGE_FAILURES, BuildOptions, Progress, build_snapshot, compact_snapshot, content_hash,
+                                    corpus_digest,
                                     embed_key, index_text, previous_vectors)
 from indexes.snapshot_lease import LEASE_FILE, SnapshotLease, is_served
 from indexes.snapshot_load import (CURRENT, FORMAT_VERSION, Snapshot, check_manifest, current_snapshot_path, load_snapshot,
@@ -30,6 +31,6 @@ from indexes.snapshot_load import (CURRENT, FORMAT_VERSION, Snapshot, check_mani
 
 __all__ = [
     "CURRENT", "FORMAT_VERSION", "LEASE_FILE", "STORAGE_FAILURES", "BuildOptions", "Progress", "Snapshot", "SnapshotLease",
-    "build_snapshot", "check_manifest", "content_hash", "corpus_digest", "current_snapshot_path", "embed_key", "index_text",
-    "is_served", "load_snapshot", "previous_vectors", "read_manifest", "verify_files",
+    "build_snapshot", "check_manifest", "compact_snapshot", "content_hash", "corpus_digest", "current_snapshot_path",
+    "embed_key", "index_text", "is_served", "load_snapshot", "previous_vectors", "read_manifest", "verify_files",
 ]

@@ -35,13 +35,15 @@ from indexes.answer_model import shipped_identity
 from indexes.bm25 import Bm25Index, Bm25Params
 from indexes.catalog import Catalog, write_catalog
 from indexes.chunking import DEFAULT_MAX_CHARS, chunk_documents
-from indexes.corpus import ADMIN_ONLY, discover, load_documents
+from indexes.corpus import ADMIN_ONLY, LoadedDocument, discover, load_documents
 from indexes.dense import DenseIndex
 from indexes.embedder import Embedder
 from indexes.snapshot_lease import LEASE_FILE, PRUNING, acquire, remove_unless_served
 from indexes.snapshot_load import CURRENT, FORMAT_VERSION, current_snapshot_path, read_manifest, verify_files
 from indexes.tables import TableSource, file_digest, fsync_dir, plan_tables
+from indexes.wal import log_end
 from retrieval.errors import IngestError, RetrievalError, SnapshotError, StorageError
+from retrieval.sql.schema import TableInfo
 from retrieval.types import Chunk, Document
 
 log = logging.getLogger("quarry.ingest")
@@ -128,34 +130,79 @@ def build_snapshot(
     options: BuildOptions = BuildOptions(),
     progress: Progress | None = None,
 ) -> dict[str, Any]:
-    """Ingest `sources` into a new snapshot and make it current; returns its manifest."""
-    report = progress or (lambda stage, done, total: None)
+    """Ingest `sources` into a new snapshot and make it current; returns its manifest. The
+    sources replace the whole corpus, live writes included: the manifest's `wal_seq` is the
+    write-ahead log's last seq when the build started (indexes/live.py)."""
     t0 = time.perf_counter()
     loaded = load_documents(sources, options.default_acl)  # validation happens before any write
     tables = plan_tables(discover(sources)[1], options.default_acl)
     if not loaded and not tables:
         raise IngestError("no documents or tables found", ", ".join(map(str, sources)))
     docs = [ld.doc for ld in loaded]
+    wal_seq = log_end(index_dir / "wal.log")
+
+    def reuse() -> dict[str, np.ndarray]:
+        return previous_vectors(options.reuse_from or index_dir, embedder.model_id) if options.reuse_embeddings else {}
+
+    return _publish(index_dir, loaded, tables, embedder, options, progress, time.perf_counter() - t0,
+                    content_hash(docs, tables), wal_seq, reuse)
+
+
+def compact_snapshot(index_dir: Path, documents: Sequence[tuple[Document, str, np.ndarray]], previous: Path,
+                     embedder: Embedder, options: BuildOptions, wal_seq: int, progress: Progress | None = None) -> dict[str, Any]:
+    """Fold a live index into a new base snapshot and make it current: `documents` (each with
+    its origin and chunk vectors, which are reused, not embedded again) and the user tables of
+    the `previous` snapshot, copied as they are; the manifest's `wal_seq` says through which
+    log record the new base holds the changes."""
+    t0 = time.perf_counter()
+    loaded = [LoadedDocument(d, origin) for d, origin, _ in documents]
+    chunks = chunk_documents([d for d, _, _ in documents], options.max_chars)
+    by_id = {d.id: d for d, _, _ in documents}
+    keys = [embed_key(index_text(by_id[c.doc_id], c)) for c in chunks]
+    dim = embedder.dimension()
+    vectors = np.concatenate([v.reshape(-1, dim) for _, _, v in documents]) if documents else np.zeros((0, dim), np.float32)
+    reuse = dict(zip(keys, vectors, strict=True)) if len(vectors) == len(keys) else {}
+    catalog = Catalog(previous / "catalog.duckdb")
+    try:
+        tables = list(catalog.tables().values())
+    finally:
+        catalog.close()
+    if not documents and not tables:
+        raise IngestError("a compaction would leave the index with no documents or tables", str(index_dir))
+    h = hashlib.sha256(content_hash([d for d, _, _ in documents]).encode())
+    h.update(json.dumps(read_manifest(previous).get("tables") or {}, sort_keys=True).encode())
+    return _publish(index_dir, loaded, [], embedder, options, progress, time.perf_counter() - t0, h.hexdigest(),
+                    wal_seq, lambda: reuse, copy_tables=(previous / "catalog.duckdb", tables))
+
+
+def _publish(index_dir: Path, loaded: Sequence[LoadedDocument], tables: Sequence[TableSource], embedder: Embedder,
+             options: BuildOptions, progress: Progress | None, t_load: float, digest: str, wal_seq: int,
+             reuse_vectors: Callable[[], dict[str, np.ndarray]],
+             copy_tables: tuple[Path, Sequence[TableInfo]] | None = None) -> dict[str, Any]:
+    """Build into `.building-*`, write the manifest last, rename, switch CURRENT, prune."""
+    report = progress or (lambda stage, done, total: None)
+    t0 = time.perf_counter()
+    docs = [ld.doc for ld in loaded]
     chunks = chunk_documents(docs, options.max_chars)
     by_id = {d.id: d for d in docs}
     texts = [index_text(by_id[c.doc_id], c) for c in chunks]
-    t_load = time.perf_counter() - t0
+    t_load += time.perf_counter() - t0
 
     with _storage_errors(), _build_lock(index_dir):
         snapshots = index_dir / "snapshots"
         snapshots.mkdir(exist_ok=True)
         for stale in [*snapshots.glob(".building-*"), *snapshots.glob(f"{PRUNING}*")]:
             shutil.rmtree(stale, ignore_errors=True)
-        digest = content_hash(docs, tables)
         name = f"{datetime.now(timezone.utc):%Y%m%dT%H%M%S}-{digest[:8]}-{uuid.uuid4().hex[:6]}"
         work = snapshots / f".building-{name}"
         work.mkdir()
         try:
-            reuse = previous_vectors(options.reuse_from or index_dir, embedder.model_id) if options.reuse_embeddings else {}
-            manifest = _build_into(work, name, digest, loaded, docs, chunks, texts, tables, embedder, options, report, reuse)
+            manifest = _build_into(work, name, digest, loaded, docs, chunks, texts, tables, embedder, options, report,
+                                   reuse_vectors(), copy_tables)
         except BaseException:
             shutil.rmtree(work, ignore_errors=True)  # a failed build leaves nothing behind
             raise
+        manifest["wal_seq"] = wal_seq
         manifest["timings_s"]["load_and_chunk"] = round(t_load, 3)
         (work / "manifest.json").write_text(json.dumps(manifest, indent=2))
         (work / LEASE_FILE).touch()  # so a read-only copy of the index can still be leased
@@ -214,11 +261,12 @@ def previous_vectors(index_dir: Path, model_id: str) -> dict[str, np.ndarray]:
 
 
 def _build_into(work: Path, name: str, digest: str, loaded, docs, chunks, texts, tables, embedder: Embedder,
-                options: BuildOptions, report: Progress, reuse: dict[str, np.ndarray]) -> dict[str, Any]:
+                options: BuildOptions, report: Progress, reuse: dict[str, np.ndarray],
+                copy_tables: tuple[Path, Sequence[TableInfo]] | None = None) -> dict[str, Any]:
     """Write catalog, BM25 and FAISS files into `work`; returns the manifest (not yet written)."""
     keys = [embed_key(t) for t in texts]
     t1 = time.perf_counter()
-    infos = write_catalog(work / "catalog.duckdb", docs, [ld.origin for ld in loaded], chunks, tables, keys)
+    infos = write_catalog(work / "catalog.duckdb", docs, [ld.origin for ld in loaded], chunks, tables, keys, copy_tables)
     t_catalog = time.perf_counter() - t1
     report("catalog", 1, 1)
 

@@ -152,6 +152,18 @@ def read_log(path: Path) -> Iterator[Record]:
     return _records(open(path, "rb"), None)
 
 
+def log_end(path: Path) -> int:
+    """The last acknowledged seq of the log at `path` (its base when it holds no record; 0
+    when there is no log), read without the writer's lock."""
+    if not path.exists():
+        return 0
+    with open(path, "rb") as fh:
+        scan = _Scan(fh)
+        for _ in scan.records():
+            pass
+    return scan.last_seq
+
+
 def _lock_writer(lock_path: Path) -> int:
     """The descriptor holding the exclusive writer lock; Conflict naming the holder if taken."""
     fd = os.open(lock_path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)

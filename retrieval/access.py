@@ -45,6 +45,7 @@ class ChunkTable:
     _lock: Lock = field(init=False, repr=False)
     _doc_rows: dict[str, list[int]] | None = field(init=False, repr=False, default=None)
     _chunk_rows: dict[str, int] | None = field(init=False, repr=False, default=None)
+    _tiebreak: np.ndarray | None = field(init=False, repr=False, default=None)
     mask_builds: int = field(init=False, repr=False, default=0)  # masks computed (not served from the cache)
 
     def __post_init__(self) -> None:
@@ -129,6 +130,18 @@ class ChunkTable:
             meta=self.metas[row] if self.metas is not None else None,
         )
 
+    @property
+    def tiebreak(self) -> np.ndarray:
+        """Per row, the rank of its chunk id among all rows: equal scores are ordered by chunk
+        id, so results do not depend on where a chunk is stored (the order files were read in,
+        or a live index's segments) and a rebuild of the same corpus ranks the same way."""
+        if self._tiebreak is None:
+            order = np.argsort(np.asarray(self.chunk_ids, dtype=object), kind="stable")
+            ranks = np.empty(len(order), dtype=np.int64)
+            ranks[order] = np.arange(len(order), dtype=np.int64)
+            self._tiebreak = ranks
+        return self._tiebreak
+
     def row_of(self, chunk_id: str) -> int | None:
         """Row of a chunk id (None for evidence that is not a chunk, such as a table row)."""
         if self._chunk_rows is None:
@@ -145,10 +158,12 @@ class ChunkTable:
         return self._doc_rows.get(doc_id, [])
 
 
-def top_k(scores: np.ndarray, allowed: np.ndarray, k: int, floor: float | None = None) -> np.ndarray:
+def top_k(scores: np.ndarray, allowed: np.ndarray, k: int, floor: float | None = None,
+          order: np.ndarray | None = None) -> np.ndarray:
     """Rows of the k best scores among allowed rows (optionally only scores above `floor`).
 
-    Sorted by score descending, ties broken by row so results are deterministic.
+    Sorted by score descending, ties broken by `order` (per row; `ChunkTable.tiebreak`) or
+    else by row, so results are deterministic.
     """
     candidates = np.flatnonzero(allowed if floor is None else allowed & (scores > floor))
     if candidates.size == 0 or k <= 0:
@@ -157,5 +172,6 @@ def top_k(scores: np.ndarray, allowed: np.ndarray, k: int, floor: float | None =
         # Keep every row tied with the k-th score, then order by (score desc, row) and cut.
         kth = np.partition(-scores[candidates], k - 1)[k - 1]
         candidates = candidates[-scores[candidates] <= kth]
-    order = np.lexsort((candidates, -scores[candidates]))
-    return candidates[order][:k]
+    ties = candidates if order is None else order[candidates]
+    ranked = np.lexsort((ties, -scores[candidates]))
+    return candidates[ranked][:k]

@@ -9,8 +9,8 @@ from typing import Any, Literal, Mapping
 
 from retrieval.errors import InvalidRequest
 
-Scope = Literal["query", "sql", "admin"]
-SCOPES: tuple[Scope, ...] = ("query", "sql", "admin")
+Scope = Literal["query", "sql", "write", "admin"]
+SCOPES: tuple[Scope, ...] = ("query", "sql", "write", "admin")
 PUBLIC = "public"
 
 _NAME = r"[A-Za-z0-9][A-Za-z0-9_.@-]{0,127}"

@@ -4,13 +4,16 @@ from __future__ import annotations
 
 import json
 import logging
+import threading
 from concurrent.futures import Executor, ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from datetime import date
 from pathlib import Path
+from typing import Callable
 
 from indexes.catalog import SqlRunner
 from indexes.embedder import Embedder
+from indexes.live import LiveState, live_view, replay
 from indexes.snapshot import Snapshot, load_snapshot
 from retrieval.answer_level import AnswerConfig, AnswerScores, RerankConfig
 from retrieval.calls import CallPool
@@ -40,19 +43,43 @@ TUNED_CONFIG = "tuned.json"  # written by `quarry tune` into the index directory
 
 def build_retrievers(snapshot: Snapshot, embedder: Embedder, fusion: FusionParams = FusionParams(),
                      settings: Settings | None = None, today: date | None = None,
-                     side: Executor | None = None) -> dict[str, Retriever]:
-    """The retrievers over one snapshot; `settings` sizes the SQL route (limits, slots, profiles)."""
+                     side: Executor | None = None, sql: SqlRetriever | None = None) -> dict[str, Retriever]:
+    """The retrievers over one snapshot; `settings` sizes the SQL route (limits, slots, profiles).
+    `sql` reuses a SQL route (live writes change documents, never tables)."""
     settings = settings or Settings()
     bm25 = Bm25Retriever(snapshot.bm25, snapshot.chunks)
     dense = DenseRetriever(snapshot.dense, embedder.encode_query, snapshot.chunks)
-    runner = SqlRunner(snapshot.catalog, settings.sql_max_concurrent, settings.sql_max_result_bytes)
+    if sql is None:
+        runner = SqlRunner(snapshot.catalog, settings.sql_max_concurrent, settings.sql_max_result_bytes)
+        sql = SqlRetriever(runner, settings.sql_limits, today, settings.profile_cache_size, settings.profile_workers)
     return {
         "exact": ExactRetriever(snapshot.catalog, snapshot.chunks),
         "bm25": bm25,
         "dense": dense,
         "hybrid": HybridRetriever(bm25, dense, fusion, side),
-        "sql": SqlRetriever(runner, settings.sql_limits, today, settings.profile_cache_size, settings.profile_workers),
+        "sql": sql,
     }
+
+
+class Shared:
+    """What every view of one base snapshot shares (the base itself, thread pools, the SQL
+    route), closed when the last engine using it closes."""
+
+    def __init__(self, close: Callable[[], None]) -> None:
+        self._close, self._users, self._lock = close, 1, threading.Lock()
+
+    def acquire(self) -> None:
+        with self._lock:
+            if self._users == 0:
+                raise RuntimeError("these engine resources are already closed")
+            self._users += 1
+
+    def release(self) -> None:
+        with self._lock:
+            self._users -= 1
+            last = self._users == 0
+        if last:
+            self._close()
 
 
 @dataclass(frozen=True)
@@ -101,6 +128,11 @@ class Engine:
     side: ThreadPoolExecutor | None = None  # the dense half of hybrid calls, beside the BM25 half
     policy: Policy | None = None  # the loop's collaborators; None: the built-in ones over `policies`
     answer: AnswerScores | None = None  # the answer model's scores, once a policy asked for them
+    base: Snapshot | None = None  # the loaded base snapshot `snapshot` is a live view of (None: itself)
+    live: LiveState = field(default_factory=LiveState)  # the changes written since the base was built
+    settings: Settings | None = None  # what it was opened with (a derived view loads the same plug-ins)
+    plugins: bool = True
+    shared: Shared | None = None  # None: this engine alone owns its snapshot and pools
     deps: LoopDeps = field(init=False)
 
     def __post_init__(self) -> None:
@@ -147,12 +179,41 @@ class Engine:
         return run_loop(check_query(question, lim), principal, budget, self.deps, check_filters(filters, lim),
                         today or self.today)
 
+    def derive(self, live: LiveState) -> Engine:
+        """An engine over the same base snapshot with the changes `live` (a write's): it shares
+        the base, the models, the thread pools and the SQL route with this one, and only
+        builds the delta segment and the retrievers over it (no full rebuild)."""
+        base = self.base or self.snapshot
+        if self.shared is None:
+            raise RuntimeError("only an engine opened with open_engine can derive views")
+        self.shared.acquire()
+        view: Snapshot | None = None
+        try:
+            settings = self.settings or Settings()
+            view = live_view(base, live, settings.mask_cache_size)
+            engine = _assemble(view, base, live, self.embedder, self.limits, self.policies, self.calls, self.today,
+                               self.side, self.answer, settings, self.plugins, self.shared, sql=self.sql)
+        except BaseException:
+            if view is not None and view is not base:
+                view.close()
+            self.shared.release()
+            raise
+        return engine
+
     def close(self) -> None:
+        if self.shared is None:
+            self._close_shared()
+            return
+        if self.base is not None and self.snapshot is not self.base:
+            self.snapshot.close()  # the view's delta segment
+        self.shared.release()
+
+    def _close_shared(self) -> None:
         self.calls.shutdown()
         self.sql.close()
         if self.side is not None:
             self.side.shutdown(wait=False, cancel_futures=True)
-        self.snapshot.close()
+        (self.base or self.snapshot).close()
 
 
 def open_engine(index_dir: Path, embedder: Embedder | None = None, limits: Limits | None = None,
@@ -168,25 +229,55 @@ def open_engine(index_dir: Path, embedder: Embedder | None = None, limits: Limit
     settings = settings or Settings()
     embedder = embedder or settings.embedder()
     today = today or settings.today
-    snapshot = load_snapshot(index_dir, embedder, mask_cache_size=settings.mask_cache_size)
-    if warm and len(snapshot.chunks):
+    base = load_snapshot(index_dir, embedder, mask_cache_size=settings.mask_cache_size)
+    view: Snapshot = base
+    try:
+        live = replay(index_dir, base, embedder.model_id, embedder.encode)
+        view = live_view(base, live, settings.mask_cache_size)
+    except BaseException:
+        base.close()
+        raise
+    if warm and len(view.chunks):
         embedder.load().encode_query("warm up")
         embedder.clear_cache()
     policies = policies or Policies.load(index_dir, settings.fusion)
-    titles, title_ids, values = snapshot.catalog.entity_names()
     side = ThreadPoolExecutor(max_workers=settings.side_workers, thread_name_prefix="quarry-dense")
+    calls = CallPool(settings.workers, settings.spare_workers)
+    holder: list[Engine] = []
+    shared = Shared(lambda: holder[0]._close_shared())
+    try:
+        engine = _assemble(view, base, live, embedder, limits or settings.limits, policies, calls, today, side, answer,
+                           settings, plugins, shared)
+    except BaseException:
+        calls.shutdown()
+        side.shutdown(wait=False, cancel_futures=True)
+        if view is not base:
+            view.close()
+        base.close()
+        raise
+    holder.append(engine)
+    return engine
+
+
+def _assemble(view: Snapshot, base: Snapshot, live: LiveState, embedder: Embedder, limits: Limits, policies: Policies,
+              calls: CallPool, today: date | None, side: ThreadPoolExecutor | None, answer: AnswerScores | None,
+              settings: Settings, plugins: bool, shared: Shared, sql: SqlRetriever | None = None) -> Engine:
+    """The engine over `view` with the given shared parts and the plug-ins the settings name."""
+    titles, title_ids, values = view.catalog.entity_names()
     engine = Engine(
-        snapshot=snapshot, embedder=embedder,
-        retrievers=build_retrievers(snapshot, embedder, policies.fusion, settings, today, side),
-        limits=limits or settings.limits, policies=policies,
-        titles=EntityIndex.build(titles, title_ids, snapshot.chunks.doc_ids), names=EntityIndex.build(values),
-        calls=CallPool(settings.workers, settings.spare_workers), today=today, side=side, answer=answer,
+        snapshot=view, embedder=embedder,
+        retrievers=build_retrievers(view, embedder, policies.fusion, settings, today, side, sql),
+        limits=limits, policies=policies,
+        titles=EntityIndex.build(titles, title_ids, view.chunks.doc_ids), names=EntityIndex.build(values),
+        calls=calls, today=today, side=side, answer=answer, base=base if view is not base else None, live=live,
+        settings=settings, plugins=plugins, shared=shared,
     )
     if not plugins:
         return engine
+    assert engine.policy is not None
     try:
-        assert engine.policy is not None
         return engine.with_policy(load_policy(settings, engine, engine.policy))
     except BaseException:
-        engine.close()
+        if sql is None:
+            engine.sql.close()  # its own; the caller closes the rest
         raise

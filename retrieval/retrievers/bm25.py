@@ -11,7 +11,8 @@ from retrieval.types import Filters, Hit, Principal
 
 
 class LexicalIndex(Protocol):
-    def top_k(self, query: str, allowed: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]: ...
+    def top_k(self, query: str, allowed: np.ndarray, k: int,
+              order: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]: ...
 
 
 class Bm25Retriever:
@@ -27,7 +28,7 @@ class Bm25Retriever:
 
     def rank(self, query: str, principal: Principal, k: int, filters: Filters) -> tuple[np.ndarray, np.ndarray]:
         """(chunk rows, scores), best first, over the rows the principal may read."""
-        return self._index.top_k(query, self._chunks.mask(principal, filters), k)
+        return self._index.top_k(query, self._chunks.mask(principal, filters), k, self._chunks.tiebreak)
 
     def search(self, query: str, principal: Principal, k: int, filters: Filters) -> list[Hit]:
         rows, scores = self.rank(query, principal, k, filters)

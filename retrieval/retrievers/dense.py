@@ -11,7 +11,8 @@ from retrieval.types import Filters, Hit, Principal
 
 
 class VectorIndex(Protocol):
-    def top_k(self, vector: np.ndarray, allowed: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]: ...
+    def top_k(self, vector: np.ndarray, allowed: np.ndarray, k: int,
+              order: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]: ...
 
 
 class DenseRetriever:
@@ -31,7 +32,7 @@ class DenseRetriever:
         allowed = self._chunks.mask(principal, filters)
         if not allowed.any():
             return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.float32)
-        return self._index.top_k(self._encode(query), allowed, k)
+        return self._index.top_k(self._encode(query), allowed, k, self._chunks.tiebreak)
 
     def search(self, query: str, principal: Principal, k: int, filters: Filters) -> list[Hit]:
         rows, scores = self.rank(query, principal, k, filters)

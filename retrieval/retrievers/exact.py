@@ -45,7 +45,7 @@ class ExactRetriever:
         scores[rows] = [s for _, s in matches]
         matched = np.zeros(len(self._chunks), dtype=bool)
         matched[rows] = True
-        best = top_k(scores, allowed & matched, k)
+        best = top_k(scores, allowed & matched, k, order=self._chunks.tiebreak)
         return [self._chunks.hit(r, scores[r], self.name, (("exact", float(scores[r])),)) for r in best]
 
 

@@ -1,0 +1,172 @@
+"""Writing to a live index: create or replace, delete, and ACL changes, durably and at once.
+
+One `Writer` per index and process owns the write-ahead log (indexes/wal.py: a second
+process gets `Conflict` at once, naming the holder; it does not wait). A write, under the
+writer's lock:
+
+1. checks every change (a batch is checked whole; nothing is written if one fails): a
+   delete or ACL change of a document the caller cannot read is `NotFound`, exactly like a
+   missing id; a put is embedded now (the write waits for its vectors, so an acknowledged
+   document is found by every route, dense included, on the next request);
+2. builds the new view (base snapshot + delta segment, indexes/live.py) beside the served one;
+3. appends one record and fsyncs it: only now is the write acknowledged;
+4. installs the view as the next served generation (routes/generations.py): requests that
+   started before keep the old view, every later one sees the change, revocations included.
+
+A write with an idempotency key that was already applied returns the first result and
+changes nothing; the same key with another request is `Conflict`. The generation a write
+answers with is its log seq: it grows by one per write, survives restarts and compaction.
+
+A put replaces whatever the id holds, and its answer does not say whether it existed: ids
+are one namespace, and a `write` key is a content credential (as the files `quarry ingest`
+reads are), so the answer reveals nothing about documents the key cannot read.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Iterator, Sequence
+
+from indexes.idempotency import IdempotencyKeys
+from indexes.live import WRITE, Change, Delete, Put, SetAcl, apply, compact, embed_docs, options_of, record_payload, wal_path
+from indexes.wal import JSONObject, WriteAheadLog
+from retrieval.errors import InvalidRequest, NotFound
+from retrieval.types import Principal
+from routes.engine import Engine
+from routes.generations import Generations
+
+log = logging.getLogger("quarry.writes")
+MAX_BATCH = 100  # changes in one request (settings: write_batch_max)
+
+
+@dataclass(frozen=True)
+class Prepared:
+    """Checked changes with the vectors of their puts, and the view they give."""
+
+    changes: list[tuple[Change, Any]]
+    engine: Engine
+
+
+def describe(change: Change) -> dict[str, str]:
+    if isinstance(change, Put):
+        return {"op": "put", "doc_id": change.doc.id}
+    return {"op": "delete" if isinstance(change, Delete) else "acl", "doc_id": change.doc_id}
+
+
+class Writer:
+    """The one writer of the index at `index_dir` in this process (see the module docstring).
+
+    `generations` (a server's) receives each new view; without it (the CLI) writes are only
+    made durable, and a server started later replays them."""
+
+    def __init__(self, index_dir: Path, generations: Generations | None = None, max_batch: int = MAX_BATCH,
+                 idempotency_keys: int = 10_000) -> None:
+        self.index_dir = index_dir
+        self.generations = generations
+        self.max_batch = max_batch
+        self.wal = WriteAheadLog(wal_path(index_dir))
+        try:
+            self.keys = IdempotencyKeys.from_log(self.wal, idempotency_keys)
+        except BaseException:
+            self.wal.close()
+            raise
+        self.lock = threading.RLock()  # writes, reloads and folds of this index, one at a time
+
+    def close(self) -> None:
+        self.wal.close()
+
+    def write(self, changes: Sequence[Change], principal: Principal | None,
+              idempotency: tuple[str, bytes] | None = None, engine: Engine | None = None) -> JSONObject:
+        """Apply `changes` as one record; the result names the new generation (the record's
+        seq). The changes apply to the served generation's view (or to `engine`, without
+        generations); `principal` None skips the read checks (the local operator, through
+        the CLI); `idempotency` is (scoped key, request bytes)."""
+        if not changes:
+            raise InvalidRequest("a write needs at least one change")
+        if len(changes) > self.max_batch:
+            raise InvalidRequest(f"a batch holds at most {self.max_batch} changes, got {len(changes)}")
+        ids = [describe(c)["doc_id"] for c in changes]
+        if len(set(ids)) != len(ids):
+            raise InvalidRequest("a batch names each document once")
+        with self.lock:
+            if idempotency is not None:
+                stored = self.keys.lookup(*idempotency)
+                if stored is not None:
+                    return stored
+            with self._served(engine) as served:
+                prepared = self._prepare(served, changes, principal)
+            seq_next = self.wal.last_seq + 1
+            new = prepared.engine
+            try:
+                payload = record_payload(prepared.changes, new.embedder.model_id, options_of(new.base or new.snapshot)[0])
+
+                def result(seq: int) -> JSONObject:
+                    return {"status": "applied", "generation": seq, "documents": [describe(c) for c, _ in prepared.changes]}
+
+                if idempotency is not None:
+                    out, _ = self.keys.append(self.wal, idempotency[0], idempotency[1], WRITE, payload, result)
+                else:
+                    out = result(self.wal.append(WRITE, payload))
+                if out["generation"] != seq_next:
+                    raise RuntimeError("the write-ahead log moved under its writer")
+            except BaseException:
+                new.close()
+                raise
+            if self.generations is not None:
+                self.generations.install(new, owned=True)
+            else:
+                new.close()
+            log.info("generation %d: %s", out["generation"], ", ".join(f"{d['op']} {d['doc_id']}" for d in out["documents"]))
+            return out
+
+    @contextmanager
+    def _served(self, engine: Engine | None) -> Iterator[Engine]:
+        if engine is not None:
+            yield engine
+            return
+        if self.generations is None:
+            raise RuntimeError("a writer without generations needs the engine to write to")
+        with self.generations.lease() as generation:
+            yield generation.engine
+
+    def _prepare(self, engine: Engine, changes: Sequence[Change], principal: Principal | None) -> Prepared:
+        """Check every change against the served view and embed the puts; the derived engine
+        holds the state they give, with the seq the record will get."""
+        catalog = engine.snapshot.catalog
+        for change in changes:
+            if isinstance(change, (Delete, SetAcl)):
+                readable = (catalog.document(change.doc_id) if principal is None
+                            else catalog.readable_document(change.doc_id, principal.can_read))
+                if readable is None:
+                    raise NotFound(f"no document {change.doc_id[:80]!r}")
+        base = engine.base or engine.snapshot
+        max_chars = options_of(base)[0]
+        puts = [c for c in changes if isinstance(c, Put)]
+        vectors = iter(embed_docs([p.doc for p in puts], engine.embedder.encode, max_chars) if puts else [])
+        ready = [(c, next(vectors) if isinstance(c, Put) else None) for c in changes]
+        state = apply(engine.live, base, ready, self.wal.last_seq + 1)
+        return Prepared(ready, engine.derive(state))
+
+    def fold(self, base_wal_seq: int) -> None:
+        """Drop the log records a new base snapshot holds (keeping the idempotency keys)."""
+        with self.lock:
+            through = min(base_wal_seq, self.wal.last_seq)
+            if through > self.wal.base_seq:
+                self.wal.truncate_through(through, self.keys.carry())
+                log.info("write-ahead log folded through seq %d", through)
+
+    def compact(self, embedder: Any) -> JSONObject:
+        """Fold the changes into a new base snapshot now (`quarry compact`, or the admin
+        endpoint); a server switches to it on its next reload check."""
+        with self.lock:
+            manifest = compact(self.index_dir, embedder)
+            if manifest is None:
+                return {"status": "unchanged", "generation": self.wal.last_seq}
+            if self.generations is None:
+                self.fold(int(manifest["wal_seq"]))
+            return {"status": "compacted", "generation": int(manifest["wal_seq"]), "snapshot": manifest["snapshot"],
+                    "counts": manifest["counts"]}
