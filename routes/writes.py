@@ -29,7 +29,7 @@ import threading
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterator, Sequence
+from typing import Any, Callable, Iterator, Sequence
 
 from indexes.idempotency import IdempotencyKeys
 from indexes.live import WRITE, Change, Delete, Put, SetAcl, apply, compact, embed_docs, options_of, record_payload, wal_path
@@ -150,6 +150,17 @@ class Writer:
         ready = [(c, next(vectors) if isinstance(c, Put) else None) for c in changes]
         state = apply(engine.live, base, ready, self.wal.last_seq + 1)
         return Prepared(ready, engine.derive(state))
+
+    def rebase(self, open_new: Callable[[], Engine]) -> Engine:
+        """Serve a new base snapshot (after an ingest or a compaction): `open_new` opens it with
+        the log replayed onto it, and runs under the writer's lock, so no write can fall
+        between the replay and the install; then the folded records are dropped."""
+        with self.lock:
+            engine = open_new()
+            if self.generations is not None:
+                self.generations.install(engine, owned=True)
+            self.fold(int(engine.snapshot.manifest.get("wal_seq", 0)))
+            return engine
 
     def fold(self, base_wal_seq: int) -> None:
         """Drop the log records a new base snapshot holds (keeping the idempotency keys)."""
