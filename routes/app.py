@@ -24,7 +24,7 @@ from fastapi.responses import PlainTextResponse
 from starlette.concurrency import run_in_threadpool
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from retrieval.errors import PayloadTooLarge, RetrievalUnavailable
+from retrieval.errors import PayloadTooLarge, RetrievalError, RetrievalUnavailable
 from retrieval.types import Filters, Principal
 from starlette.routing import Route
 
@@ -39,6 +39,7 @@ from routes.errors import error_code, install_error_handlers
 from routes.keys import KeyStore
 from routes.metrics import Metrics
 from routes.reload import Reloader, serves_from
+from routes.write_api import build_write_router
 from routes.schemas import ErrorOut, error_responses, request_models
 from routes.settings import Settings
 from routes.tools import Toolset
@@ -181,19 +182,23 @@ class Observe:
 
 
 class BodyLimit:
-    """Reject bodies over `max_bytes` with 413 before any handler parses them."""
+    """Reject bodies over `max_bytes` (document writes: `write_max_bytes`) with 413 before any
+    handler parses them."""
 
-    def __init__(self, app: ASGIApp, max_bytes: int) -> None:
+    def __init__(self, app: ASGIApp, max_bytes: int, write_max_bytes: int | None = None) -> None:
         self.app = app
         self.max_bytes = max_bytes
+        self.write_max_bytes = max_bytes if write_max_bytes is None else write_max_bytes
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http" or scope["method"] in ("GET", "HEAD", "OPTIONS"):
             await self.app(scope, receive, send)
             return
+        writes = scope["method"] in ("PUT", "PATCH", "POST") and str(scope.get("path", "")).startswith("/v1/documents")
+        limit = self.write_max_bytes if writes else self.max_bytes
         declared = dict(scope.get("headers") or []).get(b"content-length")
-        if declared is not None and declared.isdigit() and int(declared) > self.max_bytes:
-            await self._reject(send)
+        if declared is not None and declared.isdigit() and int(declared) > limit:
+            await self._reject(send, limit)
             return
         chunks, size, more = [], 0, True
         while more:
@@ -202,8 +207,8 @@ class BodyLimit:
                 return
             body = message.get("body", b"")
             size += len(body)
-            if size > self.max_bytes:
-                await self._reject(send)
+            if size > limit:
+                await self._reject(send, limit)
                 return
             chunks.append(body)
             more = message.get("more_body", False)
@@ -218,13 +223,32 @@ class BodyLimit:
 
         await self.app(scope, replay, send)
 
-    async def _reject(self, send: Send) -> None:
+    async def _reject(self, send: Send, limit: int) -> None:
 
-        too_large = PayloadTooLarge(f"request body exceeds {self.max_bytes} bytes")
+        too_large = PayloadTooLarge(f"request body exceeds {limit} bytes")
         body = json.dumps(too_large.to_dict()).encode()
         await send({"type": "http.response.start", "status": too_large.http_status,
                     "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]})
         await send({"type": "http.response.body", "body": body})
+
+
+def _open_writer(state: AppState) -> None:
+    """Own the index's write-ahead log (routes/writes.py). Another process holding it leaves
+    this server read-only: its writes answer that process's Conflict. A write that landed
+    between loading the engine and taking the log is served before the first request."""
+    from routes.write_api import reopen
+    from routes.writes import Writer
+
+    try:
+        writer = Writer(state.settings.index_dir, state.engines, state.settings.write_batch_max)
+    except RetrievalError as e:
+        log.warning("this server serves %s read-only: %s", state.settings.index_dir, e.message)
+        state.extra["writer_error"] = e
+        return
+    state.extra["writer"] = writer
+    current = state.engines.current
+    if current is not None and writer.behind(current.engine):
+        writer.rebase(lambda: reopen(state.settings, current.engine))
 
 
 def engine_for(settings: Settings) -> Engine:
@@ -253,9 +277,13 @@ def create_app(settings: Settings, engine: Engine | None = None, keys: KeyStore 
         if state.engines.current is None:
             state.engines.install(await run_in_threadpool(engine_for, settings), owned=True)
         served = state.engines.current
-        if settings.reload_interval_s > 0 and served is not None and serves_from(served.engine, settings.index_dir):
+        own_index = served is not None and serves_from(served.engine, settings.index_dir)
+        if own_index:
+            await run_in_threadpool(_open_writer, state)
+        if settings.reload_interval_s > 0 and own_index:
             state.reloader = Reloader(state.engines, settings, settings.index_dir,
-                                      lambda outcome: state.metrics.reloads.labels(outcome).inc())
+                                      lambda outcome: state.metrics.reloads.labels(outcome).inc(),
+                                      writer=state.extra.get("writer"))
             state.reloader.start()
         state.audit = AuditLog(settings.audit_path or settings.index_dir / "audit.duckdb", settings.audit_questions,
                                lambda reason, n: state.metrics.audit_dropped.labels(reason).inc(n))
@@ -268,14 +296,18 @@ def create_app(settings: Settings, engine: Engine | None = None, keys: KeyStore 
                 state.reloader = None
             state.audit.close()
             await run_in_threadpool(state.engines.close)
+            writer = state.extra.pop("writer", None)
+            if writer is not None:
+                writer.close()
 
     app = FastAPI(title="Quarry", version="0.1.0", lifespan=lifespan, docs_url=None, redoc_url=None,
                   description="Agentic retrieval: answer contexts with provenance, or typed evidence gaps. "
                               "Authorize with an API key (`quarry keys add`).")
     app.state.quarry = state
-    app.add_middleware(BodyLimit, max_bytes=settings.max_body_bytes)
+    app.add_middleware(BodyLimit, max_bytes=settings.max_body_bytes, write_max_bytes=settings.write_max_body_bytes)
     install_error_handlers(app)
     app.include_router(build_router(request_models(limits)))
+    app.include_router(build_write_router(settings.write_batch_max))
     app.include_router(build_tools_router())
     _add_ops_routes(app, state)
     install_docs(app)

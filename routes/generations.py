@@ -45,8 +45,8 @@ class Generation:
     def describe(self) -> dict[str, Any]:
         """What /readyz shows an admin key."""
         manifest = self.engine.snapshot.manifest
-        return {"generation": self.number, "snapshot": self.snapshot, "built_at": manifest.get("built_at"),
-                "counts": manifest["counts"]}
+        return {"generation": self.number, "index_generation": self.engine.live.seq, "snapshot": self.snapshot,
+                "built_at": manifest.get("built_at"), "counts": manifest["counts"], "live": manifest.get("live")}
 
 
 class Generations:

@@ -50,8 +50,10 @@ class Reloader:
     """Follows CURRENT of `index_dir` and installs each new snapshot into `generations`."""
 
     def __init__(self, generations: Generations, settings: Settings, index_dir: Path,
-                 on_outcome: Callable[[str], None] | None = None, opener: Opener | None = None) -> None:
+                 on_outcome: Callable[[str], None] | None = None, opener: Opener | None = None,
+                 writer: Any = None) -> None:
         self.generations = generations
+        self.writer = writer  # routes.writes.Writer: a reload replays its log under its lock
         self.settings = settings
         self.index_dir = index_dir
         self.interval_s = settings.reload_interval_s
@@ -63,6 +65,7 @@ class Reloader:
         self._lock = threading.Lock()
         self._stopped = False
         self._task: asyncio.Task[None] | None = None
+        self._checking = asyncio.Lock()
 
     def _open(self, index_dir: Path, serving: Engine) -> Engine:
         # The models already in memory (and their caches, keyed by the text they read) serve on.
@@ -92,7 +95,13 @@ class Reloader:
                 log.exception("the reload watcher failed; it keeps watching")
 
     async def check(self) -> bool:
-        """One poll: install the snapshot CURRENT names if it is new; True when one was installed."""
+        """One poll: install the snapshot CURRENT names if it is new; True when one was installed.
+        Polls run one at a time: a caller that asks for one (after a compaction) returns once
+        the poll already loading the same snapshot has installed it."""
+        async with self._checking:
+            return await self._check()
+
+    async def _check(self) -> bool:
         name = await asyncio.to_thread(current_name, self.index_dir)
         if name is None or name == self.seen:
             return False
@@ -120,6 +129,17 @@ class Reloader:
     def _load_and_install(self, serving: Engine) -> str | None:
         """On a worker thread: open the new engine and install it, unless the server stopped
         meanwhile (then nobody would serve or close it: it is closed here)."""
+        if self.writer is None:
+            return self._open_and_install(serving)
+        with self.writer.lock:  # no write may land between the log's replay and the install
+            name = self._open_and_install(serving)
+            if name is not None:
+                current = self.generations.current
+                if current is not None:
+                    self.writer.fold(int(current.engine.snapshot.manifest.get("wal_seq", 0)))
+            return name
+
+    def _open_and_install(self, serving: Engine) -> str | None:
         engine = self.opener(self.index_dir, serving)
         with self._lock:
             if not self._stopped:

@@ -192,6 +192,66 @@ class DocumentOut(BaseModel):
     trust: Literal["untrusted_evidence"]
 
 
+MetaValue = StrictStr | StrictInt | float | bool | None
+AclEntry = Annotated[StrictStr, Field(max_length=MAX_NAME_CHARS)]
+
+
+class DocumentIn(Strict):
+    """The fields of an ingest document; the id is the path's (an `id` here must equal it)."""
+
+    id: StrictStr | None = Field(default=None, max_length=MAX_NAME_CHARS, description="must equal the path's id")
+    text: StrictStr = Field(description="the document text (chunked and indexed)")
+    title: StrictStr | None = None
+    source: StrictStr | None = Field(default=None, max_length=MAX_NAME_CHARS)
+    date: StrictStr | None = Field(default=None, max_length=40, description="ISO 8601 date (YYYY-MM-DD)")
+    metadata: dict[Annotated[StrictStr, Field(max_length=MAX_NAME_CHARS)], MetaValue] | None = Field(default=None, max_length=64)
+    acl: list[AclEntry] | None = Field(default=None, max_length=256, description="principal ids, `group:NAME` or "
+                                       "`public`; default: the index's ingest default (admins only)")
+
+
+class AclIn(Strict):
+    acl: list[AclEntry] = Field(max_length=256, description="the new ACL: principal ids, `group:NAME` or `public`")
+
+
+class PutOp(Strict):
+    op: Literal["put"]
+    id: StrictStr = Field(max_length=MAX_NAME_CHARS)
+    document: DocumentIn
+
+
+class DeleteOp(Strict):
+    op: Literal["delete"]
+    id: StrictStr = Field(max_length=MAX_NAME_CHARS)
+
+
+class AclOp(Strict):
+    op: Literal["acl"]
+    id: StrictStr = Field(max_length=MAX_NAME_CHARS)
+    acl: list[AclEntry] = Field(max_length=256)
+
+
+class WrittenDocument(BaseModel):
+    op: Literal["put", "delete", "acl"]
+    doc_id: str
+
+
+class WriteOut(BaseModel):
+    status: Literal["applied"]
+    generation: int = Field(description="the index generation holding the change (its write-ahead log seq); "
+                                        "every request that starts after this answer sees it")
+    documents: list[WrittenDocument]
+
+
+def batch_model(max_changes: int) -> type[Strict]:
+    """The batch body, bounded by the server's batch limit."""
+
+    class BatchIn(Strict):
+        operations: list[Annotated[PutOp | DeleteOp | AclOp, Field(discriminator="op")]] = Field(
+            min_length=1, max_length=max_changes, description=f"at most {max_changes} changes, applied together or not at all")
+
+    return BatchIn
+
+
 class ErrorDetail(BaseModel):
     code: str
     message: str
@@ -205,7 +265,8 @@ class ErrorOut(BaseModel):
 def error_responses(*statuses: int) -> dict[int | str, dict[str, Any]]:
     """OpenAPI entries for the error statuses an endpoint can return."""
     text = {400: "Invalid request or SQL rejected", 401: "Missing, malformed or revoked key", 403: "Missing scope",
-            404: "Not found (also for documents the caller may not read)", 413: "Body too large",
+            404: "Not found (also for documents the caller may not read)", 409: "Conflict: idempotency key reused "
+            "with another request, or another process writes this index", 413: "Body too large",
             422: "Malformed body, unknown field or wrong type", 429: "Rate limited (see Retry-After)",
             503: "Retrieval unavailable or timed out (retryable)"}
     return {s: {"model": ErrorOut, "description": text[s]} for s in statuses}

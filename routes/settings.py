@@ -81,6 +81,9 @@ class Settings(BaseSettings):
                                              "is closed (it never holds one of the key's request slots).", "server", gt=0)
     reload_interval_s: float = setting(2.0, "How often `serve` reads the index's CURRENT and switches to a new "
                                        "snapshot without a restart (0: never).", "server", ge=0)
+    write_max_body_bytes: int = setting(1024 * 1024, "Largest accepted body of a document write (PUT, PATCH, "
+                                        "batch); larger ones get 413.", "server", ge=1)
+    write_batch_max: int = setting(100, "Most changes one `POST /v1/documents:batch` may carry.", "server", ge=1, le=10_000)
     reload_grace_s: float = setting(30.0, "After its last request, how long a replaced engine waits for retriever "
                                     "calls the loop gave up on before it is closed.", "server", ge=0)
 

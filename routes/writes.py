@@ -41,6 +41,7 @@ from routes.generations import Generations
 
 log = logging.getLogger("quarry.writes")
 MAX_BATCH = 100  # changes in one request (settings: write_batch_max)
+MAX_RECORD_BYTES = 64 * 1024 * 1024  # one write's log record: its documents and their vectors (about 2 KB per chunk)
 
 
 @dataclass(frozen=True)
@@ -68,7 +69,7 @@ class Writer:
         self.index_dir = index_dir
         self.generations = generations
         self.max_batch = max_batch
-        self.wal = WriteAheadLog(wal_path(index_dir))
+        self.wal = WriteAheadLog(wal_path(index_dir), max_record_bytes=MAX_RECORD_BYTES)
         try:
             self.keys = IdempotencyKeys.from_log(self.wal, idempotency_keys)
         except BaseException:
@@ -161,6 +162,10 @@ class Writer:
                 self.generations.install(engine, owned=True)
             self.fold(int(engine.snapshot.manifest.get("wal_seq", 0)))
             return engine
+
+    def behind(self, engine: Engine) -> bool:
+        """Whether `engine` misses log records (written before this writer took the log)."""
+        return self.wal.last_seq > engine.live.seq
 
     def fold(self, base_wal_seq: int) -> None:
         """Drop the log records a new base snapshot holds (keeping the idempotency keys)."""

@@ -1,0 +1,212 @@
+"""Document writes over real HTTP: every route sees a put at once, a delete or a revocation
+holds from the very next request, bad input changes nothing, retries apply once."""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+import httpx
+import pytest
+
+from retrieval.search import search
+from retrieval.types import Filters, Principal
+from tests.conftest import MINI, LiveServer
+
+ROUTES = ("exact", "bm25", "dense", "hybrid")
+NEW_TEXT = "The gorvane compressor manual: bleed the gorvane line before replacing the Q7 filter cartridge."
+
+
+@pytest.fixture(scope="module")
+def writable(tmp_path_factory, embedder):
+    """A server that owns its index (so it writes to it), with a writer key."""
+    from indexes.snapshot import build_snapshot
+    from routes.app import create_app
+    from routes.keys import KeyStore
+    from routes.settings import Settings
+
+    root = tmp_path_factory.mktemp("writable")
+    index = root / "index"
+    build_snapshot([MINI], index, embedder)
+    store = KeyStore(root / "keys.json")
+    keys = {
+        "wendy": store.add("wendy", ["content"], ["query", "write"])[0],
+        "bob": store.add("bob", ["finance"], ["query"])[0],
+        "erin": store.add("erin", [], ["query"])[0],
+        "ops": store.add("prometheus", [], ["admin"])[0],
+    }
+    settings = Settings(index_dir=index, rate_per_second=1000.0, burst=1000, max_concurrent_per_key=64,
+                        reload_interval_s=0.2, write_batch_max=5, write_max_body_bytes=20_000)
+    app = create_app(settings, keys=store)
+    with LiveServer(app) as server:
+        server.keys, server.index, server.app = keys, index, app
+        yield server
+
+
+def _h(server, who: str, **extra: str) -> dict:
+    return {"Authorization": f"Bearer {server.keys[who]}", **extra}
+
+
+def _found(server, who: str, query: str) -> dict[str, list[str]]:
+    """Doc ids per route (search) and in the loop's context (query)."""
+    out = {}
+    for route in ROUTES:
+        r = httpx.post(server.url + "/v1/search", json={"retriever": route, "query": query, "k": 5},
+                       headers=_h(server, who), timeout=60)
+        assert r.status_code == 200, r.text
+        out[route] = [h["doc_id"] for h in r.json()["hits"]]
+    r = httpx.post(server.url + "/v1/query", json={"question": query}, headers=_h(server, who), timeout=60)
+    assert r.status_code == 200, r.text
+    out["loop"] = [c["doc_id"] for c in r.json()["context"]]
+    return out
+
+
+def _generation(server) -> int:
+    r = httpx.get(server.url + "/readyz", headers=_h(server, "ops"), timeout=30)
+    return r.json()["index_generation"]
+
+
+def test_put_is_found_by_every_route_then_delete_hides_it_everywhere(writable):
+    body = {"title": "Gorvane compressor", "text": NEW_TEXT, "source": "manuals", "date": "2026-11-30", "acl": ["public"]}
+    r = httpx.put(writable.url + "/v1/documents/manual-gorvane", json=body, headers=_h(writable, "wendy"), timeout=60)
+    assert r.status_code == 200, r.text
+    out = r.json()
+    assert out["status"] == "applied" and out["documents"] == [{"op": "put", "doc_id": "manual-gorvane"}]
+    assert _generation(writable) == out["generation"]
+    found = _found(writable, "erin", '"gorvane" compressor Q7 filter')
+    assert all(ids and ids[0] == "manual-gorvane" for ids in found.values()), found
+    dense = _found(writable, "erin", "how do I bleed the compressor line before a filter swap")["dense"]
+    assert "manual-gorvane" in dense[:3]
+    doc = httpx.get(writable.url + "/v1/documents/manual-gorvane", headers=_h(writable, "erin"), timeout=30).json()
+    assert (doc["text"], doc["date"], doc["source"]) == (NEW_TEXT, "2026-11-30", "manuals")
+
+    r = httpx.delete(writable.url + "/v1/documents/manual-gorvane", headers=_h(writable, "wendy"), timeout=60)
+    assert r.status_code == 200 and r.json()["generation"] == out["generation"] + 1
+    found = _found(writable, "erin", '"gorvane" compressor Q7 filter')
+    assert not any("manual-gorvane" in ids for ids in found.values()), found
+    assert httpx.get(writable.url + "/v1/documents/manual-gorvane", headers=_h(writable, "erin"), timeout=30).status_code == 404
+    again = httpx.delete(writable.url + "/v1/documents/manual-gorvane", headers=_h(writable, "wendy"), timeout=30)
+    assert again.status_code == 404
+
+
+def test_acl_change_revokes_on_the_next_request_and_equals_a_fresh_build(writable, embedder, tmp_path):
+    from indexes.snapshot import BuildOptions, build_snapshot
+    from routes.engine import open_engine
+
+    text = "Quarterly spend on the Halvorsen retrofit came to 412k, under the approved envelope."
+    put = httpx.put(writable.url + "/v1/documents/fin-halvorsen", headers=_h(writable, "wendy"), timeout=60,
+                    json={"title": "Halvorsen retrofit spend", "text": text, "acl": ["group:finance", "group:content"]})
+    assert put.status_code == 200, put.text
+    assert _found(writable, "bob", "Halvorsen retrofit spend")["bm25"][0] == "fin-halvorsen"
+    r = httpx.patch(writable.url + "/v1/documents/fin-halvorsen/acl", json={"acl": ["group:board", "group:content"]},
+                    headers=_h(writable, "wendy"), timeout=60)
+    assert r.status_code == 200 and r.json()["documents"] == [{"op": "acl", "doc_id": "fin-halvorsen"}]
+    after = _found(writable, "bob", "Halvorsen retrofit spend")  # the very next requests
+    assert not any("fin-halvorsen" in ids for ids in after.values()), after
+    assert httpx.get(writable.url + "/v1/documents/fin-halvorsen", headers=_h(writable, "bob"), timeout=30).status_code == 404
+
+    # Differential: a fresh full build of the same final corpus answers bob the same way.
+    corpus = tmp_path / "final"
+    shutil.copytree(MINI, corpus)
+    with (corpus / "docs.jsonl").open("a") as f:
+        f.write(json.dumps({"id": "fin-halvorsen", "title": "Halvorsen retrofit spend", "text": text,
+                            "acl": ["group:board", "group:content"]}) + "\n")
+    fresh_dir = tmp_path / "fresh"
+    build_snapshot([corpus], fresh_dir, embedder, BuildOptions(reuse_embeddings=False))
+    fresh = open_engine(fresh_dir, embedder)
+    try:
+        bob = Principal("bob", ("finance",))
+        for q in ("Halvorsen retrofit spend", "ledger lock timeout", "rotate signing keys"):
+            for route in ROUTES:
+                expected = [h.doc_id for h in search(fresh.retrievers, route, q, bob, 5, Filters(), fresh.limits)]
+                r = httpx.post(writable.url + "/v1/search", json={"retriever": route, "query": q, "k": 5},
+                               headers=_h(writable, "bob"), timeout=60)
+                assert [h["doc_id"] for h in r.json()["hits"]] == expected, (q, route)
+    finally:
+        fresh.close()
+
+
+def test_bad_input_is_a_typed_error_and_changes_nothing(writable):
+    before = _generation(writable)
+    url = writable.url + "/v1/documents/"
+    cases = [
+        (httpx.put, "bad-1", {"text": "x", "colour": "red"}, "wendy", 422),  # unknown field
+        (httpx.put, "bad-2", {"title": "no text"}, "wendy", 422),  # missing text
+        (httpx.put, "bad-3", {"text": "   "}, "wendy", 400),  # blank text
+        (httpx.put, "bad-4", {"text": "x", "acl": "public"}, "wendy", 422),  # acl not a list
+        (httpx.put, "bad-5", {"text": "x", "acl": ["team sre"]}, "wendy", 400),  # not an ACL entry
+        (httpx.put, "bad-6", {"text": "x", "date": "yesterday"}, "wendy", 400),
+        (httpx.put, "bad-7", {"text": "x", "id": "other"}, "wendy", 400),  # body id differs from the path
+        (httpx.put, "bad 8", {"text": "x"}, "wendy", 400),  # an id with a space
+        (httpx.put, "bad-9", {"text": "y" * 30_000}, "wendy", 413),  # over write_max_body_bytes
+        (httpx.put, "bad-10", {"text": "x", "acl": ["public"]}, "bob", 403),  # no write scope
+    ]
+    for send, doc_id, body, who, status in cases:
+        r = send(url + doc_id, json=body, headers=_h(writable, who), timeout=30)
+        assert r.status_code == status, (doc_id, r.status_code, r.text)
+        assert set(r.json()["error"]) >= {"code", "message", "retryable"}
+    batch = writable.url + "/v1/documents:batch"
+    for body, status in [
+        ({"operations": [{"op": "delete", "id": 7}]}, 422),  # id not a string
+        ({"operations": [{"op": "put", "id": f"b{i}", "document": {"text": "x"}} for i in range(6)]}, 422),  # over N=5
+        ({"operations": []}, 422),
+        ({"operations": [{"op": "put", "id": "b1", "document": {"text": "fine", "acl": ["public"]}},
+                         {"op": "delete", "id": "m02"}]}, 404),  # wendy cannot read m02: the whole batch fails
+        ({"operations": [{"op": "put", "id": "b1", "document": {"text": "one"}},
+                         {"op": "delete", "id": "b1"}]}, 400),  # one id twice
+    ]:
+        r = httpx.post(batch, json=body, headers=_h(writable, "wendy"), timeout=30)
+        assert r.status_code == status, (body, r.text)
+    # Deleting what the caller cannot read looks exactly like deleting what does not exist.
+    hidden = httpx.delete(url + "m02", headers=_h(writable, "wendy"), timeout=30)
+    missing = httpx.delete(url + "m02-nope", headers=_h(writable, "wendy"), timeout=30)
+    assert hidden.status_code == missing.status_code == 404
+    assert hidden.json()["error"]["code"] == missing.json()["error"]["code"]
+    assert _generation(writable) == before
+    assert httpx.get(url + "b1", headers=_h(writable, "erin"), timeout=30).status_code == 404
+    with writable.app.state.quarry.engines.lease() as served:  # the hidden document is untouched
+        assert served.engine.snapshot.catalog.document("m02") is not None
+
+
+def test_a_batch_applies_whole_in_one_generation(writable):
+    before = _generation(writable)
+    ops = [{"op": "put", "id": "batch-a", "document": {"text": "Tarnwell valve torque is 40 Nm.", "acl": ["public"]}},
+           {"op": "put", "id": "batch-b", "document": {"text": "Tarnwell seal kit part TW-88.", "acl": ["public"]}}]
+    r = httpx.post(writable.url + "/v1/documents:batch", json={"operations": ops}, headers=_h(writable, "wendy"), timeout=60)
+    assert r.status_code == 200, r.text
+    assert r.json()["generation"] == before + 1
+    assert set(_found(writable, "erin", "Tarnwell")["bm25"][:2]) == {"batch-a", "batch-b"}
+
+
+def test_an_idempotent_retry_applies_once(writable):
+    before = _generation(writable)
+    body = {"text": "Idempotent retries of the Pellwick intake form are applied once.", "acl": ["public"]}
+    headers = _h(writable, "wendy", **{"Idempotency-Key": "retry-7f3a"})
+    answers = [httpx.put(writable.url + "/v1/documents/pellwick", json=body, headers=headers, timeout=60) for _ in range(10)]
+    assert [a.status_code for a in answers] == [200] * 10
+    assert len({a.text for a in answers}) == 1 and answers[0].json()["generation"] == before + 1
+    assert _generation(writable) == before + 1
+    other = httpx.put(writable.url + "/v1/documents/pellwick", json={**body, "text": "changed"}, headers=headers, timeout=30)
+    assert other.status_code == 409 and other.json()["error"]["code"] == "conflict"
+    # Keys are the caller's own: another caller with the same key value is a new write.
+    assert _generation(writable) == before + 1
+
+
+def test_compaction_folds_the_changes_and_serving_goes_on(writable):
+    put = httpx.put(writable.url + "/v1/documents/compact-me", json={"text": "Orrindale pump curve B.", "acl": ["public"]},
+                    headers=_h(writable, "wendy"), timeout=60)
+    assert put.status_code == 200
+    generation = put.json()["generation"]
+    assert httpx.post(writable.url + "/v1/admin/compact", headers=_h(writable, "wendy"), timeout=30).status_code == 403
+    r = httpx.post(writable.url + "/v1/admin/compact", headers=_h(writable, "ops"), timeout=120)
+    assert r.status_code == 200, r.text
+    assert r.json()["status"] == "compacted" and r.json()["generation"] == generation
+    ready = httpx.get(writable.url + "/readyz", headers=_h(writable, "ops"), timeout=30).json()
+    assert ready["snapshot"] == r.json()["snapshot"] and ready["live"] is None
+    assert ready["index_generation"] == generation
+    assert _found(writable, "erin", "Orrindale pump curve")["exact"][0] == "compact-me"
+    manifest = json.loads((writable.index / "snapshots" / ready["snapshot"] / "manifest.json").read_text())
+    assert manifest["wal_seq"] == generation
+    next_put = httpx.put(writable.url + "/v1/documents/after-compact", json={"text": "Later.", "acl": ["public"]},
+                         headers=_h(writable, "wendy"), timeout=60)
+    assert next_put.json()["generation"] == generation + 1
