@@ -270,7 +270,8 @@ def create_app(settings: Settings, engine: Engine | None = None, keys: KeyStore 
         raise ValueError(f"the engine's limits {engine.limits} differ from the settings' {limits}")
     state = AppState(settings, Generations(engine, owned=own_engine, grace_s=settings.reload_grace_s),
                      keys if keys is not None else (KeyStore(settings.keys_file) if settings.keys_file else None),
-                     Gate(settings.rate_per_second, settings.burst, settings.max_concurrent_per_key), Toolset(limits))
+                     Gate(settings.rate_per_second, settings.burst, settings.max_concurrent_per_key),
+                     Toolset(limits, writer=lambda: state.extra.get("writer")))
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:

@@ -18,6 +18,7 @@ from routes.cli_commands import (cmd_demo, cmd_ingest, cmd_keys, cmd_mcp, cmd_qu
                                  cmd_settings, cmd_sql)
 from routes.cli_common import RETRIEVERS, _iso_date, load_settings
 from routes.cli_eval import BEIR_K, cmd_eval, cmd_tune
+from routes.cli_writes import cmd_acl, cmd_compact, cmd_delete, cmd_upsert
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -65,6 +66,28 @@ def build_parser() -> argparse.ArgumentParser:
                     help="embed every chunk again instead of reusing vectors of unchanged chunks from the current snapshot")
     common(sp)
     sp.set_defaults(func=cmd_ingest)
+
+    sp = command("upsert", "create or replace documents of a live index (no rebuild; beside a server, use its API)")
+    sp.add_argument("files", nargs="+", help="JSONL, Markdown or text files (ingest's formats)")
+    common(sp)
+    sp.set_defaults(func=cmd_upsert)
+
+    sp = command("delete", "delete documents from a live index")
+    sp.add_argument("ids", nargs="+", help="document ids (applied together, or none if one is missing)")
+    common(sp)
+    sp.set_defaults(func=cmd_delete)
+
+    # Its --set is the new ACL, so this command takes settings from QUARRY_* variables only.
+    sp = sub.add_parser("acl", help="replace one document's ACL (revocation holds from the next query on)")
+    sp.add_argument("id", help="document id")
+    sp.add_argument("--set", dest="acl_entries", nargs="+", required=True, metavar="ENTRY",
+                    help="the new ACL: principal ids, group:NAME or public")
+    common(sp)
+    sp.set_defaults(func=cmd_acl)
+
+    sp = command("compact", "fold the live changes into a new base snapshot (a running server switches to it)")
+    common(sp)
+    sp.set_defaults(func=cmd_compact)
 
     sp = command("search", "run one retriever and print its hits")
     sp.add_argument("query")
@@ -136,7 +159,7 @@ def build_parser() -> argparse.ArgumentParser:
     add = ks.add_parser("add", help="create a key for a principal and print it once", parents=[overrides])
     add.add_argument("--principal", required=True)
     add.add_argument("--groups", nargs="*", default=[])
-    add.add_argument("--scopes", nargs="*", default=["query"], help="some of: query sql admin")
+    add.add_argument("--scopes", nargs="*", default=["query"], help="some of: query sql write admin")
     add.add_argument("--keys", default=None, help=keys_help)
     lst = ks.add_parser("list", help="list keys (never the secrets)", parents=[overrides])
     lst.add_argument("--keys", default=None, help=keys_help)

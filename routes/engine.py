@@ -13,7 +13,7 @@ from typing import Callable
 
 from indexes.catalog import SqlRunner
 from indexes.embedder import Embedder
-from indexes.live import LiveState, live_view, replay
+from indexes.live import LiveState, Superseded, live_view, replay
 from indexes.snapshot import Snapshot, load_snapshot
 from retrieval.answer_level import AnswerConfig, AnswerScores, RerankConfig
 from retrieval.calls import CallPool
@@ -229,14 +229,7 @@ def open_engine(index_dir: Path, embedder: Embedder | None = None, limits: Limit
     settings = settings or Settings()
     embedder = embedder or settings.embedder()
     today = today or settings.today
-    base = load_snapshot(index_dir, embedder, mask_cache_size=settings.mask_cache_size)
-    view: Snapshot = base
-    try:
-        live = replay(index_dir, base, embedder.model_id, embedder.encode)
-        view = live_view(base, live, settings.mask_cache_size)
-    except BaseException:
-        base.close()
-        raise
+    base, live, view = _load_live(index_dir, embedder, settings.mask_cache_size)
     if warm and len(view.chunks):
         embedder.load().encode_query("warm up")
         embedder.clear_cache()
@@ -257,6 +250,25 @@ def open_engine(index_dir: Path, embedder: Embedder | None = None, limits: Limit
         raise
     holder.append(engine)
     return engine
+
+
+def _load_live(index_dir: Path, embedder: Embedder, mask_cache_size: int,
+               attempts: int = 5) -> tuple[Snapshot, LiveState, Snapshot]:
+    """(base snapshot, the log's changes on it, the view of both). A compaction may switch
+    CURRENT and fold the log between loading the base and reading the log: then again."""
+    for attempt in range(attempts):
+        base = load_snapshot(index_dir, embedder, mask_cache_size=mask_cache_size)
+        try:
+            live = replay(index_dir, base, embedder.model_id, embedder.encode)
+            return base, live, live_view(base, live, mask_cache_size)
+        except Superseded:
+            base.close()
+            if attempt == attempts - 1:
+                raise
+        except BaseException:
+            base.close()
+            raise
+    raise AssertionError("unreachable")
 
 
 def _assemble(view: Snapshot, base: Snapshot, live: LiveState, embedder: Embedder, limits: Limits, policies: Policies,

@@ -58,6 +58,24 @@ class GetDocumentArgs(_Args):
     doc_id: StrictStr = Field(min_length=1, max_length=MAX_NAME_CHARS)
 
 
+class UpsertDocumentArgs(_Args):
+    doc_id: StrictStr = Field(min_length=1, max_length=MAX_NAME_CHARS)
+    text: StrictStr = Field(min_length=1, max_length=MAX_ARGUMENT_BYTES)
+    title: StrictStr | None = Field(default=None, max_length=1000)
+    source: StrictStr | None = Field(default=None, max_length=MAX_NAME_CHARS)
+    date: StrictStr | None = Field(default=None, pattern=DATE)
+    acl: list[FilterValue] | None = Field(default=None, max_length=256)
+
+
+class DeleteDocumentArgs(_Args):
+    doc_id: StrictStr = Field(min_length=1, max_length=MAX_NAME_CHARS)
+
+
+class SetAclArgs(_Args):
+    doc_id: StrictStr = Field(min_length=1, max_length=MAX_NAME_CHARS)
+    acl: list[FilterValue] = Field(min_length=1, max_length=256)
+
+
 @dataclass(frozen=True)
 class ToolSpec:
     name: str
@@ -117,7 +135,36 @@ def _document(engine: Any, principal: Principal, a: GetDocumentArgs) -> dict[str
             "date": doc.date.isoformat() if doc.date else None, "metadata": dict(doc.metadata), "trust": "untrusted_evidence"}
 
 
+# The write tools' handlers get the index's writer (routes/writes.py) where the others get the engine.
+
+def _upsert(writer: Any, principal: Principal, a: UpsertDocumentArgs) -> dict[str, Any]:
+    from indexes.corpus import make_document
+    from indexes.live import Put, options_of
+
+    served = writer.generations.current.engine
+    fields = {k: v for k, v in {"title": a.title, "source": a.source, "date": a.date, "acl": a.acl}.items() if v is not None}
+    doc = make_document({"id": a.doc_id, "text": a.text, **fields}, default_source=None,
+                        default_acl=options_of(served.base or served.snapshot)[1])
+    return dict(writer.write([Put(doc, "mcp")], principal))
+
+
+def _delete(writer: Any, principal: Principal, a: DeleteDocumentArgs) -> dict[str, Any]:
+    from indexes.live import Delete
+
+    return dict(writer.write([Delete(a.doc_id)], principal))
+
+
+def _set_acl(writer: Any, principal: Principal, a: SetAclArgs) -> dict[str, Any]:
+    from indexes.live import SetAcl
+    from retrieval.types import check_acl
+
+    return dict(writer.write([SetAcl(a.doc_id, check_acl(a.acl))], principal))
+
+
 _STR = {"type": "string"}
+_ACL = {"type": "array", "items": {"type": "string", "maxLength": MAX_NAME_CHARS}, "maxItems": 256,
+        "description": "who may read it: principal ids, 'group:NAME' or 'public'"}
+WRITE_TOOLS = frozenset({"upsert_document", "delete_document", "set_document_acl"})
 
 
 def _tool_specs(limits: Limits) -> tuple[ToolSpec, ...]:
@@ -222,22 +269,48 @@ def _tool_specs(limits: Limits) -> tuple[ToolSpec, ...]:
             GetDocumentArgs, "query",
             {"doc_id": {**_STR, "minLength": 1, "maxLength": MAX_NAME_CHARS}},
             ("doc_id",), _document),
+        ToolSpec(
+            "upsert_document",
+            "Create or replace one document (needs the 'write' scope). Every route finds it from the next call on. "
+            "Without acl it gets the index's default (admins only).",
+            UpsertDocumentArgs, "write",
+            {"doc_id": {**_STR, "minLength": 1, "maxLength": MAX_NAME_CHARS},
+             "text": {**_STR, "minLength": 1, "maxLength": MAX_ARGUMENT_BYTES},
+             "title": {**_STR, "maxLength": 1000}, "source": {**_STR, "maxLength": MAX_NAME_CHARS},
+             "date": {**_STR, "pattern": DATE, "description": "YYYY-MM-DD"}, "acl": _ACL},
+            ("doc_id", "text"), _upsert),
+        ToolSpec(
+            "delete_document",
+            "Delete one document (needs the 'write' scope); one the caller may not read is reported as not found.",
+            DeleteDocumentArgs, "write", {"doc_id": {**_STR, "minLength": 1, "maxLength": MAX_NAME_CHARS}},
+            ("doc_id",), _delete),
+        ToolSpec(
+            "set_document_acl",
+            "Replace one document's ACL (needs the 'write' scope); a revocation holds from the next call on.",
+            SetAclArgs, "write", {"doc_id": {**_STR, "minLength": 1, "maxLength": MAX_NAME_CHARS}, "acl": _ACL},
+            ("doc_id", "acl"), _set_acl),
     )
+
+
+def _allowed(spec: ToolSpec, principal: Principal) -> bool:
+    """A write tool is the `write` scope's, which `admin` includes (as over HTTP)."""
+    return spec.scope in principal.scopes or (spec.scope == "write" and "admin" in principal.scopes)
 
 
 class Toolset:
     """The tools of one app or stdio server, bounded by its runtime limits: listed per
     principal, dispatched by name."""
 
-    def __init__(self, limits: Limits) -> None:
+    def __init__(self, limits: Limits, writer: Callable[[], Any] | None = None) -> None:
         self.limits = limits
         self.specs: dict[str, ToolSpec] = {t.name: t for t in _tool_specs(limits)}
+        self.writer = writer or (lambda: None)  # the index's writer, where this server accepts writes
 
     def available(self, engine: Any, principal: Principal) -> list[tuple[ToolSpec, str]]:
         """The tools this principal may call, with their descriptions."""
         out = []
         for spec in self.specs.values():
-            if spec.scope not in principal.scopes:
+            if not _allowed(spec, principal) or (spec.name in WRITE_TOOLS and self.writer() is None):
                 continue
             description = spec.description + (describe_tables(engine, principal) if spec.name == "sql_query" else "")
             out.append((spec, description))
@@ -262,10 +335,13 @@ class Toolset:
             args = parse_arguments(spec, raw_arguments)
         except ToolError as e:
             return ToolCall(spec.name, None, error=e)
-        if spec.scope not in principal.scopes:
+        if not _allowed(spec, principal):
             return ToolCall(spec.name, args, error=ToolError("access_denied", f"{spec.name} needs the '{spec.scope}' scope"))
+        target = self.writer() if spec.name in WRITE_TOOLS else engine
+        if target is None:
+            return ToolCall(spec.name, args, error=ToolError("retrieval_unavailable", "this server does not accept writes", True))
         try:
-            return ToolCall(spec.name, args, result=spec.run(engine, principal, args))
+            return ToolCall(spec.name, args, result=spec.run(target, principal, args))
         except RetrievalError as e:
             return ToolCall(spec.name, args, error=ToolError(e.tool_code, e.message, e.retryable))
 

@@ -177,12 +177,12 @@ class Writer:
 
     def compact(self, embedder: Any) -> JSONObject:
         """Fold the changes into a new base snapshot now (`quarry compact`, or the admin
-        endpoint); a server switches to it on its next reload check."""
+        endpoint) and drop them from the log; a server switches to it on its next reload
+        check (its view in memory holds them meanwhile)."""
         with self.lock:
             manifest = compact(self.index_dir, embedder)
             if manifest is None:
                 return {"status": "unchanged", "generation": self.wal.last_seq}
-            if self.generations is None:
-                self.fold(int(manifest["wal_seq"]))
+            self.fold(int(manifest["wal_seq"]))  # the new base holds them; the served view is in memory
             return {"status": "compacted", "generation": int(manifest["wal_seq"]), "snapshot": manifest["snapshot"],
                     "counts": manifest["counts"]}

@@ -210,3 +210,38 @@ def test_compaction_folds_the_changes_and_serving_goes_on(writable):
     next_put = httpx.put(writable.url + "/v1/documents/after-compact", json={"text": "Later.", "acl": ["public"]},
                          headers=_h(writable, "wendy"), timeout=60)
     assert next_put.json()["generation"] == generation + 1
+
+
+def test_mcp_write_tools_are_listed_only_for_write_keys_and_apply_at_once(writable):
+    import anyio
+    import httpx2
+    from mcp import Client
+    from mcp.client.streamable_http import streamable_http_client
+
+    async def session(who: str, fn):
+        async with httpx2.AsyncClient(headers=_h(writable, who), timeout=120) as http:
+            async with Client(streamable_http_client(writable.url + "/mcp", http_client=http)) as client:
+                return await fn(client)
+
+    async def names(client):
+        return sorted(t.name for t in (await client.list_tools()).tools)
+
+    async def write_then_find(client):
+        put = await client.call_tool("upsert_document", {"doc_id": "mcp-note", "text": "Ferrowind ballast inspection "
+                                                         "interval is 90 days.", "acl": ["public"]})
+        found = await client.call_tool("search", {"query": "Ferrowind ballast", "retriever": "bm25", "k": 3})
+        revoke = await client.call_tool("set_document_acl", {"doc_id": "mcp-note", "acl": ["group:content"]})
+        return put, found, revoke
+
+    async def forbidden(client):
+        return await client.call_tool("upsert_document", {"doc_id": "x", "text": "y"})
+
+    assert {"upsert_document", "delete_document", "set_document_acl"} <= set(anyio.run(session, "wendy", names))
+    assert not {"upsert_document", "delete_document", "set_document_acl"} & set(anyio.run(session, "erin", names))
+    put, found, revoke = anyio.run(session, "wendy", write_then_find)
+    assert not put.is_error and put.structured_content["status"] == "applied", put
+    assert found.structured_content["hits"][0]["doc_id"] == "mcp-note"
+    assert not revoke.is_error
+    assert "mcp-note" not in _found(writable, "erin", "Ferrowind ballast")["bm25"]
+    denied = anyio.run(session, "erin", forbidden)
+    assert denied.is_error and denied.structured_content["error"]["code"] == "access_denied"

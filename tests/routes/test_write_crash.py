@@ -1,0 +1,105 @@
+"""`kill -9` a real `quarry serve` while it acknowledges writes, at several points, and
+restart it: every acknowledged write is there, nothing else is, and no batch is half there."""
+
+from __future__ import annotations
+
+import os
+import random
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import httpx
+
+from tests.conftest import MINI, ROOT
+
+
+def _port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _start(index: Path, keys: Path, port: int, log: Path) -> subprocess.Popen:
+    env = {**os.environ, "QUARRY_RELOAD_INTERVAL_S": "0.5"}
+    proc = subprocess.Popen([sys.executable, "-m", "routes.cli", "serve", "--index", str(index), "--keys", str(keys),
+                             "--port", str(port)], cwd=ROOT, env=env, stdout=log.open("ab"), stderr=subprocess.STDOUT)
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        assert proc.poll() is None, log.read_text()[-3000:]
+        try:
+            if httpx.get(f"http://127.0.0.1:{port}/readyz", timeout=2).status_code == 200:
+                return proc
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.2)
+    proc.kill()
+    raise AssertionError("server did not start: " + log.read_text()[-3000:])
+
+
+def test_kill_9_during_acknowledged_writes_loses_none_and_invents_none(tmp_path, embedder):
+    from indexes.snapshot import build_snapshot
+    from routes.keys import KeyStore
+
+    index = tmp_path / "index"
+    build_snapshot([MINI], index, embedder)
+    store = KeyStore(tmp_path / "keys.json")
+    token = store.add("writer", ["crash"], ["query", "write"])[0]
+    headers = {"Authorization": f"Bearer {token}"}
+    rng = random.Random(17)
+    acked: set[str] = set()
+    sent: dict[str, tuple[str, ...]] = {}  # doc id -> the ids of its batch
+    log = tmp_path / "server.log"
+    for round_ in range(3):
+        port = _port()
+        proc = _start(index, tmp_path / "keys.json", port, log)
+        url = f"http://127.0.0.1:{port}"
+        stop = threading.Event()
+
+        def stream(round_: int = round_, url: str = url, stop: threading.Event = stop) -> None:
+            n = 0
+            while not stop.is_set():
+                ids = tuple(f"crash-{round_}-{n}-{j}" for j in range(3))
+                n += 1
+                ops = [{"op": "put", "id": i, "document": {"text": f"Crash record {i} of the Velmont drill.",
+                                                            "acl": ["group:crash"]}} for i in ids]
+                for i in ids:
+                    sent[i] = ids
+                try:
+                    r = httpx.post(url + "/v1/documents:batch", json={"operations": ops}, headers=headers, timeout=30)
+                except httpx.HTTPError:
+                    return  # the server died under this write: it was never acknowledged
+                if r.status_code == 200:
+                    acked.update(ids)
+
+        client = threading.Thread(target=stream)
+        client.start()
+        time.sleep(0.5 + rng.random() * 2.0)  # a different point in the stream each round
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(timeout=30)
+        stop.set()
+        client.join(timeout=60)
+        assert not client.is_alive()
+    assert len(acked) >= 9, "too few writes were acknowledged to test anything"
+
+    port = _port()
+    proc = _start(index, tmp_path / "keys.json", port, log)
+    try:
+        url = f"http://127.0.0.1:{port}"
+        present = {i for i in sent if httpx.get(f"{url}/v1/documents/{i}", headers=headers, timeout=30).status_code == 200}
+        assert acked <= present, sorted(acked - present)[:5]
+        for i in present:  # a batch is there whole or not at all
+            assert set(sent[i]) <= present, sent[i]
+        assert len(present - acked) <= 3, sorted(present - acked)  # at most the one batch in flight at the kill
+        hits = httpx.post(url + "/v1/search", json={"retriever": "bm25", "query": "Velmont drill crash record", "k": 50},
+                          headers=headers, timeout=30).json()["hits"]
+        assert {h["doc_id"] for h in hits} == present if len(present) <= 50 else len(hits) == 50
+        ready = httpx.get(url + "/readyz", timeout=30)
+        assert ready.status_code == 200
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(timeout=60)
