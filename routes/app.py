@@ -239,8 +239,16 @@ def _open_writer(state: AppState) -> None:
     from routes.write_api import reopen
     from routes.writes import Writer
 
+    settings = state.settings
+
+    def opener() -> Engine:  # after a background compaction, when no reloader follows CURRENT
+        served = state.engines.current
+        assert served is not None
+        return reopen(settings, served.engine)
+
     try:
-        writer = Writer(state.settings.index_dir, state.engines, state.settings.write_batch_max)
+        writer = Writer(settings.index_dir, state.engines, settings.write_batch_max, compact_after=settings.compact_after,
+                        opener=None if settings.reload_interval_s > 0 else opener)
     except RetrievalError as e:
         log.warning("this server serves %s read-only: %s", state.settings.index_dir, e.message)
         state.extra["writer_error"] = e

@@ -65,10 +65,15 @@ class Writer:
     made durable, and a server started later replays them."""
 
     def __init__(self, index_dir: Path, generations: Generations | None = None, max_batch: int = MAX_BATCH,
-                 idempotency_keys: int = 10_000) -> None:
+                 idempotency_keys: int = 10_000, compact_after: int = 0,
+                 opener: Callable[[], Engine] | None = None) -> None:
         self.index_dir = index_dir
         self.generations = generations
         self.max_batch = max_batch
+        self.compact_after = compact_after  # changed documents that start a background compaction (0: never)
+        self.opener = opener  # opens the index again after a background compaction (None: a reloader does)
+        self._compacting = threading.Lock()
+        self.compactions: list[JSONObject] = []  # the background ones' results (or errors), latest last
         self.wal = WriteAheadLog(wal_path(index_dir), max_record_bytes=MAX_RECORD_BYTES)
         try:
             self.keys = IdempotencyKeys.from_log(self.wal, idempotency_keys)
@@ -121,6 +126,8 @@ class Writer:
                 self.generations.install(new, owned=True)
             else:
                 new.close()
+            if self.compact_after and len(new.live.docs) >= self.compact_after:
+                self._compact_in_background(new.embedder)
             log.info("generation %d: %s", out["generation"], ", ".join(f"{d['op']} {d['doc_id']}" for d in out["documents"]))
             return out
 
@@ -176,13 +183,32 @@ class Writer:
                 log.info("write-ahead log folded through seq %d", through)
 
     def compact(self, embedder: Any) -> JSONObject:
-        """Fold the changes into a new base snapshot now (`quarry compact`, or the admin
-        endpoint) and drop them from the log; a server switches to it on its next reload
-        check (its view in memory holds them meanwhile)."""
-        with self.lock:
-            manifest = compact(self.index_dir, embedder)
-            if manifest is None:
-                return {"status": "unchanged", "generation": self.wal.last_seq}
-            self.fold(int(manifest["wal_seq"]))  # the new base holds them; the served view is in memory
-            return {"status": "compacted", "generation": int(manifest["wal_seq"]), "snapshot": manifest["snapshot"],
-                    "counts": manifest["counts"]}
+        """Fold the changes into a new base snapshot now (`quarry compact`, the admin
+        endpoint, or in the background past `compact_after` changed documents) and drop them
+        from the log. Writes go on meanwhile: the build reads the log as of its start, and
+        later records are replayed onto the new base. A server switches to it on its next
+        reload check (its view in memory holds every change meanwhile)."""
+        manifest = compact(self.index_dir, embedder)
+        if manifest is None:
+            return {"status": "unchanged", "generation": self.wal.last_seq}
+        self.fold(int(manifest["wal_seq"]))  # the new base holds them; the served view is in memory
+        return {"status": "compacted", "generation": int(manifest["wal_seq"]), "snapshot": manifest["snapshot"],
+                "counts": manifest["counts"]}
+
+    def _compact_in_background(self, embedder: Any) -> None:
+        if not self._compacting.acquire(blocking=False):
+            return  # one at a time; the next write past the threshold starts the next
+
+        def run() -> None:
+            try:
+                out = self.compact(embedder)
+                if out["status"] == "compacted" and self.opener is not None:
+                    self.rebase(self.opener)
+            except Exception as e:  # noqa: BLE001 - a failed compaction leaves the live view serving
+                log.exception("background compaction failed; the live view keeps serving")
+                out = {"status": "failed", "error": getattr(e, "message", type(e).__name__)}
+            finally:
+                self._compacting.release()
+            self.compactions.append(out)
+
+        threading.Thread(target=run, name="quarry-compact", daemon=True).start()

@@ -169,3 +169,46 @@ def test_a_write_checks_the_whole_batch_and_applies_nothing_on_a_bad_change(tmp_
     finally:
         writer.close()
         generations.close()
+
+
+def test_past_compact_after_changes_a_background_compaction_folds_them(tmp_path, embedder):
+    import time
+
+    from indexes.snapshot import current_snapshot_path
+
+    rng = random.Random(9)
+    corpus = {f"d{i}": _record(rng, f"d{i}") for i in range(8)}
+    src = tmp_path / "docs.jsonl"
+    src.write_text("".join(json.dumps(r) + "\n" for r in corpus.values()))
+    index = tmp_path / "ix"
+    build_snapshot([src], index, embedder)
+    first = current_snapshot_path(index).name
+    generations = Generations(open_engine(index, embedder, plugins=False), owned=True)
+    writer = Writer(index, generations, compact_after=3,
+                    opener=lambda: open_engine(index, embedder, plugins=False))
+    try:
+        for i in range(3):
+            corpus[f"n{i}"] = _record(rng, f"n{i}")
+            writer.write([Put(_doc(corpus[f"n{i}"]), "t")], None)
+        deadline = time.monotonic() + 120
+        while not writer.compactions and time.monotonic() < deadline:
+            corpus["late"] = _record(rng, "late")  # writes go on while it builds
+            writer.write([Put(_doc(corpus["late"]), "t")], None)
+            time.sleep(0.2)
+        assert writer.compactions and writer.compactions[0]["status"] == "compacted", writer.compactions
+        with generations.lease() as served:
+            assert served.engine.snapshot.path.name != first  # serving the new base
+            assert served.engine.live.seq == writer.wal.last_seq
+            assert served.engine.snapshot.manifest["counts"]["documents"] == len(corpus)
+        assert writer.wal.base_seq == writer.compactions[0]["generation"]  # the folded records are gone
+    finally:
+        writer.close()
+        generations.close()
+    rebuilt = _rebuild(tmp_path, corpus, embedder)
+    reopened = open_engine(index, embedder, plugins=False)
+    try:
+        queries = _queries(rng)
+        _compare(_rankings(reopened, queries), _rankings(rebuilt, queries))
+    finally:
+        reopened.close()
+        rebuilt.close()

@@ -122,6 +122,10 @@ def test_acl_change_revokes_on_the_next_request_and_equals_a_fresh_build(writabl
                 r = httpx.post(writable.url + "/v1/search", json={"retriever": route, "query": q, "k": 5},
                                headers=_h(writable, "bob"), timeout=60)
                 assert [h["doc_id"] for h in r.json()["hits"]] == expected, (q, route)
+            want = fresh.query(q, bob)
+            r = httpx.post(writable.url + "/v1/query", json={"question": q}, headers=_h(writable, "bob"), timeout=60)
+            got = r.json()
+            assert (got["status"], [c["chunk_id"] for c in got["context"]]) == (want.status, [h.chunk_id for h in want.context])
     finally:
         fresh.close()
 
@@ -245,3 +249,24 @@ def test_mcp_write_tools_are_listed_only_for_write_keys_and_apply_at_once(writab
     assert "mcp-note" not in _found(writable, "erin", "Ferrowind ballast")["bm25"]
     denied = anyio.run(session, "erin", forbidden)
     assert denied.is_error and denied.structured_content["error"]["code"] == "access_denied"
+
+
+def test_an_ingest_under_a_writing_server_replaces_the_corpus_and_numbering_goes_on(writable, embedder):
+    import time
+
+    from indexes.snapshot import build_snapshot
+
+    put = httpx.put(writable.url + "/v1/documents/before-ingest", json={"text": "Quillmere sluice log.", "acl": ["public"]},
+                    headers=_h(writable, "wendy"), timeout=60)
+    generation = put.json()["generation"]
+    manifest = build_snapshot([MINI], writable.index, embedder)  # what `quarry ingest` does beside the server
+    assert manifest["wal_seq"] == generation
+    deadline = time.monotonic() + 60
+    while httpx.get(writable.url + "/readyz", headers=_h(writable, "ops"), timeout=30).json()["snapshot"] != manifest["snapshot"]:
+        assert time.monotonic() < deadline, "the server did not switch to the ingested snapshot"
+        time.sleep(0.1)
+    assert httpx.get(writable.url + "/v1/documents/before-ingest", headers=_h(writable, "erin"), timeout=30).status_code == 404
+    after = httpx.put(writable.url + "/v1/documents/after-ingest", json={"text": "Quillmere weir log.", "acl": ["public"]},
+                      headers=_h(writable, "wendy"), timeout=60)
+    assert after.json()["generation"] == generation + 1
+    assert _found(writable, "erin", "Quillmere weir")["exact"] == ["after-ingest"]
