@@ -232,7 +232,14 @@ class Catalog:
         """(row, name) pairs for entities: document titles; identifiers inside titles (they name
         a document only while the reader sees one title carrying them, which the entity index
         decides per reader); short string metadata values. Each chunk row carries its
-        document's names."""
+        document's names. Read once (a catalog never changes; a live index asks for the base's
+        names at every write)."""
+        cached = getattr(self, "_entity_names", None)
+        if cached is None:
+            cached = self._entity_names = self._read_entity_names()
+        return cached
+
+    def _read_entity_names(self) -> tuple[list[tuple[int, str]], list[tuple[int, str]], list[tuple[int, str]]]:
         from retrieval.constraints import identifiers
 
         cur = self.cursor()
@@ -272,6 +279,17 @@ class Catalog:
         d_id, text, title, source, d, metadata, acl = got[0]
         return Document(id=d_id, text=text, title=title, source=source, date=d,
                         metadata=json.loads(metadata) if metadata else {}, acl=tuple(acl))
+
+    def documents(self) -> list[tuple[Document, str]]:
+        """Every document with its origin, in the order of their first chunk (one query: what
+        a compaction folds)."""
+        got = self.cursor().execute(
+            """SELECT d.doc_id, d.text, d.title, d.source, d.date, d.metadata, d.acl, d.origin FROM quarry.documents d
+               JOIN (SELECT doc_id, min("row") AS first FROM quarry.chunks GROUP BY doc_id) c USING (doc_id)
+               ORDER BY c.first"""
+        ).fetchall()
+        return [(Document(id=i, text=t, title=ti, source=so, date=da, metadata=json.loads(m) if m else {}, acl=tuple(a)),
+                 o or "") for i, t, ti, so, da, m, a, o in got]
 
     def match_rows(self, phrases: Sequence[str], patterns: Sequence[str], terms: Sequence[str],
                    allowed: np.ndarray) -> list[tuple[int, float]]:

@@ -37,8 +37,8 @@ from indexes.dense import DenseIndex
 from indexes.segments import LiveCatalog, SegmentedBm25, SegmentedDense, view_chunks
 from indexes.snapshot_build import embed_key, index_text
 from indexes.snapshot_load import Snapshot
-from indexes.wal import JSONObject, Record, log_end, read_log
-from retrieval.errors import InvalidRequest, ServerFault
+from indexes.wal import JSONObject, Record, log_end, read_after
+from retrieval.errors import InvalidRequest, ServerFault, SnapshotError
 from retrieval.types import Document, check_acl
 
 log = logging.getLogger("quarry.live")
@@ -214,17 +214,25 @@ def parse_record(record: Record, model_id: str, max_chars: int, encode: Encode |
     return out
 
 
+class Superseded(SnapshotError):
+    """The log was folded into a snapshot newer than the one being opened: open CURRENT again."""
+
+
 def replay(index_dir: Path, base: Snapshot, model_id: str, encode: Encode | None) -> LiveState:
-    """The state after every log record the base does not hold yet."""
+    """The state after every log record the base does not hold yet. `Superseded` when the
+    log no longer holds them (a compaction switched CURRENT and folded the log after this
+    base was opened)."""
     after = int(base.manifest.get("wal_seq", 0))
     state = LiveState(after)
     path = wal_path(index_dir)
     if not path.exists():
         return state
+    folded, records = read_after(path, after)
+    if folded > after:
+        raise Superseded(f"snapshot {base.path.name} is older than the write-ahead log; open the index again")
     max_chars, default_acl, _ = options_of(base)
-    for record in read_log(path):
-        if record.seq > after:
-            state = apply(state, base, parse_record(record, model_id, max_chars, encode, default_acl), record.seq)
+    for record in records:
+        state = apply(state, base, parse_record(record, model_id, max_chars, encode, default_acl), record.seq)
     return state
 
 
@@ -274,16 +282,19 @@ def live_view(base: Snapshot, state: LiveState, mask_cache_size: int = 512) -> S
 
 def live_documents(base: Snapshot, state: LiveState) -> list[tuple[Document, str, np.ndarray]]:
     """Every live document with its origin and vectors, base ones first (in base order):
-    what a compaction folds into a new base."""
+    what a compaction folds into a new base. Base documents are read in one pass."""
     out: list[tuple[Document, str, np.ndarray]] = []
-    seen: set[str] = set()
-    for doc_id in dict.fromkeys(base.chunks.doc_ids):
-        seen.add(doc_id)
-        found = current(state, base, doc_id)
-        if found is not None:
-            out.append((found.doc, found.origin, found.vectors))
+    vectors = base.dense.vectors(np.arange(len(base.chunks), dtype=np.int64))
+    for doc, origin in base.catalog.documents():
+        if doc.id in state.docs:
+            changed = state.docs[doc.id]
+            if changed is not None:
+                out.append((changed.doc, changed.origin, changed.vectors))
+            continue
+        out.append((doc, origin, vectors[base.chunks.rows_of_doc(doc.id)]))
+    known = {d.id for d, _, _ in out}
     for doc_id, ld in sorted(state.docs.items()):
-        if doc_id not in seen and ld is not None:
+        if doc_id not in known and ld is not None:
             out.append((ld.doc, ld.origin, ld.vectors))
     return out
 
@@ -291,9 +302,9 @@ def live_documents(base: Snapshot, state: LiveState) -> list[tuple[Document, str
 def compact(index_dir: Path, embedder: Any, progress: Any = None) -> dict[str, Any] | None:
     """Fold the log's changes into a new base snapshot and make it current (the manifest of
     the new snapshot), or None when the current base already holds every change. Queries keep
-    running on the old snapshot until they reload (`serve` follows CURRENT). The log itself
-    is shortened by its writer (`Writer.fold` in a server, or `quarry compact` when no server
-    holds it): records up to the new base's `wal_seq` are skipped by every replay anyway."""
+    running on the old snapshot until they reload (`serve` follows CURRENT). The log's writer
+    then drops the folded records (`Writer.compact`); a reader that opened the old base just
+    before finds the log folded past it (`Superseded`) and opens CURRENT again."""
     from indexes.snapshot import BuildOptions, compact_snapshot, load_snapshot
 
     base = load_snapshot(index_dir, embedder, verify_hashes=False)

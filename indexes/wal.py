@@ -152,6 +152,15 @@ def read_log(path: Path) -> Iterator[Record]:
     return _records(open(path, "rb"), None)
 
 
+def read_after(path: Path, after: int) -> tuple[int, list[Record]]:
+    """(the log's base seq, its valid records after seq `after`), without the writer's lock.
+    A base above `after` means the records a reader needs were folded away: the snapshot it
+    replays onto is older than the one the log was folded into."""
+    with open(path, "rb") as fh:
+        scan = _Scan(fh)
+        return scan.base, [r for r in scan.records() if r.seq > after]
+
+
 def log_end(path: Path) -> int:
     """The last acknowledged seq of the log at `path` (its base when it holds no record; 0
     when there is no log), read without the writer's lock."""

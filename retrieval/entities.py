@@ -30,6 +30,14 @@ def _key(text: str) -> str:
     return " ".join(t.lower() for t in _TOKEN.findall(text))
 
 
+@lru_cache(maxsize=262_144)
+def _normal(name: str) -> tuple[str, str]:
+    """(display form, key) of a raw name; memoized, since a live index builds its entity index
+    again at every write from mostly the same names."""
+    shown = _PAREN.sub("", name).strip()
+    return shown, _key(shown)
+
+
 @dataclass(eq=False)
 class EntityIndex:
     """normalised entity -> (display form, chunk rows that carry it).
@@ -62,16 +70,15 @@ class EntityIndex:
         display: dict[str, str] = {}
         plain_rows: dict[str, set[int]] = {}
         for is_plain, pairs in ((True, names_by_row), (False, one_document)):
-            for row, name in pairs:
-                name = _PAREN.sub("", name).strip()
-                key = _key(name)
+            for row, raw in pairs:
+                name, key = _normal(raw)
                 if not key or len(key.split()) > MAX_WORDS or key in STOPWORDS or len(key) < 3 or key.isdigit():
                     continue
                 rows.setdefault(key, []).append(row)
                 display.setdefault(key, name)
                 if is_plain:
                     plain_rows.setdefault(key, set()).add(row)
-        entries = {k: (display[k], np.unique(np.asarray(v, dtype=np.int64))) for k, v in rows.items()}
+        entries = {k: (display[k], np.asarray(v if len(v) == 1 else sorted(set(v)), dtype=np.int64)) for k, v in rows.items()}
         doc_number = {d: i for i, d in enumerate(dict.fromkeys(doc_ids))}
         owners = {}
         for k, (_, krows) in entries.items():
