@@ -21,7 +21,7 @@ from typing import Any, Callable, Literal
 from pydantic import Field, StrictInt, StrictStr, ValidationError, field_validator
 
 from retrieval.answer import hits_json, result_json
-from retrieval.errors import NotFound, RetrievalError
+from retrieval.errors import Conflict, NotFound, RetrievalError
 from retrieval.limits import Limits
 from retrieval.registry import SEARCH_ROUTES
 from retrieval.search import search
@@ -339,7 +339,8 @@ class Toolset:
             return ToolCall(spec.name, args, error=ToolError("access_denied", f"{spec.name} needs the '{spec.scope}' scope"))
         target = self.writer() if spec.name in WRITE_TOOLS else engine
         if target is None:
-            return ToolCall(spec.name, args, error=ToolError("retrieval_unavailable", "this server does not accept writes", True))
+            refused = Conflict("this server serves its index read-only")
+            return ToolCall(spec.name, args, error=ToolError(refused.tool_code, refused.message, refused.retryable))
         try:
             return ToolCall(spec.name, args, result=spec.run(target, principal, args))
         except RetrievalError as e:

@@ -16,7 +16,7 @@ from starlette.concurrency import run_in_threadpool
 
 from indexes.corpus import make_document
 from indexes.live import Change, Delete, Put, SetAcl, options_of
-from retrieval.errors import Forbidden, InvalidRequest, RetrievalUnavailable
+from retrieval.errors import Conflict, Forbidden, InvalidRequest
 from retrieval.types import check_acl
 from routes.api import _body, current_caller
 from routes.auth import Caller
@@ -25,6 +25,7 @@ from routes.schemas import AclIn, DocumentIn, WriteOut, batch_model, error_respo
 ERRORS = error_responses(400, 401, 403, 404, 409, 413, 422, 429, 503)
 IDEMPOTENCY_HEADER = "idempotency-key"
 MAX_KEY_CHARS = 200
+READ_ONLY = "this server serves its index read-only (it does not own the index's write-ahead log)"
 
 
 def reopen(settings: Any, serving: Any) -> Any:
@@ -55,7 +56,7 @@ async def _write(request: Request, caller: Caller, changes: Sequence[Change]) ->
     state = request.app.state.quarry
     writer = state.extra.get("writer")
     if writer is None:
-        raise state.extra.get("writer_error") or RetrievalUnavailable("this server does not accept writes")
+        raise state.extra.get("writer_error") or Conflict(READ_ONLY)
     header = request.headers.get(IDEMPOTENCY_HEADER)
     idempotency = None
     if header is not None:
@@ -121,7 +122,7 @@ def build_write_router(max_batch: int) -> APIRouter:
         state = request.app.state.quarry
         writer = state.extra.get("writer")
         if writer is None:
-            raise state.extra.get("writer_error") or RetrievalUnavailable("this server does not accept writes")
+            raise state.extra.get("writer_error") or Conflict(READ_ONLY)
         with state.gate.enter(caller.key_id):
             current = state.engines.current
             out = await run_in_threadpool(writer.compact, current.engine.embedder)

@@ -270,3 +270,20 @@ def test_an_ingest_under_a_writing_server_replaces_the_corpus_and_numbering_goes
                       headers=_h(writable, "wendy"), timeout=60)
     assert after.json()["generation"] == generation + 1
     assert _found(writable, "erin", "Quillmere weir")["exact"] == ["after-ingest"]
+
+
+def test_a_cli_write_beside_the_server_gets_its_conflict_at_once(writable, tmp_path):
+    import os
+    import subprocess
+    import sys
+
+    from tests.conftest import ROOT
+
+    doc = tmp_path / "one.jsonl"
+    doc.write_text(json.dumps({"id": "cli-beside", "text": "Beside the server.", "acl": ["public"]}) + "\n")
+    out = subprocess.run([sys.executable, "-m", "routes.cli", "upsert", str(doc), "--index", str(writable.index)],
+                         cwd=ROOT, capture_output=True, text=True, timeout=120, env=os.environ)
+    assert out.returncode == 2, out.stderr[-2000:]
+    error = json.loads(out.stdout)["error"]
+    assert error["code"] == "conflict" and f"process {os.getpid()}" in error["message"]
+    assert httpx.get(writable.url + "/v1/documents/cli-beside", headers=_h(writable, "erin"), timeout=30).status_code == 404
