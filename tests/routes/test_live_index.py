@@ -58,6 +58,14 @@ def _rankings(engine: Engine, queries: list[str]) -> dict:
     return out
 
 
+def _index(tmp: Path, corpus: dict[str, dict], embedder) -> Path:
+    """A base snapshot of `corpus` in tmp/ix."""
+    src = tmp / "base.jsonl"
+    src.write_text("".join(json.dumps(r) + "\n" for r in corpus.values()))
+    build_snapshot([src], tmp / "ix", embedder)
+    return tmp / "ix"
+
+
 def _rebuild(tmp: Path, corpus: dict[str, dict], embedder) -> Engine:
     src = tmp / "final"
     src.mkdir(exist_ok=True)
@@ -82,11 +90,7 @@ def _compare(live: dict, rebuilt: dict) -> None:
 def test_random_writes_and_compactions_rank_like_a_full_rebuild(tmp_path, embedder, seed):
     rng = random.Random(seed)
     corpus = {f"d{i:02d}": _record(rng, f"d{i:02d}") for i in range(24)}
-    base_src = tmp_path / "base"
-    base_src.mkdir()
-    (base_src / "docs.jsonl").write_text("".join(json.dumps(r) + "\n" for r in corpus.values()))
-    index = tmp_path / "live"
-    build_snapshot([base_src / "docs.jsonl"], index, embedder)
+    index = _index(tmp_path, corpus, embedder)
     generations = Generations(open_engine(index, embedder, plugins=False), owned=True)
     writer = Writer(index, generations)
     queries = _queries(rng)
@@ -148,10 +152,7 @@ def test_a_write_checks_the_whole_batch_and_applies_nothing_on_a_bad_change(tmp_
     rng = random.Random(5)
     corpus = {f"d{i}": _record(rng, f"d{i}") for i in range(6)}
     corpus["d0"]["acl"] = ["group:alpha"]
-    src = tmp_path / "docs.jsonl"
-    src.write_text("".join(json.dumps(r) + "\n" for r in corpus.values()))
-    index = tmp_path / "ix"
-    build_snapshot([src], index, embedder)
+    index = _index(tmp_path, corpus, embedder)
     generations = Generations(open_engine(index, embedder, plugins=False), owned=True)
     writer = Writer(index, generations)
     try:
@@ -178,10 +179,7 @@ def test_past_compact_after_changes_a_background_compaction_folds_them(tmp_path,
 
     rng = random.Random(9)
     corpus = {f"d{i}": _record(rng, f"d{i}") for i in range(8)}
-    src = tmp_path / "docs.jsonl"
-    src.write_text("".join(json.dumps(r) + "\n" for r in corpus.values()))
-    index = tmp_path / "ix"
-    build_snapshot([src], index, embedder)
+    index = _index(tmp_path, corpus, embedder)
     first = current_snapshot_path(index).name
     generations = Generations(open_engine(index, embedder, plugins=False), owned=True)
     writer = Writer(index, generations, compact_after=3,
