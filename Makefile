@@ -13,9 +13,12 @@ PORT ?= 8000
 install: $(STAMP)
 
 # CPU torch goes in first, and the constraints file keeps it there, so nothing pulls a CUDA build.
-$(STAMP): pyproject.toml constraints.txt
+# The client distribution (client/, with its LangChain and LlamaIndex extras) goes in before
+# the service, which imports its wire models.
+$(STAMP): pyproject.toml constraints.txt client/pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q -c constraints.txt torch==2.13.0
+	$(PY) -m pip install -q -c constraints.txt -e './client[langchain,llamaindex]'
 	$(PY) -m pip install -q -c constraints.txt -e '.[dev]'
 	touch $(STAMP)
 

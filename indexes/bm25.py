@@ -87,7 +87,8 @@ class CollectionStats:
 class Bm25Index:
     """A bm25s index whose row i is chunk row i of the snapshot."""
 
-    def __init__(self, model: bm25s.BM25 | None, params: Bm25Params, size: int, lengths: np.ndarray | None = None) -> None:
+    def __init__(self, model: bm25s.BM25 | None, params: Bm25Params, size: int, lengths: np.ndarray | None = None,
+                 storage: str | None = None) -> None:
         self._model = model
         self.params = params
         self.size = size
@@ -95,17 +96,23 @@ class Bm25Index:
         self._avgdl = float(self._lengths.mean()) if size else 1.0
         self.tokenize = Tokenizer(params.stem, params.stopwords)
         self._idf = _select_idf_scorer(params.method)
+        # The idf bm25s stored its postings with: the one scored with, except for a live index's
+        # delta, stored with Lucene's (always positive) so every term's tf can be recovered.
+        self._storage = storage or params.method
+        self._store_idf = _select_idf_scorer(self._storage)
 
     @classmethod
-    def build(cls, texts: Sequence[str], params: Bm25Params = Bm25Params()) -> Bm25Index:
+    def build(cls, texts: Sequence[str], params: Bm25Params = Bm25Params(), storage: str | None = None) -> Bm25Index:
+        """`storage`: the bm25s method the postings are stored with, when it is not the
+        scoring one (scores then always go through the recovered term frequencies)."""
         if not texts:
-            return cls(None, params, 0)
+            return cls(None, params, 0, storage=storage)
         tokenize = Tokenizer(params.stem, params.stopwords)
         # An empty token list breaks bm25s' vocabulary; a placeholder term matches no query.
         corpus = [tokenize(t) or ["\x00"] for t in texts]
-        model = bm25s.BM25(method=params.method, k1=params.k1, b=params.b)
+        model = bm25s.BM25(method=storage or params.method, k1=params.k1, b=params.b)
         model.index(corpus, show_progress=False)
-        return cls(model, params, len(texts), np.asarray([len(c) for c in corpus], dtype=np.float64))
+        return cls(model, params, len(texts), np.asarray([len(c) for c in corpus], dtype=np.float64), storage)
 
     def save(self, directory: Path) -> None:
         directory.mkdir(parents=True, exist_ok=True)
@@ -130,9 +137,10 @@ class Bm25Index:
         ids = model.get_tokens_ids(self.tokenize(query)) if model is not None else []
         if model is None or not ids:
             return np.zeros(self.size, dtype=np.float32)
-        if allowed is None or int(allowed.sum()) == self.size:
+        if (allowed is None or int(allowed.sum()) == self.size) and self._storage == self.params.method:
             scores: np.ndarray = model.get_scores_from_ids(ids)
             return scores
+        allowed = np.ones(self.size, dtype=bool) if allowed is None else allowed
         return self.scores_with(query, allowed, self.collection_stats(query, allowed))
 
     def collection_stats(self, query: str, allowed: np.ndarray) -> CollectionStats:
@@ -181,7 +189,7 @@ class Bm25Index:
             lo, hi = int(indptr[t]), int(indptr[t + 1])
             rows = indices[lo:hi]
             keep = allowed[rows]
-            global_idf = self._idf(hi - lo, N=self.size)
+            global_idf = self._store_idf(hi - lo, N=self.size)
             if not keep.any() or global_idf <= 0:
                 continue
             rows = rows[keep]
@@ -215,7 +223,7 @@ class Bm25Index:
             counts[t] = counts.get(t, 0) + 1
         data, indices, indptr = (model.scores[k] for k in ("data", "indices", "indptr"))
         n_allowed = int(np.count_nonzero(allowed))
-        scoped = n_allowed != self.size
+        scoped = n_allowed != self.size or self._storage != self.params.method
         terms, dfs, present, stored = [], [], [], []
         for t in counts:
             lo, hi = int(indptr[t]), int(indptr[t + 1])
@@ -234,7 +242,7 @@ class Bm25Index:
         value = np.where(hit, np.vstack(stored), 0.0).astype(np.float64)
         idf = np.asarray([self._idf(df, N=n_allowed) for df, _ in dfs])
         if scoped:
-            global_idf = np.asarray([self._idf(g, N=self.size) for _, g in dfs])
+            global_idf = np.asarray([self._store_idf(g, N=self.size) for _, g in dfs])
             live = global_idf > 0
             scoped_avgdl = float(self._lengths[allowed].mean())
             value[live] = idf[live, None] * self._rescoped(value[live], global_idf[live, None], rows, scoped_avgdl)

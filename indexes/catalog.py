@@ -280,6 +280,11 @@ class Catalog:
         return Document(id=d_id, text=text, title=title, source=source, date=d,
                         metadata=json.loads(metadata) if metadata else {}, acl=tuple(acl))
 
+    def origin(self, doc_id: str) -> str:
+        """Where a document came from (`path:line` of its ingest, or its writer)."""
+        got = self.cursor().execute("SELECT origin FROM quarry.documents WHERE doc_id = ?", [doc_id]).fetchall()
+        return str(got[0][0] or "") if got else ""
+
     def documents(self) -> list[tuple[Document, str]]:
         """Every document with its origin, in the order of their first chunk (one query: what
         a compaction folds)."""

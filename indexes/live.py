@@ -115,7 +115,7 @@ def current(state: LiveState, base: Snapshot, doc_id: str) -> LiveDoc | None:
     if doc is None:
         return None
     rows = np.asarray(base.chunks.rows_of_doc(doc_id), dtype=np.int64)
-    return LiveDoc(doc, "base", base.dense.vectors(rows))
+    return LiveDoc(doc, base.catalog.origin(doc_id), base.dense.vectors(rows))
 
 
 def embed_docs(docs: Sequence[Document], encode: Encode, max_chars: int) -> list[np.ndarray]:
@@ -218,10 +218,11 @@ class Superseded(SnapshotError):
     """The log was folded into a snapshot newer than the one being opened: open CURRENT again."""
 
 
-def replay(index_dir: Path, base: Snapshot, model_id: str, encode: Encode | None) -> LiveState:
-    """The state after every log record the base does not hold yet. `Superseded` when the
-    log no longer holds them (a compaction switched CURRENT and folded the log after this
-    base was opened)."""
+def replay(index_dir: Path, base: Snapshot, model_id: str, encode: Encode | None,
+           through: int | None = None) -> LiveState:
+    """The state after every log record the base does not hold yet (up to seq `through`,
+    when given: the writer's last acknowledged one). `Superseded` when the log no longer
+    holds them (a compaction switched CURRENT and folded the log after this base was opened)."""
     after = int(base.manifest.get("wal_seq", 0))
     state = LiveState(after)
     path = wal_path(index_dir)
@@ -232,6 +233,8 @@ def replay(index_dir: Path, base: Snapshot, model_id: str, encode: Encode | None
         raise Superseded(f"snapshot {base.path.name} is older than the write-ahead log; open the index again")
     max_chars, default_acl, _ = options_of(base)
     for record in records:
+        if through is not None and record.seq > through:
+            break
         state = apply(state, base, parse_record(record, model_id, max_chars, encode, default_acl), record.seq)
     return state
 
@@ -267,7 +270,7 @@ def live_view(base: Snapshot, state: LiveState, mask_cache_size: int = 512) -> S
         delta_chunks = delta_catalog.chunk_table()
         chunk_table = view_chunks(base.chunks, delta_chunks, dead, mask_cache_size)
         alive = np.concatenate([~dead, np.ones(len(chunks), dtype=bool)])
-        bm25 = SegmentedBm25([base.bm25, Bm25Index.build(texts, params)], alive)
+        bm25 = SegmentedBm25([base.bm25, Bm25Index.build(texts, params, storage="lucene")], alive)
         dense = SegmentedDense([base.dense, DenseIndex.build(vectors, sq8_from=1 << 62)])
         catalog = LiveCatalog(base.catalog, delta_catalog, by_id, frozenset(removed), dead, n)
         counts = catalog.counts()
@@ -299,9 +302,11 @@ def live_documents(base: Snapshot, state: LiveState) -> list[tuple[Document, str
     return out
 
 
-def compact(index_dir: Path, embedder: Any, progress: Any = None) -> dict[str, Any] | None:
+def compact(index_dir: Path, embedder: Any, progress: Any = None, through: int | None = None) -> dict[str, Any] | None:
     """Fold the log's changes into a new base snapshot and make it current (the manifest of
-    the new snapshot), or None when the current base already holds every change. Queries keep
+    the new snapshot), or None when the current base already holds every change (through log
+    seq `through`: a writer passes its last acknowledged one, since a record being appended
+    may be on disk before it is acknowledged, or never be). Queries keep
     running on the old snapshot until they reload (`serve` follows CURRENT). The log's writer
     then drops the folded records (`Writer.compact`); a reader that opened the old base just
     before finds the log folded past it (`Superseded`) and opens CURRENT again."""
@@ -309,7 +314,7 @@ def compact(index_dir: Path, embedder: Any, progress: Any = None) -> dict[str, A
 
     base = load_snapshot(index_dir, embedder, verify_hashes=False)
     try:
-        state = replay(index_dir, base, embedder.model_id, embedder.encode)
+        state = replay(index_dir, base, embedder.model_id, embedder.encode, through)
         if state.seq <= int(base.manifest.get("wal_seq", 0)):
             return None
         max_chars, default_acl, params = options_of(base)

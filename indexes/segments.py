@@ -185,18 +185,25 @@ class LiveCatalog:
                      for b, d in zip(base, delta, strict=True))
 
     def document_acl(self, doc_id: str) -> tuple[str, ...] | None:
+        """The base is always asked first, so a changed or deleted document costs the same
+        lookup as any other id (its answer cannot be told apart by timing)."""
+        base = self.base.document_acl(doc_id)
         if doc_id in self._docs:
             return self._docs[doc_id].acl
-        return None if doc_id in self._removed else self.base.document_acl(doc_id)
+        return None if doc_id in self._removed else base
+
+    def origin(self, doc_id: str) -> str:
+        return self.delta.origin(doc_id) if doc_id in self._docs else self.base.origin(doc_id)
 
     def readable_document(self, doc_id: str, can_read: Callable[[tuple[str, ...]], bool]) -> Document | None:
         acl = self.document_acl(doc_id)
         return self.document(doc_id) if acl is not None and can_read(acl) else None
 
     def document(self, doc_id: str) -> Document | None:
+        base = self.base.document(doc_id)  # asked first either way (see document_acl)
         if doc_id in self._docs:
             return self._docs[doc_id]
-        return None if doc_id in self._removed else self.base.document(doc_id)
+        return None if doc_id in self._removed else base
 
     def match_rows(self, phrases: Sequence[str], patterns: Sequence[str], terms: Sequence[str],
                    allowed: np.ndarray) -> list[tuple[int, float]]:

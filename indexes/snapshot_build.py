@@ -40,9 +40,9 @@ from indexes.dense import DenseIndex
 from indexes.embedder import Embedder
 from indexes.snapshot_lease import LEASE_FILE, PRUNING, acquire, remove_unless_served
 from indexes.snapshot_load import CURRENT, FORMAT_VERSION, current_snapshot_path, read_manifest, verify_files
-from indexes.tables import TableSource, file_digest, fsync_dir, plan_tables
-from indexes.wal import log_end
-from retrieval.errors import IngestError, RetrievalError, SnapshotError, StorageError
+from indexes.tables import TableSource, file_digest, fsync_dir, fsync_tree, plan_tables
+from indexes.wal import log_end, read_after
+from retrieval.errors import Conflict, IngestError, RetrievalError, SnapshotError, StorageError
 from retrieval.sql.schema import TableInfo
 from retrieval.types import Chunk, Document
 
@@ -132,20 +132,19 @@ def build_snapshot(
 ) -> dict[str, Any]:
     """Ingest `sources` into a new snapshot and make it current; returns its manifest. The
     sources replace the whole corpus, live writes included: the manifest's `wal_seq` is the
-    write-ahead log's last seq when the build started (indexes/live.py)."""
+    write-ahead log's last seq when the build took its lock (indexes/live.py)."""
     t0 = time.perf_counter()
     loaded = load_documents(sources, options.default_acl)  # validation happens before any write
     tables = plan_tables(discover(sources)[1], options.default_acl)
     if not loaded and not tables:
         raise IngestError("no documents or tables found", ", ".join(map(str, sources)))
     docs = [ld.doc for ld in loaded]
-    wal_seq = log_end(index_dir / "wal.log")
 
     def reuse() -> dict[str, np.ndarray]:
         return previous_vectors(options.reuse_from or index_dir, embedder.model_id) if options.reuse_embeddings else {}
 
     return _publish(index_dir, loaded, tables, embedder, options, progress, time.perf_counter() - t0,
-                    content_hash(docs, tables), wal_seq, reuse)
+                    content_hash(docs, tables), None, reuse)
 
 
 def compact_snapshot(index_dir: Path, documents: Sequence[tuple[Document, str, np.ndarray]], previous: Path,
@@ -172,14 +171,19 @@ def compact_snapshot(index_dir: Path, documents: Sequence[tuple[Document, str, n
     h = hashlib.sha256(content_hash([d for d, _, _ in documents]).encode())
     h.update(json.dumps(read_manifest(previous).get("tables") or {}, sort_keys=True).encode())
     return _publish(index_dir, loaded, [], embedder, options, progress, time.perf_counter() - t0, h.hexdigest(),
-                    wal_seq, lambda: reuse, copy_tables=(previous / "catalog.duckdb", tables))
+                    wal_seq, lambda: reuse, copy_tables=(previous / "catalog.duckdb", tables), expect_base=previous.name)
 
 
 def _publish(index_dir: Path, loaded: Sequence[LoadedDocument], tables: Sequence[TableSource], embedder: Embedder,
-             options: BuildOptions, progress: Progress | None, t_load: float, digest: str, wal_seq: int,
+             options: BuildOptions, progress: Progress | None, t_load: float, digest: str, wal_seq: int | None,
              reuse_vectors: Callable[[], dict[str, np.ndarray]],
-             copy_tables: tuple[Path, Sequence[TableInfo]] | None = None) -> dict[str, Any]:
-    """Build into `.building-*`, write the manifest last, rename, switch CURRENT, prune."""
+             copy_tables: tuple[Path, Sequence[TableInfo]] | None = None, expect_base: str | None = None) -> dict[str, Any]:
+    """Build into `.building-*`, write the manifest last, rename, switch CURRENT, prune.
+
+    `wal_seq` None (an ingest): the log's last seq, read under the build lock, so no
+    compaction or fold can slip between. `expect_base` (a compaction): the snapshot its
+    changes were replayed onto; if CURRENT names another one by the switch (an ingest or
+    another compaction published meanwhile), nothing is switched: `Conflict`."""
     report = progress or (lambda stage, done, total: None)
     t0 = time.perf_counter()
     docs = [ld.doc for ld in loaded]
@@ -189,6 +193,11 @@ def _publish(index_dir: Path, loaded: Sequence[LoadedDocument], tables: Sequence
     t_load += time.perf_counter() - t0
 
     with _storage_errors(), _build_lock(index_dir):
+        log_path = index_dir / "wal.log"
+        if wal_seq is None:
+            wal_seq = log_end(log_path)
+        elif log_path.exists() and read_after(log_path, wal_seq)[0] > wal_seq:
+            raise Conflict("the write-ahead log was folded past this build's changes; nothing was switched, try again")
         snapshots = index_dir / "snapshots"
         snapshots.mkdir(exist_ok=True)
         for stale in [*snapshots.glob(".building-*"), *snapshots.glob(f"{PRUNING}*")]:
@@ -206,8 +215,12 @@ def _publish(index_dir: Path, loaded: Sequence[LoadedDocument], tables: Sequence
         manifest["timings_s"]["load_and_chunk"] = round(t_load, 3)
         (work / "manifest.json").write_text(json.dumps(manifest, indent=2))
         (work / LEASE_FILE).touch()  # so a read-only copy of the index can still be leased
-        fsync_dir(work)
+        fsync_tree(work)  # every file durable before CURRENT can name the snapshot
         serving = _current_name(index_dir)  # read before the switch: the snapshot that was serving
+        if expect_base is not None and serving != expect_base:
+            shutil.rmtree(work, ignore_errors=True)
+            raise Conflict(f"the index changed while this compaction built (CURRENT names {serving}, not {expect_base}); "
+                           "nothing was switched, try again")
         final = snapshots / name
         work.rename(final)
         fsync_dir(snapshots)

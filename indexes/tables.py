@@ -103,6 +103,21 @@ def fsync_dir(path: Path) -> None:
         os.close(fd)
 
 
+def fsync_tree(root: Path) -> None:
+    """Make every file under `root` and every directory entry in it durable: what a snapshot
+    needs before CURRENT may name it (and before the log records it holds are dropped)."""
+    for path in sorted(root.rglob("*")):
+        if path.is_file():
+            fd = os.open(path, os.O_RDONLY)
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+    for directory in sorted((p for p in root.rglob("*") if p.is_dir()), key=lambda p: -len(p.parts)):
+        fsync_dir(directory)
+    fsync_dir(root)
+
+
 def load_tables(con: duckdb.DuckDBPyConnection, sources: Sequence[TableSource]) -> list[TableInfo]:
     """Create `data.<name>` for each source inside the caller's transaction."""
     infos = []

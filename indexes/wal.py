@@ -266,6 +266,10 @@ class WriteAheadLog:
                     written += os.pwrite(self._fd, memoryview(line)[written:], self._end + written)
                 os.fsync(self._fd)
             except OSError as e:
+                try:  # readers must not see a record that was never acknowledged
+                    os.ftruncate(self._fd, self._end)
+                except OSError:
+                    pass
                 self._fail(e)
             self._end += len(line)
             self._last = seq
@@ -292,6 +296,19 @@ class WriteAheadLog:
             with open(self.path, "rb") as fh:
                 self._rewrite(base, kept, (r for r in _Scan(fh, self._end).records() if r.seq > base))
             self._base, self._carry = base, kept
+
+    def restart_at(self, seq: int, carry: JSONObject | None = None) -> None:
+        """Number from `seq` on: an empty log's base moves up to it (a log that still holds
+        records is left as it is: `InvalidRequest`)."""
+        with self._lock:
+            self._check_writable()
+            if self._last != self._base:
+                raise InvalidRequest("the write-ahead log holds records; it can only be folded, not renumbered")
+            if seq > self._base:
+                kept = dict(self._carry) if carry is None else dict(carry)
+                self._rewrite(seq, kept, iter(()))
+                self._base = self._last = seq
+                self._carry = kept
 
     def close(self) -> None:
         """Release the file and the writer lock (idempotent; waits for an append in flight)."""

@@ -232,10 +232,11 @@ class BodyLimit:
         await send({"type": "http.response.body", "body": body})
 
 
-def _open_writer(state: AppState) -> None:
-    """Own the index's write-ahead log (routes/writes.py). Another process holding it leaves
-    this server read-only: its writes answer that process's Conflict. A write that landed
-    between loading the engine and taking the log is served before the first request."""
+def _open_writer(state: AppState) -> Any:
+    """Own the index's write-ahead log (routes/writes.py); the writer, or None. Another
+    process holding it leaves this server read-only (its writes answer that process's
+    Conflict; the reloader tries again at each poll and meanwhile replays that process's
+    records). A write that landed before the log was taken is served before the next request."""
     from routes.write_api import reopen
     from routes.writes import Writer
 
@@ -250,13 +251,18 @@ def _open_writer(state: AppState) -> None:
         writer = Writer(settings.index_dir, state.engines, settings.write_batch_max, compact_after=settings.compact_after,
                         opener=None if settings.reload_interval_s > 0 else opener)
     except RetrievalError as e:
-        log.warning("this server serves %s read-only: %s", state.settings.index_dir, e.message)
+        if "writer_error" not in state.extra:
+            log.warning("this server serves %s read-only: %s", state.settings.index_dir, e.message)
         state.extra["writer_error"] = e
-        return
+        return None
+    state.extra.pop("writer_error", None)
     state.extra["writer"] = writer
     current = state.engines.current
+    if current is not None:
+        writer.start_at(int((current.engine.base or current.engine.snapshot).manifest.get("wal_seq", 0)))
     if current is not None and writer.behind(current.engine):
         writer.rebase(lambda: reopen(state.settings, current.engine))
+    return writer
 
 
 def engine_for(settings: Settings) -> Engine:
@@ -292,7 +298,7 @@ def create_app(settings: Settings, engine: Engine | None = None, keys: KeyStore 
         if settings.reload_interval_s > 0 and own_index:
             state.reloader = Reloader(state.engines, settings, settings.index_dir,
                                       lambda outcome: state.metrics.reloads.labels(outcome).inc(),
-                                      writer=state.extra.get("writer"))
+                                      writer=state.extra.get("writer"), acquire_writer=lambda: _open_writer(state))
             state.reloader.start()
         state.audit = AuditLog(settings.audit_path or settings.index_dir / "audit.duckdb", settings.audit_questions,
                                lambda reason, n: state.metrics.audit_dropped.labels(reason).inc(n))

@@ -30,7 +30,9 @@ def _writer(settings: Settings) -> Iterator[Writer]:
     generations = Generations()
     writer = Writer(index, generations, settings.write_batch_max)  # first: a Conflict costs no model load
     try:
-        generations.install(open_engine(index, settings=settings, warm=False, plugins=False), owned=True)
+        engine = open_engine(index, settings=settings, warm=False, plugins=False)
+        generations.install(engine, owned=True)
+        writer.start_at(int((engine.base or engine.snapshot).manifest.get("wal_seq", 0)))
         yield writer
     finally:
         writer.close()

@@ -19,7 +19,9 @@ import threading
 from pathlib import Path
 from typing import Any, Callable
 
+from indexes.live import wal_path
 from indexes.snapshot import current_snapshot_path
+from indexes.wal import log_end
 from retrieval.errors import SnapshotError
 from routes.engine import Engine, open_engine
 from routes.generations import Generations
@@ -28,6 +30,14 @@ from routes.settings import Settings
 log = logging.getLogger("quarry.reload")
 
 Opener = Callable[[Path, Engine], Engine]  # (index directory, serving engine) -> a new engine over CURRENT
+
+
+def _log_stat(index_dir: Path) -> tuple[int, int] | None:
+    try:
+        st = wal_path(index_dir).stat()
+    except OSError:
+        return None
+    return st.st_size, st.st_mtime_ns
 
 
 def current_name(index_dir: Path) -> str | None:
@@ -51,9 +61,11 @@ class Reloader:
 
     def __init__(self, generations: Generations, settings: Settings, index_dir: Path,
                  on_outcome: Callable[[str], None] | None = None, opener: Opener | None = None,
-                 writer: Any = None) -> None:
+                 writer: Any = None, acquire_writer: Callable[[], Any] | None = None) -> None:
         self.generations = generations
         self.writer = writer  # routes.writes.Writer: a reload replays its log under its lock
+        self.acquire_writer = acquire_writer  # tries to take the log when this server does not hold it
+        self._log_seen: tuple[int, int] | None = _log_stat(index_dir)
         self.settings = settings
         self.index_dir = index_dir
         self.interval_s = settings.reload_interval_s
@@ -102,9 +114,13 @@ class Reloader:
             return await self._check()
 
     async def _check(self) -> bool:
+        if self.writer is None and self.acquire_writer is not None:
+            self.writer = await asyncio.to_thread(self.acquire_writer)  # the log's owner may have let it go
         name = await asyncio.to_thread(current_name, self.index_dir)
-        if name is None or name == self.seen:
+        if name is None:
             return False
+        if name == self.seen:
+            return await self._follow_log()
         self.seen = name
         serving = self.generations.current
         if serving is None:
@@ -125,6 +141,36 @@ class Reloader:
         self.failed = None
         self.on_outcome("switched")
         return True
+
+    async def _follow_log(self) -> bool:
+        """Without the log (another process writes this index): reload when the log holds
+        records the served view lacks, so another writer's deletes and revocations reach this
+        server within one poll."""
+        if self.writer is not None:
+            return False  # this process writes: its views already hold every record
+        stat = await asyncio.to_thread(_log_stat, self.index_dir)
+        if stat == self._log_seen:
+            return False
+        serving = self.generations.current
+        if serving is None:
+            return False
+        end = await asyncio.to_thread(log_end, wal_path(self.index_dir))
+        self._log_seen = stat
+        if end <= serving.engine.live.seq:
+            return False
+        log.info("the write-ahead log holds records through %d, generation %d serves %d; reloading", end,
+                 serving.number, serving.engine.live.seq)
+        try:
+            installed = await asyncio.to_thread(self._load_and_install, serving.engine)
+        except Exception as e:  # noqa: BLE001 - the served view stays; the next poll tries again
+            self._log_seen = None
+            log.error("replaying the write-ahead log failed, generation %d keeps serving: %s", serving.number,
+                      getattr(e, "message", None) or type(e).__name__)
+            self.on_outcome("failed")
+            return False
+        if installed is not None:
+            self.on_outcome("switched")
+        return installed is not None
 
     def _load_and_install(self, serving: Engine) -> str | None:
         """On a worker thread: open the new engine and install it, unless the server stopped

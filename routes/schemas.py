@@ -1,7 +1,8 @@
 """Request and response models of the HTTP API (and the OpenAPI document at /docs).
 
 Requests are strict: unknown fields are rejected, a boolean is not an integer, strings and
-lists are bounded. Responses describe the answer shape shared with MCP and the CLI.
+lists are bounded. Responses describe the answer shape shared with MCP and the CLI; they are
+defined once, in the client distribution (`client/quarry_client/models.py`), and imported here.
 """
 
 from __future__ import annotations
@@ -12,6 +13,8 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StrictInt, StrictStr, model_validator
 
+from quarry_client.models import (Answer, ContextItem, DocumentOut, ErrorDetail, ErrorOut, Gap, Offsets, RouteOut, Rows,
+                                  SearchOut, SqlOut, ToolCallOut, ToolErrorOut, WriteOut, WrittenDocument)
 from retrieval.limits import Limits
 from retrieval.registry import SEARCH_ROUTES
 from retrieval.sql.guard import MAX_SQL_CHARS
@@ -114,84 +117,6 @@ def request_models(limits: Limits) -> RequestModels:
     return RequestModels(FiltersIn, QueryIn, SearchIn, SqlIn)
 
 
-class Offsets(BaseModel):
-    start: int
-    end: int
-
-
-class ContextItem(BaseModel):
-    rank: int
-    chunk_id: str
-    doc_id: str
-    title: str | None
-    text: str
-    source: str | None
-    date: str | None
-    offsets: Offsets
-    score: float
-    retrievers: list[str]
-    trust: Literal["untrusted_evidence"]
-
-
-class Rows(BaseModel):
-    sql: str
-    columns: list[str]
-    data: list[list[Any]]
-    tables: list[str]
-    truncated: bool
-    doc_ids: list[str]
-    trust: Literal["untrusted_evidence"]
-
-
-class Gap(BaseModel):
-    reason: Literal["no_authorized_evidence", "insufficient_evidence", "constraint_unmet", "deadline_exceeded"]
-    missing: list[str]
-    detail: str
-    partial_context: bool
-
-
-class RouteOut(BaseModel):
-    chosen: str
-    scores: dict[str, float]
-    reason: str
-
-
-class Answer(BaseModel):
-    status: Literal["answer_context", "evidence_gap"]
-    context: list[ContextItem]
-    rows: Rows | None
-    gap: Gap | None
-    constraints: dict[str, Any]
-    route: RouteOut
-    attempts: list[dict[str, Any]]
-    stop_reason: Literal["sufficient", "attempts_exhausted", "deadline", "no_strategy_left"]
-    trace_id: str
-    elapsed_ms: float
-
-
-class SearchOut(BaseModel):
-    retriever: str
-    hits: list[ContextItem]
-    trace_id: str
-
-
-class SqlOut(BaseModel):
-    status: Literal["rows", "declined"]
-    rows: Rows | None
-    declined: dict[str, Any] | None
-    trace_id: str
-
-
-class DocumentOut(BaseModel):
-    doc_id: str
-    title: str | None
-    text: str
-    source: str | None
-    date: str | None
-    metadata: dict[str, Any]
-    trust: Literal["untrusted_evidence"]
-
-
 MetaValue = StrictStr | StrictInt | float | bool | None
 AclEntry = Annotated[StrictStr, Field(max_length=MAX_NAME_CHARS)]
 
@@ -230,18 +155,6 @@ class AclOp(Strict):
     acl: list[AclEntry] = Field(max_length=256)
 
 
-class WrittenDocument(BaseModel):
-    op: Literal["put", "delete", "acl"]
-    doc_id: str
-
-
-class WriteOut(BaseModel):
-    status: Literal["applied"]
-    generation: int = Field(description="the index generation holding the change (its write-ahead log seq); "
-                                        "every request that starts after this answer sees it")
-    documents: list[WrittenDocument]
-
-
 def batch_model(max_changes: int) -> type[Strict]:
     """The batch body, bounded by the server's batch limit."""
 
@@ -250,16 +163,6 @@ def batch_model(max_changes: int) -> type[Strict]:
             min_length=1, max_length=max_changes, description=f"at most {max_changes} changes, applied together or not at all")
 
     return BatchIn
-
-
-class ErrorDetail(BaseModel):
-    code: str
-    message: str
-    retryable: bool
-
-
-class ErrorOut(BaseModel):
-    error: ErrorDetail
 
 
 def error_responses(*statuses: int) -> dict[int | str, dict[str, Any]]:
@@ -278,13 +181,6 @@ class ToolCallIn(Strict):
     arguments: dict[str, Any] | StrictStr | None = Field(default=None, description="a JSON object, or a JSON string of one")
 
 
-class ToolError_(BaseModel):
-    code: str
-    message: str
-    retryable: bool
-
-
-class ToolCallOut(BaseModel):
-    call_id: str
-    result: dict[str, Any] | None = None
-    error: ToolError_ | None = None
+__all__ = ["AclIn", "Answer", "ContextItem", "DocumentIn", "DocumentOut", "ErrorDetail", "ErrorOut", "Gap", "Offsets",
+           "RequestModels", "RouteOut", "Rows", "SearchOut", "SqlOut", "Strict", "ToolCallIn", "ToolCallOut", "ToolErrorOut",
+           "WriteOut", "WrittenDocument", "batch_model", "error_responses", "request_models"]

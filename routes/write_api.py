@@ -8,6 +8,7 @@ the change (routes/writes.py). Bad input changes nothing: the body is checked wh
 
 from __future__ import annotations
 
+import hashlib
 from typing import Any, Sequence
 
 from fastapi import APIRouter, Depends, Request
@@ -63,7 +64,8 @@ async def _write(request: Request, caller: Caller, changes: Sequence[Change]) ->
         if not header or len(header) > MAX_KEY_CHARS:
             raise InvalidRequest(f"the Idempotency-Key header is 1 to {MAX_KEY_CHARS} characters")
         identity = f"{request.method} {request.url.path}\n".encode() + await request.body()
-        idempotency = (f"{caller.principal.id}\n{header}", identity)
+        scoped = hashlib.sha256(f"{caller.principal.id}\n{header}".encode()).hexdigest()  # the caller's own key space
+        idempotency = (scoped, identity)
     with state.gate.enter(caller.key_id):
         out = await run_in_threadpool(writer.write, list(changes), caller.principal, idempotency)
     request.state.audit = {"outcome": "write", "route": "write", "trace_id": f"generation-{out['generation']}"}

@@ -34,7 +34,7 @@ from typing import Any, Callable, Iterator, Sequence
 from indexes.idempotency import IdempotencyKeys
 from indexes.live import WRITE, Change, Delete, Put, SetAcl, apply, compact, embed_docs, options_of, record_payload, wal_path
 from indexes.wal import JSONObject, WriteAheadLog
-from retrieval.errors import InvalidRequest, NotFound
+from retrieval.errors import Conflict, InvalidRequest, NotFound
 from retrieval.types import Principal
 from routes.engine import Engine
 from routes.generations import Generations
@@ -81,9 +81,23 @@ class Writer:
             self.wal.close()
             raise
         self.lock = threading.RLock()  # writes, reloads and folds of this index, one at a time
+        self._closed = False
 
     def close(self) -> None:
-        self.wal.close()
+        with self.lock:
+            self._closed = True
+            self.wal.close()
+
+    def start_at(self, base_wal_seq: int) -> None:
+        """Number the log after CURRENT's `wal_seq` (a log deleted or lost beside a newer
+        snapshot would otherwise restart below it, and replays would skip new records)."""
+        with self.lock:
+            if self.wal.last_seq < base_wal_seq:
+                log.warning("the write-ahead log ends at seq %d but the snapshot holds changes through %d; "
+                            "numbering goes on from there", self.wal.last_seq, base_wal_seq)
+                if self.wal.last_seq > self.wal.base_seq:  # every record it holds is folded already
+                    self.wal.truncate_through(self.wal.last_seq, self.keys.carry())
+                self.wal.restart_at(base_wal_seq, self.keys.carry())
 
     def write(self, changes: Sequence[Change], principal: Principal | None,
               idempotency: tuple[str, bytes] | None = None, engine: Engine | None = None) -> JSONObject:
@@ -126,7 +140,7 @@ class Writer:
                 self.generations.install(new, owned=True)
             else:
                 new.close()
-            if self.compact_after and len(new.live.docs) >= self.compact_after:
+            if self.compact_after and self.wal.last_seq - self.wal.base_seq >= self.compact_after:
                 self._compact_in_background(new.embedder)
             log.info("generation %d: %s", out["generation"], ", ".join(f"{d['op']} {d['doc_id']}" for d in out["documents"]))
             return out
@@ -164,6 +178,8 @@ class Writer:
         the log replayed onto it, and runs under the writer's lock, so no write can fall
         between the replay and the install; then the folded records are dropped."""
         with self.lock:
+            if self._closed:
+                raise Conflict("the writer is closed")
             engine = open_new()
             if self.generations is not None:
                 self.generations.install(engine, owned=True)
@@ -177,6 +193,8 @@ class Writer:
     def fold(self, base_wal_seq: int) -> None:
         """Drop the log records a new base snapshot holds (keeping the idempotency keys)."""
         with self.lock:
+            if self._closed:
+                return
             through = min(base_wal_seq, self.wal.last_seq)
             if through > self.wal.base_seq:
                 self.wal.truncate_through(through, self.keys.carry())
@@ -188,10 +206,20 @@ class Writer:
         from the log. Writes go on meanwhile: the build reads the log as of its start, and
         later records are replayed onto the new base. A server switches to it on its next
         reload check (its view in memory holds every change meanwhile)."""
-        manifest = compact(self.index_dir, embedder)
+        if not self._compacting.acquire(blocking=False):
+            raise Conflict("a compaction of this index is already running; try again once it ends")
+        try:
+            return self._compact(embedder)
+        finally:
+            self._compacting.release()
+
+    def _compact(self, embedder: Any) -> JSONObject:
+        with self.lock:
+            through = self.wal.last_seq  # acknowledged; a record being appended may still fail
+        manifest = compact(self.index_dir, embedder, through=through)
         if manifest is None:
             return {"status": "unchanged", "generation": self.wal.last_seq}
-        self.fold(int(manifest["wal_seq"]))  # the new base holds them; the served view is in memory
+        self.fold(int(manifest["wal_seq"]))  # the new base holds them, durably; the served view is in memory
         return {"status": "compacted", "generation": int(manifest["wal_seq"]), "snapshot": manifest["snapshot"],
                 "counts": manifest["counts"]}
 
@@ -201,7 +229,7 @@ class Writer:
 
         def run() -> None:
             try:
-                out = self.compact(embedder)
+                out = self._compact(embedder)
                 if out["status"] == "compacted" and self.opener is not None:
                     self.rebase(self.opener)
             except Exception as e:  # noqa: BLE001 - a failed compaction leaves the live view serving

@@ -39,7 +39,7 @@ def writable(tmp_path_factory, embedder):
                         reload_interval_s=0.2, write_batch_max=5, write_max_body_bytes=20_000)
     app = create_app(settings, keys=store)
     with LiveServer(app) as server:
-        server.keys, server.index, server.app = keys, index, app
+        server.keys, server.index, server.app, server.store = keys, index, app, store
         yield server
 
 
@@ -287,3 +287,38 @@ def test_a_cli_write_beside_the_server_gets_its_conflict_at_once(writable, tmp_p
     error = json.loads(out.stdout)["error"]
     assert error["code"] == "conflict" and f"process {os.getpid()}" in error["message"]
     assert httpx.get(writable.url + "/v1/documents/cli-beside", headers=_h(writable, "erin"), timeout=30).status_code == 404
+
+
+def test_a_second_server_on_the_index_serves_the_writers_changes_within_a_poll(writable):
+    import time
+
+    from routes.app import create_app
+    from routes.settings import Settings
+
+    settings = Settings(index_dir=writable.index, rate_per_second=1000.0, burst=1000, reload_interval_s=0.2)
+    with LiveServer(create_app(settings, keys=writable.store)) as follower:
+        follower.keys = writable.keys
+
+        def visible() -> bool:
+            r = httpx.get(follower.url + "/v1/documents/followed", headers=_h(follower, "erin"), timeout=30)
+            return r.status_code == 200
+
+        def wait_for(state: bool) -> float:
+            t0 = time.monotonic()
+            while visible() != state:
+                assert time.monotonic() - t0 < 30, f"the follower did not see the change (want visible={state})"
+                time.sleep(0.05)
+            return time.monotonic() - t0
+
+        refused = httpx.put(follower.url + "/v1/documents/x", json={"text": "x", "acl": ["public"]},
+                            headers=_h(follower, "wendy"), timeout=30)
+        assert refused.status_code == 409 and "process" in refused.json()["error"]["message"]
+        put = httpx.put(writable.url + "/v1/documents/followed", json={"text": "Followed note.", "acl": ["public"]},
+                        headers=_h(writable, "wendy"), timeout=60)
+        assert put.status_code == 200
+        wait_for(True)
+        revoke = httpx.patch(writable.url + "/v1/documents/followed/acl", json={"acl": ["group:content"]},
+                             headers=_h(writable, "wendy"), timeout=60)
+        assert revoke.status_code == 200
+        wait_for(False)  # a revocation reaches the follower within its poll
+        assert _found(follower, "erin", "Followed note")["bm25"] == _found(writable, "erin", "Followed note")["bm25"]

@@ -1,0 +1,144 @@
+"""The wire models of Quarry's HTTP API: what the server answers, defined once here.
+
+The server (`routes/schemas.py`) imports these for its responses and OpenAPI document, and
+the client parses answers with them, so both sides read one definition. Requests are built by
+the client as plain JSON; the server validates them with its own bounded models (their
+bounds are the server's limits, which a client cannot know in advance).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, Field
+
+
+class Offsets(BaseModel):
+    start: int
+    end: int
+
+
+class ContextItem(BaseModel):
+    """One passage with its provenance; its text is untrusted evidence, never instructions."""
+
+    rank: int
+    chunk_id: str
+    doc_id: str
+    title: str | None
+    text: str
+    source: str | None
+    date: str | None
+    offsets: Offsets
+    score: float
+    retrievers: list[str]
+    trust: Literal["untrusted_evidence"]
+
+    def provenance(self) -> dict[str, Any]:
+        """Everything but the text, under the answer shape's names: the metadata the
+        LangChain and LlamaIndex retrievers attach to each passage."""
+        return {"doc_id": self.doc_id, "chunk_id": self.chunk_id, "title": self.title, "source": self.source,
+                "date": self.date, "offsets": {"start": self.offsets.start, "end": self.offsets.end},
+                "score": self.score, "retrievers": list(self.retrievers), "trust": self.trust}
+
+
+class Rows(BaseModel):
+    sql: str
+    columns: list[str]
+    data: list[list[Any]]
+    tables: list[str]
+    truncated: bool
+    doc_ids: list[str]
+    trust: Literal["untrusted_evidence"]
+
+
+class Gap(BaseModel):
+    """Why there is not enough evidence, and what is missing: a result, not an error."""
+
+    reason: Literal["no_authorized_evidence", "insufficient_evidence", "constraint_unmet", "deadline_exceeded"]
+    missing: list[str]
+    detail: str
+    partial_context: bool
+
+
+class RouteOut(BaseModel):
+    chosen: str
+    scores: dict[str, float]
+    reason: str
+
+
+class Answer(BaseModel):
+    status: Literal["answer_context", "evidence_gap"]
+    context: list[ContextItem]
+    rows: Rows | None
+    gap: Gap | None
+    constraints: dict[str, Any]
+    route: RouteOut
+    attempts: list[dict[str, Any]]
+    stop_reason: Literal["sufficient", "attempts_exhausted", "deadline", "no_strategy_left"]
+    trace_id: str
+    elapsed_ms: float
+
+    @property
+    def is_gap(self) -> bool:
+        return self.status == "evidence_gap"
+
+
+class SearchOut(BaseModel):
+    retriever: str
+    hits: list[ContextItem]
+    trace_id: str
+
+
+class SqlOut(BaseModel):
+    status: Literal["rows", "declined"]
+    rows: Rows | None
+    declined: dict[str, Any] | None
+    trace_id: str
+
+
+class DocumentOut(BaseModel):
+    doc_id: str
+    title: str | None
+    text: str
+    source: str | None
+    date: str | None
+    metadata: dict[str, Any]
+    trust: Literal["untrusted_evidence"]
+
+
+class ErrorDetail(BaseModel):
+    code: str
+    message: str
+    retryable: bool
+
+
+class ErrorOut(BaseModel):
+    error: ErrorDetail
+
+
+class ToolErrorOut(BaseModel):
+    code: str
+    message: str
+    retryable: bool
+
+
+class ToolCallOut(BaseModel):
+    call_id: str
+    result: dict[str, Any] | None = None
+    error: ToolErrorOut | None = None
+
+
+class WrittenDocument(BaseModel):
+    op: Literal["put", "delete", "acl"]
+    doc_id: str
+
+
+class WriteOut(BaseModel):
+    status: Literal["applied"]
+    generation: int = Field(description="the index generation holding the change (its write-ahead log seq); "
+                                        "every request that starts after this answer sees it")
+    documents: list[WrittenDocument]
+
+
+__all__ = ["Answer", "ContextItem", "DocumentOut", "ErrorDetail", "ErrorOut", "Gap", "Offsets", "RouteOut", "Rows",
+           "SearchOut", "SqlOut", "ToolCallOut", "ToolErrorOut", "WriteOut", "WrittenDocument"]
