@@ -28,10 +28,11 @@ from quarry_client.models import Answer, Gap
 GAP_EVENT = "quarry_evidence_gap"
 
 
-def _dispatch(name: str, data: Any) -> None:
+def _dispatch(name: str, data: Any, run_manager: CallbackManagerForRetrieverRun) -> None:
+    """A custom event to the callbacks of this retriever run (its children's manager)."""
     try:
-        dispatch_custom_event(name, data)
-    except RuntimeError:  # called outside a run: no callbacks to tell
+        dispatch_custom_event(name, data, config={"callbacks": run_manager.get_child()})
+    except RuntimeError:  # no run to report to
         pass
 
 
@@ -61,7 +62,7 @@ class QuarryRetriever(BaseRetriever):
             answer = client.query(query, k=self.k, max_attempts=self.max_attempts, deadline_ms=self.deadline_ms,
                                   filters=self.filters)
         if answer.gap is not None and answer.status == "evidence_gap":
-            _dispatch(GAP_EVENT, answer.gap.model_dump())
+            _dispatch(GAP_EVENT, answer.gap.model_dump(), run_manager)
             if self.on_gap is not None:
                 self.on_gap(answer.gap)
         return self._documents(answer)
@@ -74,7 +75,7 @@ class QuarryRetriever(BaseRetriever):
                                         filters=self.filters)
         if answer.gap is not None and answer.status == "evidence_gap":
             try:
-                await adispatch_custom_event(GAP_EVENT, answer.gap.model_dump())
+                await adispatch_custom_event(GAP_EVENT, answer.gap.model_dump(), config={"callbacks": run_manager.get_child()})
             except RuntimeError:  # called outside a run: no callbacks to tell
                 pass
             if self.on_gap is not None:
