@@ -38,6 +38,7 @@ from routes.generations import Generations
 from routes.errors import error_code, install_error_handlers
 from routes.keys import KeyStore
 from routes.metrics import Metrics
+from routes.console import ConsoleHeaders, install_console
 from routes.reload import Reloader, serves_from
 from routes.write_api import build_write_router
 from routes.schemas import ErrorOut, error_responses, request_models
@@ -326,11 +327,13 @@ def create_app(settings: Settings, engine: Engine | None = None, keys: KeyStore 
     app.include_router(build_tools_router())
     _add_ops_routes(app, state)
     install_docs(app)
+    install_console(app, settings.report_dir or settings.index_dir / "report")
     mcp = McpHttp(state, settings.mcp_allowed_origins, settings.host, settings.mcp_stream_idle_seconds)
     for path in ("/mcp", "/mcp/"):
         app.router.routes.append(Route(path, endpoint=mcp, methods=["GET", "POST", "DELETE"], include_in_schema=False))
     app.state.lifespan_hooks = [mcp.lifespan]
 
+    app.add_middleware(ConsoleHeaders)
     app.add_middleware(Observe, state=state)
     return app
 

@@ -83,6 +83,8 @@ class Settings(BaseSettings):
                                        "snapshot without a restart (0: never).", "server", ge=0)
     write_max_body_bytes: int = setting(1024 * 1024, "Largest accepted body of a document write (PUT, PATCH, "
                                         "batch); larger ones get 413.", "server", ge=1)
+    report_dir: Path | None = setting(None, "The eval report the console shows (a `quarry eval --report` folder; "
+                                      "default: <index_dir>/report).", "server")
     compact_after: int = setting(1000, "Changed documents (puts, deletes, ACL changes) since the base snapshot that "
                                  "start a background compaction (0: only `quarry compact`).", "server", ge=0)
     write_batch_max: int = setting(100, "Most changes one `POST /v1/documents:batch` may carry.", "server", ge=1, le=10_000)
