@@ -61,11 +61,17 @@ class _Calls:
         self.headers = {"Authorization": f"Bearer {api_key}", "User-Agent": "quarry-client/0.1"}
         self.timeout, self.max_retries, self.backoff, self.max_backoff = timeout, max_retries, backoff, max_backoff
 
-    def delay(self, attempt: int, error: QuarryError) -> float:
-        """Seconds before retry number `attempt` (1-based)."""
+    def retry_in(self, attempt: int, error: QuarryError) -> float:
+        """Seconds to wait before retry number `attempt` (1-based) after `error`; re-raises it
+        when it is not retryable or the retries are spent."""
+        if not error.retryable or attempt > self.max_retries:
+            raise error
         if isinstance(error, RateLimited):
             return min(max(error.retry_after, 0.0), self.max_backoff)
         return min(self.backoff * 2 ** (attempt - 1), self.max_backoff)
+
+    def transport_error(self, e: httpx.TransportError) -> TransportError:
+        return TransportError(f"no answer from {self.base_url}: {type(e).__name__}")
 
     @staticmethod
     def outcome(response: httpx.Response) -> Any:
@@ -126,13 +132,11 @@ class Quarry:
                 try:
                     response = self._http.request(method, path, json=body, headers=headers, params=params)
                 except httpx.TransportError as e:
-                    raise TransportError(f"no answer from {self._calls.base_url}: {type(e).__name__}") from e
+                    raise self._calls.transport_error(e) from e
                 return self._calls.outcome(response)
             except QuarryError as error:
                 attempt += 1
-                if not error.retryable or attempt > self._calls.max_retries:
-                    raise
-                time.sleep(self._calls.delay(attempt, error))
+                time.sleep(self._calls.retry_in(attempt, error))
 
     def _parse(self, model: type[Model], data: Any) -> Model:
         return model.model_validate(data)
@@ -214,13 +218,11 @@ class AsyncQuarry:
                 try:
                     response = await self._http.request(method, path, json=body, headers=headers, params=params)
                 except httpx.TransportError as e:
-                    raise TransportError(f"no answer from {self._calls.base_url}: {type(e).__name__}") from e
+                    raise self._calls.transport_error(e) from e
                 return self._calls.outcome(response)
             except QuarryError as error:
                 attempt += 1
-                if not error.retryable or attempt > self._calls.max_retries:
-                    raise
-                await asyncio.sleep(self._calls.delay(attempt, error))
+                await asyncio.sleep(self._calls.retry_in(attempt, error))
 
     async def query(self, question: str, *, k: int | None = None, max_attempts: int | None = None,
                     deadline_ms: int | None = None, filters: Filters | None = None,

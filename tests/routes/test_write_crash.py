@@ -100,6 +100,8 @@ def test_kill_9_during_acknowledged_writes_loses_none_and_invents_none(tmp_path,
         assert {h["doc_id"] for h in hits} == present if len(present) <= 50 else len(hits) == 50
         ready = httpx.get(url + "/readyz", timeout=30)
         assert ready.status_code == 200
+        print(f"\nkill -9 x3: {len(acked)} documents acknowledged, {len(present)} present after restart, "
+              f"{len(present - acked)} in flight at a kill and applied whole")
     finally:
         proc.send_signal(signal.SIGTERM)
         proc.wait(timeout=60)
