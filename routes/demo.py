@@ -108,6 +108,6 @@ def run_demo(settings: Settings) -> None:
     if keys["alice"] is not None:
         print(f"  curl -s {base}/v1/sql -H 'Authorization: Bearer {keys['alice']}' -H 'Content-Type: application/json' \\\n"
               f"       -d '{{\"question\": \"How many sev1 incidents were there in 2025?\"}}'\n")
-    print(f"API docs: {base}/docs\n", flush=True)
+    print(f"API docs: {base}/docs    console (paste a key above): {base}/console\n", flush=True)
     today = settings.today or date.fromisoformat(DEMO_TODAY)
     serve(settings.updated(keys_file=keys_file, today=today))
