@@ -1,0 +1,213 @@
+"""Quarry at scale: ingest, memory and latency on the synthetic corpus of benchmarks/scale_corpus.py.
+
+    .venv/bin/python benchmarks/scale.py --chunks 200000 [--queries 100] [--rebuild] [--out FILE]
+
+Builds (or reuses) the N-chunk corpus and its index with the real build path, vectors from
+the stand-in encoder (`StandInEncoder`: index behaviour, not retrieval quality; the output
+says so), then measures, in-process and one call at a time:
+
+- p50/p95 of bm25, dense, hybrid (k=10) and the one-attempt loop, for principals who may read
+  about 100%, 10% and 0.1% of the corpus, and that every call returns min(k, authorized) hits
+  where the route has them;
+- dense recall@10 against an exact float scan of the same principal's authorized rows;
+- the first question of a new user who shares groups with an existing one over the same
+  question warm (`new_user_first_query_ratio`), and the first question of a brand-new scope;
+- resident memory, overall and per structure (RSS growth while each one loads, in a separate
+  pass: catalog with chunk table, BM25, vectors, entity index, access masks);
+- ingest throughput, with and without the embedding stage.
+
+Writes benchmarks/results/scale-<N>.json (or --out).
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import argparse
+import gc
+import json
+import shutil
+import time
+
+import numpy as np
+
+from benchmarks.common import CACHE, RESULTS, machine, timed
+from benchmarks.scale_corpus import GROUPS, StandInEncoder, documents, write
+from retrieval.metrics import percentile
+from retrieval.types import Filters, Principal
+
+ROUTES = ("bm25", "dense", "hybrid")
+PRINCIPALS = {
+    "100%": Principal("reader-all", tuple(f"g{g:02d}" for g in range(GROUPS))),
+    "10%": Principal("reader-g00", ("g00",)),
+    "0.1%": Principal("reader-g01", ("g01",)),
+}
+
+
+def rss_mb() -> float:
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    return float("nan")
+
+
+def build(n: int, rebuild: bool, encoder: StandInEncoder) -> tuple[Path, dict]:
+    from indexes.snapshot import BuildOptions, build_snapshot, current_snapshot_path, read_manifest
+
+    root = CACHE / f"scale-{n}"
+    corpus, index = root / "docs.jsonl", root / "index"
+    if rebuild:
+        shutil.rmtree(root, ignore_errors=True)
+    if not corpus.exists():
+        t0 = time.perf_counter()
+        write(n, corpus)
+        print(f"corpus of {n:,} chunks written in {time.perf_counter() - t0:.0f} s", flush=True)
+    try:
+        return index, read_manifest(current_snapshot_path(index))
+    except Exception:  # noqa: BLE001 - no usable index yet: build it
+        pass
+    t0 = time.perf_counter()
+    manifest = build_snapshot([corpus], index, encoder, BuildOptions(reuse_embeddings=False),
+                              progress=lambda stage, done, total: None)
+    manifest["timings_s"]["wall_total"] = round(time.perf_counter() - t0, 2)
+    (index / "scale_build.json").write_text(json.dumps(manifest["timings_s"]))
+    return index, manifest
+
+
+def memory_by_structure(index: Path, principals: dict[str, Principal]) -> dict[str, float]:
+    """RSS growth (MB) while each structure loads, in order, in this process."""
+    from indexes.bm25 import Bm25Index
+    from indexes.catalog import Catalog
+    from indexes.dense import DenseIndex
+    from indexes.snapshot import current_snapshot_path
+    from retrieval.entities import EntityIndex
+
+    path = current_snapshot_path(index)
+    gc.collect()
+    out, before = {}, rss_mb()
+    catalog = Catalog(path / "catalog.duckdb")
+    chunks = catalog.chunk_table()
+    out["catalog_and_chunk_table"], before = rss_mb() - before, rss_mb()
+    bm25 = Bm25Index.load(path / "bm25")
+    out["bm25"], before = rss_mb() - before, rss_mb()
+    dense = DenseIndex.load(path / "dense.faiss")
+    out["vectors"], before = rss_mb() - before, rss_mb()
+    titles, title_ids, values = catalog.entity_names()
+    entities = (EntityIndex.build(titles, title_ids, chunks.doc_ids), EntityIndex.build(values))
+    out["entity_index"], before = rss_mb() - before, rss_mb()
+    masks = [chunks.mask(p, Filters()) for p in principals.values()]
+    out[f"access_masks_x{len(masks)}"] = rss_mb() - before
+    out["dense_kind"] = dense.kind  # type: ignore[assignment]
+    del entities, masks, bm25, dense, chunks
+    catalog.close()
+    gc.collect()
+    return {k: (round(v, 1) if isinstance(v, float) else v) for k, v in out.items()}
+
+
+def queries(n: int, count: int) -> list[str]:
+    """Questions made of mid-frequency words of the corpus (3-6 words each), deterministic."""
+    rng = np.random.default_rng(count)
+    texts = []
+    for i, doc in enumerate(documents(min(n, 20_000))):
+        if i % max(1, min(n, 20_000) // count) == 0:
+            words = doc["text"].rstrip(".").split()
+            texts.append(" ".join(rng.choice(words, size=int(rng.integers(3, 7)), replace=False)))
+    return texts[:count]
+
+
+def exact_top(vectors: np.ndarray, query: np.ndarray, allowed: np.ndarray, k: int) -> set[int]:
+    rows = np.flatnonzero(allowed)
+    scores = vectors[rows] @ query.reshape(-1)
+    best = np.argpartition(-scores, min(k, len(rows)) - 1)[:k] if len(rows) > k else np.arange(len(rows))
+    return set(rows[best].tolist())
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--chunks", type=int, required=True)
+    ap.add_argument("--queries", type=int, default=100)
+    ap.add_argument("--rebuild", action="store_true")
+    ap.add_argument("--out", type=Path, default=None)
+    args = ap.parse_args()
+    from retrieval.search import search
+    from routes.engine import open_engine
+    from routes.settings import Settings
+
+    encoder = StandInEncoder()
+    rss_start = rss_mb()
+    index, manifest = build(args.chunks, args.rebuild, encoder)
+    saved = index / "scale_build.json"
+    timings = json.loads(saved.read_text()) if saved.exists() else manifest["timings_s"]
+    chunks = manifest["counts"]["chunks"]
+    total = timings.get("wall_total") or sum(v for v in timings.values() if isinstance(v, (int, float)))
+    embed = timings.get("embed", 0.0)
+    memory = memory_by_structure(index, PRINCIPALS)
+    rss_before = rss_mb()
+    t0 = time.perf_counter()
+    engine = open_engine(index, embedder=encoder, settings=Settings(index_dir=index), warm=False)  # type: ignore[arg-type]
+    load_s = time.perf_counter() - t0
+    qs = queries(args.chunks, args.queries)
+    out: dict = {"chunks": chunks, "encoder": "stand-in (bag-of-words random projection, 384-d): index behaviour, "
+                 "not retrieval quality", "machine": machine(), "queries": len(qs), "dense_index": engine.snapshot.dense.kind,
+                 "build_s": timings, "load_s": round(load_s, 1),
+                 "ingest_chunks_per_s": round(chunks / total, 1),
+                 "ingest_chunks_per_s_without_embedding": round(chunks / max(total - embed, 1e-9), 1),
+                 "memory_mb_by_structure": memory}
+    vectors = encoder.encode([f"{d['title']}\n{d['text']}" for d in documents(args.chunks)])  # exact float reference
+    per_scope = {}
+    for scope, principal in PRINCIPALS.items():
+        allowed = engine.snapshot.chunks.mask(principal, Filters())
+        readable = int(allowed.sum())
+        figures: dict = {"readable_chunks": readable}
+        short = 0
+        for route in ROUTES:
+            lat = []
+            for q in qs:
+                hits, ms = timed(lambda: search(engine.retrievers, route, q, principal, 10, Filters(), engine.limits))  # noqa: B023
+                lat.append(ms)
+                if route == "dense" and len(hits) != min(10, readable):
+                    short += 1
+            figures[f"{route}_p50_ms"], figures[f"{route}_p95_ms"] = round(percentile(lat, 50), 2), round(percentile(lat, 95), 2)
+        recall = []
+        for q in qs:
+            got = {engine.snapshot.chunks.row_of(h.chunk_id) for h in
+                   search(engine.retrievers, "dense", q, principal, 10, Filters(), engine.limits)}
+            want = exact_top(vectors, encoder.encode_query(q), allowed, 10)
+            recall.append(len(got & want) / max(1, len(want)))
+        figures["dense_recall@10"] = round(float(np.mean(recall)), 4)
+        figures["dense_calls_short_of_min_k_authorized"] = short
+        lat = [timed(lambda: engine.query(q, principal, max_attempts=1, deadline_ms=30_000))[1] for q in qs]  # noqa: B023
+        figures["loop_p50_ms"], figures["loop_p95_ms"] = round(percentile(lat, 50), 2), round(percentile(lat, 95), 2)
+        per_scope[scope] = figures
+        print(f"{scope:>5} ({readable:,} readable): " + "  ".join(f"{k} {v}" for k, v in figures.items() if k.endswith("p50_ms")
+                                                                 or k.startswith("dense_recall")), flush=True)
+    out["per_scope"] = per_scope
+    for key in ("bm25_p50_ms", "dense_p50_ms", "hybrid_p50_ms", "loop_p50_ms", "dense_recall@10"):
+        out[key] = per_scope["100%"][key]
+    # A new user sharing groups with an existing one, and a brand-new scope, on their first question.
+    q = qs[0]
+    warm = percentile([timed(lambda: engine.query(q, PRINCIPALS["10%"], max_attempts=1, deadline_ms=30_000))[1]
+                       for _ in range(5)], 50)
+    newcomer = Principal("newcomer", PRINCIPALS["10%"].groups)
+    first = timed(lambda: engine.query(q, newcomer, max_attempts=1, deadline_ms=30_000))[1]
+    brand_new = timed(lambda: engine.query(q, Principal("fresh", ("g02", "g07", "g13")), max_attempts=1,
+                                           deadline_ms=30_000))[1]
+    out["new_user_first_query_ratio"] = round(first / warm, 2)
+    out["new_user_first_query_ms"], out["warm_query_ms"] = round(first, 2), round(warm, 2)
+    out["brand_new_scope_first_query_ms"] = round(brand_new, 2)
+    out["rss_mb"] = round(rss_mb(), 1)
+    out["rss_mb_engine"] = round(rss_mb() - rss_before, 1)
+    out["rss_mb_at_start"] = round(rss_start, 1)
+    engine.close()
+    path = args.out or RESULTS / f"scale-{args.chunks}.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(out, indent=2))
+    print(json.dumps({k: v for k, v in out.items() if k not in ("per_scope", "machine")}, indent=1))
+    print(f"\nwrote {path}")
+
+
+if __name__ == "__main__":
+    main()
