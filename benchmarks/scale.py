@@ -40,6 +40,7 @@ from retrieval.metrics import percentile
 from retrieval.types import Filters, Principal
 
 ROUTES = ("bm25", "dense", "hybrid")
+GRAPH_FROM = 500_000  # the dense index is an HNSW graph from this size (the dense_graph_from setting)
 PRINCIPALS = {
     "100%": Principal("reader-all", tuple(f"g{g:02d}" for g in range(GROUPS))),
     "10%": Principal("reader-g00", ("g00",)),
@@ -70,7 +71,7 @@ def build(n: int, rebuild: bool, encoder: StandInEncoder) -> tuple[Path, dict]:
     except Exception:  # noqa: BLE001 - no usable index yet: build it
         pass
     t0 = time.perf_counter()
-    manifest = build_snapshot([corpus], index, encoder, BuildOptions(reuse_embeddings=False),
+    manifest = build_snapshot([corpus], index, encoder, BuildOptions(reuse_embeddings=False, dense_graph_from=GRAPH_FROM),
                               progress=lambda stage, done, total: None)
     manifest["timings_s"]["wall_total"] = round(time.perf_counter() - t0, 2)
     (index / "scale_build.json").write_text(json.dumps(manifest["timings_s"]))

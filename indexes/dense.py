@@ -1,11 +1,14 @@
 """Dense retrieval index: FAISS inner product over L2-normalised embeddings (= cosine).
 
-Three kinds, by size. `IndexFlatIP` (exact float32) below SQ8_FROM rows; `IndexScalarQuantizer`
-with 8-bit codes up to HNSW_FROM, which reads a quarter of the memory per query (a flat scan
-of 100k x 384 floats measured 10-17 ms here, bound by memory bandwidth; 8-bit codes about 5
-ms) at a small cost in score precision; both scan every allowed row. From HNSW_FROM rows, an
-HNSW graph over the same 8-bit codes (`IndexHNSWSQ`), approximate, since a scan grows with
-the corpus (about 50 ms at 1M rows).
+Three kinds, by size. `IndexFlatIP` (exact float32) below SQ8_FROM rows; above it
+`IndexScalarQuantizer` with 8-bit codes, which reads a quarter of the memory per query (a
+flat scan of 100k x 384 floats measured 10-17 ms here, bound by memory bandwidth; 8-bit codes
+about 5 ms) at a small cost in score precision; both scan every allowed row. Where the build
+asks for it (`hnsw_from`, the `dense_graph_from` setting; off by default), an HNSW graph
+over the same 8-bit codes (`IndexHNSWSQ`), approximate: a scan grows with the corpus, but
+the graph's recall depends on the vectors (on benchmarks/scale.py's stand-in vectors it
+stayed under 0.8 at 1M rows even with a wide search; see BENCHMARKS.md), so it is off until
+measured on the real model's vectors at that size.
 
 ACLs are applied inside the search (an `IDSelectorBitmap`), so unauthorized rows are never
 scored, and every query gets min(k, allowed) results. On the graph, a filtered walk can
@@ -25,7 +28,6 @@ import faiss
 import numpy as np
 
 SQ8_FROM = 50_000  # rows from which the 8-bit index is used
-HNSW_FROM = 500_000  # rows from which the HNSW graph over 8-bit codes is used
 HNSW_M, EF_CONSTRUCTION, EF_SEARCH, EF_MAX = 32, 128, 128, 1024
 EXACT_BELOW = 10_000  # allowed rows up to which a graph index scans the scope exactly
 
@@ -48,7 +50,7 @@ class DenseIndex:
     def build(cls, vectors: np.ndarray, sq8_from: int | None = None, hnsw_from: int | None = None) -> DenseIndex:
         vectors = np.ascontiguousarray(vectors, dtype=np.float32)
         index: faiss.Index
-        if len(vectors) >= (HNSW_FROM if hnsw_from is None else hnsw_from):
+        if hnsw_from is not None and len(vectors) >= hnsw_from:
             index = faiss.IndexHNSWSQ(vectors.shape[1], faiss.ScalarQuantizer.QT_8bit,  # type: ignore[arg-type]
                                       HNSW_M, faiss.METRIC_INNER_PRODUCT)  # (faiss's stubs miss this overload)
             index.hnsw.efConstruction = EF_CONSTRUCTION

@@ -59,6 +59,7 @@ class BuildOptions:
     reuse_embeddings: bool = True  # reuse vectors of unchanged chunk texts from the current snapshot
     reuse_from: Path | None = None  # another index directory to reuse vectors from (default: this one)
     answer_model: Path | None = None  # the answer model served beside this index (default: the shipped one)
+    dense_graph_from: int | None = None  # chunks from which the dense index is an HNSW graph (None: never)
 
 
 def index_text(doc: Document, chunk: Chunk) -> str:
@@ -307,7 +308,7 @@ def _build_into(work: Path, name: str, digest: str, loaded, docs, chunks, texts,
     t_embed = time.perf_counter() - t1
 
     t1 = time.perf_counter()
-    DenseIndex.build(vectors).save(work / "dense.faiss")
+    DenseIndex.build(vectors, hnsw_from=options.dense_graph_from).save(work / "dense.faiss")
     t_faiss = time.perf_counter() - t1
 
     t1 = time.perf_counter()

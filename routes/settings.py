@@ -140,6 +140,9 @@ class Settings(BaseSettings):
     embed_batch_size: int = setting(64, "Passages embedded per batch.", "build", ge=1)
     reuse_embeddings: bool = setting(True, "Reuse the vectors of unchanged chunk texts from the current snapshot.",
                                      "build")
+    dense_graph_from: int = setting(0, "Chunks from which the dense index is an HNSW graph (approximate; scopes of at "
+                                    "most 10,000 chunks stay exact); 0: never, every query scans (see BENCHMARKS.md, "
+                                    "Scale).", "build", ge=0)
     bm25_method: Literal["lucene", "robertson"] = setting("lucene", "BM25 variant (idf): lucene, or robertson as "
                                                           "rank-bm25's BM25Okapi.", "build")
     bm25_k1: float = setting(1.5, "BM25 term-frequency saturation k1.", "build", ge=0)
@@ -301,7 +304,8 @@ class Settings(BaseSettings):
         bm25 = Bm25Params(method=self.bm25_method, k1=self.bm25_k1, b=self.bm25_b, stem=self.bm25_stem,
                           stopwords=self.bm25_stopwords)
         return BuildOptions(default_acl=default_acl, max_chars=self.chunk_max_chars, bm25=bm25,
-                            reuse_embeddings=self.reuse_embeddings, answer_model=self.answer_model_path)
+                            reuse_embeddings=self.reuse_embeddings, answer_model=self.answer_model_path,
+                            dense_graph_from=self.dense_graph_from or None)
 
     def embedder(self) -> Any:
         """The embedder these settings describe (model folder, query runtime, batch, cache)."""
