@@ -59,6 +59,8 @@ def install_console(app: FastAPI, report_dir: Path) -> None:
 
     @app.get("/favicon.ico", include_in_schema=False)
     async def favicon() -> Response:
+        if "favicon.svg" not in _FILES:
+            raise NotFound("no favicon")
         return FileResponse(_FILES["favicon.svg"], media_type=_TYPES[".svg"])
 
     @app.get("/console", include_in_schema=False)
