@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import base64
 import logging
+from collections import Counter
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
@@ -37,7 +38,7 @@ from indexes.dense import DenseIndex
 from indexes.segments import LiveCatalog, SegmentedBm25, SegmentedDense, view_chunks
 from indexes.snapshot_build import embed_key, index_text
 from indexes.snapshot_load import Snapshot
-from indexes.wal import JSONObject, Record, log_end, read_after
+from indexes.wal import JSONObject, Record, read_after
 from retrieval.errors import InvalidRequest, ServerFault, SnapshotError
 from retrieval.types import Document, check_acl
 
@@ -93,11 +94,6 @@ def wal_path(index_dir: Path) -> Path:
     return index_dir / WAL_FILE
 
 
-def last_seq(index_dir: Path) -> int:
-    """The last acknowledged seq of the index's log (0 without one); read without the lock."""
-    return log_end(wal_path(index_dir))
-
-
 def options_of(base: Snapshot) -> tuple[int, tuple[str, ...], Bm25Params]:
     """(max_chars, default ACL, BM25 parameters) the base was built with; writes use the same."""
     opts = base.manifest.get("options") or {}
@@ -123,11 +119,11 @@ def embed_docs(docs: Sequence[Document], encode: Encode, max_chars: int) -> list
     chunks = chunk_documents(docs, max_chars)
     by_id = {d.id: d for d in docs}
     vectors = encode([index_text(by_id[c.doc_id], c) for c in chunks]) if chunks else np.zeros((0, 1), np.float32)
+    per_doc = Counter(c.doc_id for c in chunks)  # chunks come in document order
     out, at = [], 0
     for d in docs:
-        n = sum(1 for c in chunks if c.doc_id == d.id)
-        out.append(np.asarray(vectors[at : at + n], dtype=np.float32))
-        at += n
+        out.append(np.asarray(vectors[at : at + per_doc[d.id]], dtype=np.float32))
+        at += per_doc[d.id]
     return out
 
 

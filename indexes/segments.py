@@ -61,7 +61,9 @@ class SegmentedBm25:
 
     def scores(self, query: str, allowed: np.ndarray | None = None) -> np.ndarray:
         allowed = self._live if allowed is None else allowed
-        stats = self.collection_stats(query, allowed)
+        return self._scores(query, allowed, self.collection_stats(query, allowed))
+
+    def _scores(self, query: str, allowed: np.ndarray, stats: CollectionStats) -> np.ndarray:
         return np.concatenate([part.scores_with(query, mask, stats)
                                for part, mask in zip(self.parts, self._slices(allowed), strict=True)])
 
@@ -88,7 +90,7 @@ class SegmentedBm25:
         terms = [t for t in dict.fromkeys(self.tokenize(query)) if stats.df.get(t, 0)]
         if not n or not terms:
             return np.zeros(n), np.zeros(n), np.zeros(n)
-        scores = self.scores(query, allowed)[rows].astype(np.float64)
+        scores = self._scores(query, allowed, stats)[rows].astype(np.float64)
         hit = np.zeros((len(terms), n), dtype=bool)
         for i, term in enumerate(terms):
             for part, at in zip(self.parts, self._at, strict=False):
