@@ -16,6 +16,13 @@ so scores equal those of an index built from the authorized chunks alone. Otherw
 presence of a forbidden chunk would shift authorized chunks' scores and order, which would
 let a caller detect it. bm25s stores idf x tf-part per posting; with the stored chunk
 lengths the raw term frequency is recovered exactly and rescored with the scoped statistics.
+
+Top-k is pruned, and exact (Turtle & Flood's MaxScore): a term adds less than its idf to any
+chunk (the Lucene form's tf / (tf + K) is below 1), so once the k-th best partial score of the
+chunks holding the rarer terms exceeds the idf sum of the terms left, a chunk holding only
+those cannot enter, and they are read at the candidates only (one binary search each). The
+very common terms, whose postings cover most of the index, then cost little, and so do their
+scoped document frequencies, counted from whichever side of the scope is smaller.
 """
 
 from __future__ import annotations
@@ -84,6 +91,65 @@ class CollectionStats:
         return CollectionStats(self.n + other.n, self.total_len + other.total_len, df)
 
 
+@dataclass(frozen=True)
+class Scope:
+    """The allowed rows in the form cheapest to intersect with postings: every row, the
+    forbidden rows (sorted) or the allowed rows (sorted), whichever side is smaller."""
+
+    allowed: np.ndarray
+    n: int
+    side: np.ndarray | None  # None: every row allowed
+    forbidden_side: bool
+
+    @classmethod
+    def of(cls, allowed: np.ndarray) -> Scope:
+        n = int(np.count_nonzero(allowed))
+        if n == len(allowed):
+            return cls(allowed, n, None, True)
+        if len(allowed) - n <= n:
+            return cls(allowed, n, np.flatnonzero(~allowed), True)
+        return cls(allowed, n, np.flatnonzero(allowed), False)
+
+    def _searched(self, postings: np.ndarray) -> bool:
+        """Whether binary searches of the side beat a pass over the postings."""
+        assert self.side is not None
+        return len(self.side) * max(1, len(postings).bit_length()) < len(postings)
+
+    def count(self, postings: np.ndarray) -> int:
+        """How many of `postings` (sorted rows) are allowed."""
+        if self.side is None:
+            return len(postings)
+        if self._searched(postings):
+            found = int(np.count_nonzero(_found(postings, self.side)))
+            return len(postings) - found if self.forbidden_side else found
+        return int(np.count_nonzero(self.allowed[postings]))
+
+    def positions(self, postings: np.ndarray) -> np.ndarray:
+        """Positions in `postings` of the allowed rows, ascending."""
+        if self.side is None:
+            return np.arange(len(postings))
+        if self._searched(postings) and not self.forbidden_side:
+            at = np.minimum(postings.searchsorted(self.side), max(len(postings) - 1, 0))
+            return at[_found(postings, self.side)]
+        return np.flatnonzero(self.allowed[postings])
+
+    def total(self, lengths: np.ndarray, whole: float) -> float:
+        """Sum of `lengths` over the allowed rows, given their sum over every row `whole`
+        (exact: lengths are integers)."""
+        if self.side is None:
+            return whole
+        part = float(lengths[self.side].sum())
+        return whole - part if self.forbidden_side else part
+
+
+def _found(postings: np.ndarray, rows: np.ndarray) -> np.ndarray:
+    """Which of `rows` occur in `postings` (both sorted)."""
+    if len(postings) == 0:
+        return np.zeros(len(rows), dtype=bool)
+    at = np.minimum(postings.searchsorted(rows), len(postings) - 1)
+    return np.asarray(postings[at] == rows)
+
+
 class Bm25Index:
     """A bm25s index whose row i is chunk row i of the snapshot."""
 
@@ -94,6 +160,7 @@ class Bm25Index:
         self.size = size
         self._lengths = np.zeros(size, dtype=np.float64) if lengths is None else lengths.astype(np.float64)
         self._avgdl = float(self._lengths.mean()) if size else 1.0
+        self._total_len = float(self._lengths.sum())
         self.tokenize = Tokenizer(params.stem, params.stopwords)
         self._idf = _select_idf_scorer(params.method)
         # The idf bm25s stored its postings with: the one scored with, except for a live index's
@@ -143,11 +210,11 @@ class Bm25Index:
         allowed = np.ones(self.size, dtype=bool) if allowed is None else allowed
         return self.scores_with(query, allowed, self.collection_stats(query, allowed))
 
-    def collection_stats(self, query: str, allowed: np.ndarray) -> CollectionStats:
+    def collection_stats(self, query: str, allowed: np.ndarray | Scope) -> CollectionStats:
         """This index's share of the statistics BM25 needs over the `allowed` rows: their
         number and total length, and each query term's document frequency among them.
         Statistics of several segments add up (`CollectionStats.__add__`)."""
-        n = int(np.count_nonzero(allowed))
+        scope = allowed if isinstance(allowed, Scope) else Scope.of(allowed)
         df: dict[str, int] = {}
         model = self._model
         if model is not None:
@@ -155,8 +222,8 @@ class Bm25Index:
             for term in dict.fromkeys(self.tokenize(query)):
                 t = model.vocab_dict.get(term)
                 if t is not None:
-                    df[term] = int(np.count_nonzero(allowed[indices[int(indptr[t]) : int(indptr[t + 1])]]))
-        return CollectionStats(n, float(self._lengths[allowed].sum()) if n else 0.0, df)
+                    df[term] = scope.count(indices[int(indptr[t]) : int(indptr[t + 1])])
+        return CollectionStats(scope.n, scope.total(self._lengths, self._total_len) if scope.n else 0.0, df)
 
     def postings(self, term: str) -> np.ndarray:
         """Rows holding an (already tokenized) term, sorted; empty for a term not indexed."""
@@ -291,10 +358,106 @@ class Bm25Index:
                 out[term] = float(self._idf(df, N=max(n, 1)))
         return out
 
-    def top_k(self, query: str, allowed: np.ndarray, k: int,
-              order: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+    def top_k(self, query: str, allowed: np.ndarray, k: int, order: np.ndarray | None = None,
+              stats: CollectionStats | None = None) -> tuple[np.ndarray, np.ndarray]:
         """Best k allowed rows with a positive score, ties by `order`; unauthorized rows are
-        never ranked."""
-        scores = self.scores(query, allowed)
-        rows = top_k(scores, allowed, k, floor=0.0, order=order)
-        return rows, scores[rows]
+        never ranked. `stats`: collection statistics spanning several segments (default:
+        this index's own over `allowed`). The same rows and scores as ranking `scores_with`
+        (or, over the whole index, bm25s' own scores), pruned as the module says."""
+        model = self._model
+        if model is None or k <= 0:
+            return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.float32)
+        scope = Scope.of(allowed)
+        direct = stats is None and scope.n == self.size and self._storage == self.params.method
+        stats = stats if stats is not None else self.collection_stats(query, scope)
+        terms = self._plan(query, scope, stats, direct)
+        if terms is None:  # an idf below zero (Robertson): no bound holds, score every row
+            scores = self.scores_with(query, allowed, stats) if not direct else self.scores(query, allowed)
+            rows = top_k(scores, allowed, k, floor=0.0, order=order)
+            return rows, scores[rows]
+        return self._pruned(terms, scope, k, order, stats, direct)
+
+    def _plan(self, query: str, scope: Scope, stats: CollectionStats,
+              direct: bool) -> list[tuple[int, int, int, float, float]] | None:
+        """(term id, postings start, end, idf, stored idf) per query token, in query order
+        (repeats again), for the tokens that can score here; None when an idf is negative."""
+        model = self._model
+        assert model is not None
+        indptr = model.scores["indptr"]
+        plan = []
+        for term in self.tokenize(query):
+            t = model.vocab_dict.get(term)
+            df = stats.df.get(term, 0)
+            if t is None or df == 0:
+                continue
+            lo, hi = int(indptr[t]), int(indptr[t + 1])
+            global_idf = float(self._store_idf(hi - lo, N=self.size))
+            if global_idf <= 0 or (not direct and stats.n != scope.n and scope.count(model.scores["indices"][lo:hi]) == 0):
+                continue  # as scores_with: no posting of the term is readable here
+            idf = global_idf if direct else float(self._idf(df, N=stats.n))
+            if idf < 0:
+                return None
+            plan.append((t, lo, hi, idf, global_idf))
+        return plan
+
+    def _contribution(self, lo: int, at: np.ndarray, idf: float, global_idf: float, avgdl: float,
+                      direct: bool) -> np.ndarray:
+        """A term's score at postings positions `at`, computed as `scores_with` does."""
+        assert self._model is not None
+        data, indices = self._model.scores["data"], self._model.scores["indices"]
+        if direct:
+            return np.asarray(data[lo + at], dtype=np.float64)
+        return idf * self._rescoped(data[lo + at], global_idf, indices[lo + at], avgdl)
+
+    def _pruned(self, plan: list[tuple[int, int, int, float, float]], scope: Scope, k: int,
+                order: np.ndarray | None, stats: CollectionStats, direct: bool) -> tuple[np.ndarray, np.ndarray]:
+        assert self._model is not None
+        indices = self._model.scores["indices"]
+        avgdl = stats.total_len / stats.n if stats.n else 1.0
+        counts: dict[int, int] = {}
+        info: dict[int, tuple[int, int, float, float]] = {}
+        for t, lo, hi, idf, gidf in plan:
+            counts[t] = counts.get(t, 0) + 1
+            info[t] = (lo, hi, idf, gidf)
+        bound = {t: counts[t] * info[t][2] for t in counts}  # no chunk gets more from the term
+        rarest_first = sorted(counts, key=lambda t: -bound[t])
+        partial = np.zeros(self.size, dtype=np.float64)
+        seen = np.zeros(self.size, dtype=bool)
+        found: list[np.ndarray] = []
+        read: dict[int, tuple[np.ndarray, np.ndarray]] = {}
+        theta, n_found = 0.0, 0
+        for i, t in enumerate(rarest_first):
+            rest = sum(bound[u] for u in rarest_first[i:])
+            if n_found >= k and rest * (1 + 1e-6) < theta:
+                break
+            lo, hi, idf, gidf = info[t]
+            at = scope.positions(indices[lo:hi])
+            rows = np.asarray(indices[lo + at], dtype=np.int64)
+            value = self._contribution(lo, at, idf, gidf, avgdl, direct)
+            read[t] = (rows, value)
+            partial[rows] += counts[t] * value
+            new = rows[~seen[rows]]
+            seen[new] = True
+            found.append(new)
+            n_found += len(new)
+            if n_found >= k:
+                pool = partial[np.concatenate(found)]
+                theta = float(np.partition(pool, len(pool) - k)[len(pool) - k])
+        candidates = np.flatnonzero(seen)  # sorted, without sorting the lists read
+        left = sum(bound[t] for t in rarest_first if t not in read)
+        if left:  # only candidates that can still reach the k-th best partial score
+            candidates = candidates[partial[candidates] + left * (1 + 1e-6) >= theta]
+        acc = np.zeros(self.size, dtype=np.float64)
+        for t, lo, hi, idf, gidf in plan:  # query order, as scores_with adds them: same floats
+            if t in read:
+                rows, value = read[t]
+                acc[rows] += value
+                continue
+            postings = indices[lo:hi]
+            at = np.minimum(postings.searchsorted(candidates), hi - lo - 1)
+            hit = postings[at] == candidates
+            acc[candidates[hit]] += self._contribution(lo, at[hit], idf, gidf, avgdl, direct)
+        scores = acc[candidates].astype(np.float32)
+        keep = top_k(scores, np.ones(len(candidates), dtype=bool), k, floor=0.0,
+                     order=None if order is None else order[candidates])
+        return candidates[keep], scores[keep]

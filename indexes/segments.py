@@ -69,9 +69,15 @@ class SegmentedBm25:
 
     def top_k(self, query: str, allowed: np.ndarray, k: int,
               order: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
-        scores = self.scores(query, allowed)
-        rows = top_k(scores, allowed, k, floor=0.0, order=order)
-        return rows, scores[rows]
+        """Each segment's own pruned top k under the summed statistics, merged: the best k
+        overall are among them, ties again by `order`."""
+        stats = self.collection_stats(query, allowed)
+        found = [part.top_k(query, mask, k, None if order is None else order[at : at + part.size], stats)
+                 for part, mask, at in zip(self.parts, self._slices(allowed), self._at, strict=False)]
+        rows = np.concatenate([r + at for (r, _), at in zip(found, self._at, strict=False)]).astype(np.int64)
+        scores = np.concatenate([s for _, s in found]).astype(np.float32)
+        keep = top_k(scores, np.ones(len(rows), dtype=bool), k, floor=0.0, order=rows if order is None else order[rows])
+        return rows[keep], scores[keep]
 
     def term_stats(self, query: str, allowed: np.ndarray) -> tuple[int, int, int]:
         """As `Bm25Index.term_stats`, from the summed statistics."""
