@@ -37,6 +37,7 @@ from indexes.catalog import Catalog, write_catalog
 from indexes.chunking import DEFAULT_MAX_CHARS, chunk_documents
 from indexes.corpus import ADMIN_ONLY, LoadedDocument, discover, load_documents
 from indexes.dense import DenseIndex
+from indexes.embed_journal import EmbedJournal
 from indexes.embedder import Embedder
 from indexes.snapshot_lease import LEASE_FILE, PRUNING, acquire, remove_unless_served
 from indexes.snapshot_load import CURRENT, FORMAT_VERSION, current_snapshot_path, read_manifest, verify_files
@@ -60,6 +61,7 @@ class BuildOptions:
     reuse_from: Path | None = None  # another index directory to reuse vectors from (default: this one)
     answer_model: Path | None = None  # the answer model served beside this index (default: the shipped one)
     dense_graph_from: int | None = None  # chunks from which the dense index is an HNSW graph (None: never)
+    embed_batch: int = 4096  # texts per embedding batch; each finished batch is journaled (indexes/embed_journal.py)
 
 
 def index_text(doc: Document, chunk: Chunk) -> str:
@@ -206,9 +208,12 @@ def _publish(index_dir: Path, loaded: Sequence[LoadedDocument], tables: Sequence
         name = f"{datetime.now(timezone.utc):%Y%m%dT%H%M%S}-{digest[:8]}-{uuid.uuid4().hex[:6]}"
         work = snapshots / f".building-{name}"
         work.mkdir()
+        journal = EmbedJournal(index_dir, embedder.model_id)
+        if not options.reuse_embeddings:
+            journal.clear()
         try:
             manifest = _build_into(work, name, digest, loaded, docs, chunks, texts, tables, embedder, options, report,
-                                   reuse_vectors(), copy_tables)
+                                   reuse_vectors(), copy_tables, journal)
         except BaseException:
             shutil.rmtree(work, ignore_errors=True)  # a failed build leaves nothing behind
             raise
@@ -231,6 +236,7 @@ def _publish(index_dir: Path, loaded: Sequence[LoadedDocument], tables: Sequence
             os.fsync(f.fileno())
         os.replace(pointer, index_dir / CURRENT)  # the atomic switch
         fsync_dir(index_dir)
+        journal.clear()  # its vectors are in the published snapshot now
         _prune(snapshots, keep=name, previous=serving)
     return manifest
 
@@ -276,8 +282,11 @@ def previous_vectors(index_dir: Path, model_id: str) -> dict[str, np.ndarray]:
 
 def _build_into(work: Path, name: str, digest: str, loaded, docs, chunks, texts, tables, embedder: Embedder,
                 options: BuildOptions, report: Progress, reuse: dict[str, np.ndarray],
-                copy_tables: tuple[Path, Sequence[TableInfo]] | None = None) -> dict[str, Any]:
-    """Write catalog, BM25 and FAISS files into `work`; returns the manifest (not yet written)."""
+                copy_tables: tuple[Path, Sequence[TableInfo]] | None = None,
+                journal: EmbedJournal | None = None) -> dict[str, Any]:
+    """Write catalog, BM25 and FAISS files into `work`; returns the manifest (not yet written).
+    Vectors come from `reuse`, then from `journal` (batches a killed build of this index
+    finished), and the rest are embedded in batches, each journaled as it finishes."""
     keys = [embed_key(t) for t in texts]
     t1 = time.perf_counter()
     infos = write_catalog(work / "catalog.duckdb", docs, [ld.origin for ld in loaded], chunks, tables, keys, copy_tables)
@@ -292,10 +301,19 @@ def _build_into(work: Path, name: str, digest: str, loaded, docs, chunks, texts,
     t1 = time.perf_counter()
     dim = embedder.dimension()
     vectors = np.zeros((len(texts), dim), dtype=np.float32)
-    todo = [i for i, k in enumerate(keys) if k not in reuse]
+    journaled = journal.load() if journal is not None and options.reuse_embeddings else {}
+    todo, resumed = [], 0
     for i, k in enumerate(keys):
-        if k in reuse:
-            vectors[i] = reuse[k]
+        known = reuse.get(k)
+        if known is None and k in journaled:
+            known, resumed = journaled[k], resumed + 1
+        if known is None:
+            todo.append(i)
+        else:
+            vectors[i] = known
+    del journaled
+    if resumed:
+        log.info("resuming: %d vectors from the embedding journal of an unfinished build", resumed)
     done = [len(texts) - len(todo)]  # reused vectors count as done, so the bar ends at the total
 
     def on_batch(n: int) -> None:
@@ -303,8 +321,13 @@ def _build_into(work: Path, name: str, digest: str, loaded, docs, chunks, texts,
         report("embed", done[0], len(texts))
 
     report("embed", done[0], len(texts))  # before the first batch, so rate and ETA time the whole stage
-    if todo:
-        vectors[todo] = embedder.encode([texts[i] for i in todo], progress=on_batch)
+    step = max(1, options.embed_batch)
+    for start in range(0, len(todo), step):
+        rows = todo[start : start + step]
+        batch = embedder.encode([texts[i] for i in rows], progress=on_batch)
+        vectors[rows] = batch
+        if journal is not None:
+            journal.append([keys[i] for i in rows], batch)
     t_embed = time.perf_counter() - t1
 
     t1 = time.perf_counter()
@@ -319,7 +342,7 @@ def _build_into(work: Path, name: str, digest: str, loaded, docs, chunks, texts,
         "model": {"id": embedder.model_id, "dim": embedder.dim},
         "answer_model": shipped_identity(options.answer_model),
         "counts": {"documents": len(docs), "chunks": len(chunks), "tables": len(infos)},
-        "embeddings": {"computed": len(todo), "reused": len(texts) - len(todo)},
+        "embeddings": {"computed": len(todo), "reused": len(texts) - len(todo) - resumed, "resumed": resumed},
         "tables": {t.name: {"rows": t.rows, "acl": list(t.acl), "row_acl": t.row_acl} for t in infos},
         "content_hash": digest,
         "options": {"default_acl": list(options.default_acl), "max_chars": options.max_chars, "bm25": asdict(options.bm25)},

@@ -138,6 +138,8 @@ class Settings(BaseSettings):
     chunk_max_chars: int = setting(1500, "Longest passage, in characters, when documents are split into chunks.",
                                    "build", ge=50)
     embed_batch_size: int = setting(64, "Passages embedded per batch.", "build", ge=1)
+    ingest_journal_batch: int = setting(4096, "Passages per journaled ingest batch: a killed ingest resumes after "
+                                        "the last finished one.", "build", ge=1)
     reuse_embeddings: bool = setting(True, "Reuse the vectors of unchanged chunk texts from the current snapshot.",
                                      "build")
     dense_graph_from: int = setting(0, "Chunks from which the dense index is an HNSW graph (approximate; scopes of at "
@@ -305,7 +307,7 @@ class Settings(BaseSettings):
                           stopwords=self.bm25_stopwords)
         return BuildOptions(default_acl=default_acl, max_chars=self.chunk_max_chars, bm25=bm25,
                             reuse_embeddings=self.reuse_embeddings, answer_model=self.answer_model_path,
-                            dense_graph_from=self.dense_graph_from or None)
+                            dense_graph_from=self.dense_graph_from or None, embed_batch=self.ingest_journal_batch)
 
     def embedder(self) -> Any:
         """The embedder these settings describe (model folder, query runtime, batch, cache)."""

@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import fcntl
 import json
+import os
 import shutil
 import signal
 import subprocess
@@ -9,6 +10,7 @@ import sys
 import time
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from indexes.snapshot import build_snapshot, current_snapshot_path, load_snapshot
@@ -138,6 +140,46 @@ def test_killed_ingest_leaves_the_previous_snapshot_loadable_and_answering(index
         engine.close()
     build_snapshot([MINI], index_copy, embedder)  # the next build clears the leftovers
     assert not list((index_copy / "snapshots").glob(".building-*"))
+
+
+def test_an_ingest_killed_while_embedding_resumes_after_its_last_finished_batch(index_copy, embedder, tmp_path):
+    """`kill -9` during the embedding stage, then the same ingest again: the vectors of the
+    journaled batches are taken, only the rest is embedded, every vector equals what the
+    model gives for its text, and publishing removes the journal."""
+    from indexes.embed_journal import JOURNAL_DIR
+    from indexes.snapshot import BuildOptions
+
+    big = tmp_path / "big.jsonl"
+    texts = [f"Resumable passage {i} on berths, cranes and tide tables, gate {i * 13}." for i in range(1500)]
+    big.write_text("".join(json.dumps({"id": f"r{i}", "text": t, "acl": ["public"]}) + "\n" for i, t in enumerate(texts)))
+    journal = index_copy / JOURNAL_DIR
+    proc = subprocess.Popen([sys.executable, "-m", "routes.cli", "ingest", str(big), "--index", str(index_copy)],
+                            cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                            env={**os.environ, "QUARRY_INGEST_JOURNAL_BATCH": "200"})
+    try:
+        deadline = time.monotonic() + 300
+        while len(list(journal.glob("batch-*.npz"))) < 2:
+            assert proc.poll() is None, "ingest ended before it could be killed"
+            assert time.monotonic() < deadline
+            time.sleep(0.02)
+        proc.send_signal(signal.SIGKILL)
+    finally:
+        proc.wait()
+    assert proc.returncode == -signal.SIGKILL
+    finished = len(list(journal.glob("batch-*.npz"))) * 200
+    assert finished < 1500
+    manifest = build_snapshot([big], index_copy, embedder, BuildOptions(default_acl=("public",), embed_batch=200))
+    assert manifest["embeddings"]["resumed"] >= finished
+    assert manifest["embeddings"]["computed"] == 1500 - manifest["embeddings"]["resumed"]
+    assert not journal.exists()
+    snapshot = load_snapshot(index_copy, embedder)
+    try:
+        rows = [0, 1, 199, 200, 399, 400, 800, 1499]  # journaled batches and embedded ones
+        got = snapshot.dense.vectors(np.asarray(rows, dtype=np.int64))
+        want = embedder.encode([texts[int(snapshot.chunks.doc_ids[r][1:])] for r in rows])  # ids are r<i>
+        np.testing.assert_allclose(got, want, atol=1e-5)
+    finally:
+        snapshot.close()
 
 
 def test_large_dense_index_uses_8bit_codes_and_still_returns_k_allowed_rows():
