@@ -10,6 +10,7 @@ document's title is never reported back as a constraint or used to bridge.
 from __future__ import annotations
 
 import re
+from array import array
 from dataclasses import dataclass, field
 from functools import lru_cache
 from threading import Lock
@@ -40,58 +41,81 @@ def _normal(name: str) -> tuple[str, str]:
 
 @dataclass(eq=False)
 class EntityIndex:
-    """normalised entity -> (display form, chunk rows that carry it).
+    """normalised entity -> the chunk rows that carry it.
 
-    `owners` marks entities that name a document only when the reader can see exactly one
+    `owner` marks entities that name a document only when the reader can see exactly one
     document carrying them (an identifier inside titles: "INC-2041" in "INC-2041: ledger
-    outage" names that report, unless the reader sees two titles with it); it maps such an
-    entity to the document number of each of its rows (-1 for a row that carries it as a
-    plain title or value). Both rules read the caller's mask only, so
-    what is found equals what an index of the readable documents alone would find.
+    outage" names that report, unless the reader sees two titles with it): per row the
+    document number of a row that carries the entity that way, -1 for a row that carries it
+    as a plain title or value. Both rules read the caller's mask only, so what is found
+    equals what an index of the readable documents alone would find.
+
+    Stored as flat arrays, not a dict of strings: keys and their proper word prefixes as
+    sorted 64-bit string hashes (Python's own, so an index lives in the process that built
+    it), rows in one CSR array. A million titles with their identifiers take tens of MB
+    instead of a gigabyte; two names colliding on 64 bits is a chance of about 1e-7 per
+    million-title index.
     """
 
-    entries: dict[str, tuple[str, np.ndarray]] = field(default_factory=dict)
-    owners: dict[str, np.ndarray] = field(default_factory=dict)
-    _prefixes: set[str] = field(default_factory=set, repr=False)  # proper word prefixes of the entities
+    _keys: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))  # sorted key hashes
+    _indptr: np.ndarray = field(default_factory=lambda: np.zeros(1, dtype=np.int64))  # key i: rows[indptr[i]:indptr[i+1]]
+    _rows: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))  # sorted within a key
+    _owner: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))  # per row: document number or -1
+    _owned: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=bool))  # per key: some row has an owner
+    _prefixes: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64), repr=False)  # sorted hashes
     _memos: list[tuple[np.ndarray, dict[str, np.ndarray]]] = field(default_factory=list, repr=False)
     _lock: Lock = field(default_factory=Lock, repr=False)
-
-    def __post_init__(self) -> None:
-        for key in self.entries:
-            words = key.split(" ")
-            self._prefixes.update(" ".join(words[:n]) for n in range(1, len(words)))
 
     @classmethod
     def build(cls, names_by_row: Iterable[tuple[int, str]], one_document: Iterable[tuple[int, str]] = (),
               doc_ids: Sequence[str] = ()) -> EntityIndex:
         """`names_by_row`: (row, name) pairs; `one_document`: (row, name) pairs that count only
         while one readable document carries them (`doc_ids[row]` names each row's document)."""
-        rows: dict[str, list[int]] = {}
-        display: dict[str, str] = {}
-        plain_rows: dict[str, set[int]] = {}
-        for is_plain, pairs in ((True, names_by_row), (False, one_document)):
+        hashes, rows, plain, prefixes = array("q"), array("q"), array("b"), array("q")
+        for is_plain, pairs in ((1, names_by_row), (0, one_document)):
             for row, raw in pairs:
-                name, key = _normal(raw)
+                key = _normal(raw)[1]
                 if not key or len(key.split()) > MAX_WORDS or key in STOPWORDS or len(key) < 3 or key.isdigit():
                     continue
-                rows.setdefault(key, []).append(row)
-                display.setdefault(key, name)
-                if is_plain:
-                    plain_rows.setdefault(key, set()).add(row)
-        entries = {k: (display[k], np.asarray(v if len(v) == 1 else sorted(set(v)), dtype=np.int64)) for k, v in rows.items()}
-        doc_number = {d: i for i, d in enumerate(dict.fromkeys(doc_ids))}
-        owners = {}
-        for k, (_, krows) in entries.items():
-            plain = plain_rows.get(k, set())
-            if len(plain) < len(krows):  # some rows carry it only as a one-document name
-                owners[k] = np.asarray([-1 if r in plain else doc_number[doc_ids[r]] for r in krows], dtype=np.int64)
-        return cls(entries, owners)
+                hashes.append(hash(key))
+                rows.append(row)
+                plain.append(is_plain)
+                if " " in key:
+                    words = key.split(" ")
+                    prefixes.extend(hash(" ".join(words[:n])) for n in range(1, len(words)))
+        h = np.frombuffer(hashes, dtype=np.int64) if hashes else np.zeros(0, dtype=np.int64)
+        r = np.frombuffer(rows, dtype=np.int64) if rows else np.zeros(0, dtype=np.int64)
+        pl = np.frombuffer(plain, dtype=np.int8).astype(bool) if plain else np.zeros(0, dtype=bool)
+        order = np.lexsort((~pl, r, h))  # by key, row, a plain pair first
+        h, r, pl = h[order], r[order], pl[order]
+        first = np.ones(len(h), dtype=bool)
+        first[1:] = (h[1:] != h[:-1]) | (r[1:] != r[:-1])  # one (key, row) pair, plain if any pair was
+        h, r, pl = h[first], r[first], pl[first]
+        keys, starts = np.unique(h, return_index=True)
+        owner = np.full(len(r), -1, dtype=np.int64)
+        if (~pl).any():
+            doc_number = {d: i for i, d in enumerate(dict.fromkeys(doc_ids))}
+            owned_rows = np.flatnonzero(~pl)
+            owner[owned_rows] = [doc_number[doc_ids[int(x)]] for x in r[owned_rows]]
+        owned = np.logical_or.reduceat(~pl, starts) if len(starts) else np.zeros(0, dtype=bool)
+        pre = np.unique(np.frombuffer(prefixes, dtype=np.int64)) if prefixes else np.zeros(0, dtype=np.int64)
+        return cls(keys, np.append(starts, len(h)).astype(np.int64), r.copy(), owner, owned, pre)
+
+    def _entry(self, key: str) -> int:
+        """Position of `key` among the keys, or -1."""
+        return _position(self._keys, hash(key))
+
+    def _is_prefix(self, key: str) -> bool:
+        return _position(self._prefixes, hash(key)) >= 0
 
     def __len__(self) -> int:
-        return len(self.entries)
+        return len(self._keys)
 
     def rows(self, key: str) -> np.ndarray:
-        return self.entries[key][1]
+        i = self._entry(key)
+        if i < 0:
+            raise KeyError(key)
+        return self._rows[self._indptr[i] : self._indptr[i + 1]]
 
     def readable(self, key: str, allowed: np.ndarray | None) -> bool:
         """Does the entity name something the mask lets the caller read?"""
@@ -124,13 +148,17 @@ class EntityIndex:
             return memo
 
     def _named_rows(self, key: str, allowed: np.ndarray | None) -> np.ndarray:
-        rows = self.entries[key][1]
+        i = self._entry(key)
+        if i < 0:
+            raise KeyError(key)
+        lo, hi = int(self._indptr[i]), int(self._indptr[i + 1])
+        rows = self._rows[lo:hi]
         seen = np.ones(len(rows), dtype=bool) if allowed is None else allowed[rows]
-        owners = self.owners.get(key)
         named: np.ndarray
-        if owners is None:
+        if not self._owned[i]:
             named = rows[seen]
             return named
+        owners = self._owner[lo:hi]
         plain = seen & (owners == -1)
         if plain.any():
             named = rows[plain]
@@ -162,22 +190,38 @@ class EntityIndex:
         words = _TOKEN.findall(text)
         # ASCII lowers character for character, so one pass over the lowered text gives the same words.
         lowered = _TOKEN.findall(text.lower()) if text.isascii() else [w.lower() for w in words]
-        entries, prefixes = self.entries, self._prefixes
+        hashed = np.fromiter((hash(w) for w in lowered), dtype=np.int64, count=len(lowered))
+        is_key, is_prefix = _members(self._keys, hashed), _members(self._prefixes, hashed)
         spans: list[tuple[int, int]] = []  # character offsets, found only when some entity is
         out = []
-        for i in [i for i, w in enumerate(lowered) if w in entries or w in prefixes]:
+        for i in np.flatnonzero(is_key | is_prefix).tolist():
             # Grow the key word by word while it is still the start of some entity.
             key, n, options = lowered[i], 1, []
+            known, longer = bool(is_key[i]), bool(is_prefix[i])
             while True:
-                if key in entries and (n > 1 or _looks_like_name(words[i])):
+                if known and (n > 1 or _looks_like_name(words[i])):
                     spans = spans or [m.span() for m in _TOKEN.finditer(text)]
                     options.append((n, text[spans[i][0] : spans[i + n - 1][1]], key))
-                if key not in prefixes or i + n >= len(words):
+                if not longer or i + n >= len(words):
                     break
                 key, n = f"{key} {lowered[i + n]}", n + 1
+                known, longer = self._entry(key) >= 0, self._is_prefix(key)
             if options:
                 out.append((i, tuple(reversed(options))))
         return tuple(out)
+
+
+def _position(sorted_hashes: np.ndarray, value: int) -> int:
+    i = int(np.searchsorted(sorted_hashes, value))
+    return i if i < len(sorted_hashes) and int(sorted_hashes[i]) == value else -1
+
+
+def _members(sorted_hashes: np.ndarray, values: np.ndarray) -> np.ndarray:
+    """Which `values` occur in `sorted_hashes`, in one vectorised search."""
+    if not len(sorted_hashes) or not len(values):
+        return np.zeros(len(values), dtype=bool)
+    at = np.minimum(np.searchsorted(sorted_hashes, values), len(sorted_hashes) - 1)
+    return np.asarray(sorted_hashes[at] == values)
 
 
 def _looks_like_name(token: str) -> bool:
