@@ -35,7 +35,7 @@ import time
 import numpy as np
 
 from benchmarks.common import CACHE, RESULTS, machine, timed
-from benchmarks.scale_corpus import GROUPS, StandInEncoder, documents, write
+from benchmarks.scale_corpus import GROUPS, KINDS, StandInEncoder, documents, write
 from retrieval.metrics import percentile
 from retrieval.types import Filters, Principal
 
@@ -55,23 +55,24 @@ def rss_mb() -> float:
     return float("nan")
 
 
-def build(n: int, rebuild: bool, encoder: StandInEncoder) -> tuple[Path, dict]:
+def build(n: int, rebuild: bool, encoder: StandInEncoder, kind: str = "zipf",
+          graph_from: int = GRAPH_FROM) -> tuple[Path, dict]:
     from indexes.snapshot import BuildOptions, build_snapshot, current_snapshot_path, read_manifest
 
-    root = CACHE / f"scale-{n}"
+    root = CACHE / (f"scale-{n}" if kind == "zipf" else f"scale-{kind}-{n}")
     corpus, index = root / "docs.jsonl", root / "index"
     if rebuild:
         shutil.rmtree(root, ignore_errors=True)
     if not corpus.exists():
         t0 = time.perf_counter()
-        write(n, corpus)
+        write(n, corpus, kind)
         print(f"corpus of {n:,} chunks written in {time.perf_counter() - t0:.0f} s", flush=True)
     try:
         return index, read_manifest(current_snapshot_path(index))
     except Exception:  # noqa: BLE001 - no usable index yet: build it
         pass
     t0 = time.perf_counter()
-    manifest = build_snapshot([corpus], index, encoder, BuildOptions(reuse_embeddings=False, dense_graph_from=GRAPH_FROM),
+    manifest = build_snapshot([corpus], index, encoder, BuildOptions(reuse_embeddings=False, dense_graph_from=graph_from),
                               progress=lambda stage, done, total: None)
     manifest["timings_s"]["wall_total"] = round(time.perf_counter() - t0, 2)
     (index / "scale_build.json").write_text(json.dumps(manifest["timings_s"]))
@@ -108,11 +109,11 @@ def memory_by_structure(index: Path, principals: dict[str, Principal]) -> dict[s
     return {k: (round(v, 1) if isinstance(v, float) else v) for k, v in out.items()}
 
 
-def queries(n: int, count: int) -> list[str]:
-    """Questions made of mid-frequency words of the corpus (3-6 words each), deterministic."""
+def queries(n: int, count: int, kind: str = "zipf") -> list[str]:
+    """Questions of 3-6 words drawn from documents of the corpus kind, deterministic."""
     rng = np.random.default_rng(count)
     texts = []
-    for i, doc in enumerate(documents(min(n, 20_000))):
+    for i, doc in enumerate(documents(min(n, 20_000), kind)):
         if i % max(1, min(n, 20_000) // count) == 0:
             words = doc["text"].rstrip(".").split()
             texts.append(" ".join(rng.choice(words, size=int(rng.integers(3, 7)), replace=False)))
@@ -126,12 +127,44 @@ def exact_top(vectors: np.ndarray, query: np.ndarray, allowed: np.ndarray, k: in
     return set(rows[best].tolist())
 
 
+def serving_process(index: Path, qs: list[str]) -> dict[str, float]:
+    """What a server holds: a fresh process that opens the engine as `quarry serve` does and
+    answers every route and the loop for each scope, then reports its resident memory (now
+    and peak). The benchmark's own process also holds the reference vectors and the
+    per-structure pass, so its RSS is not the server's."""
+    import subprocess
+
+    code = ("import json, sys; sys.path.insert(0, sys.argv[1]); "
+            "from benchmarks.scale import _serve_and_measure; print(json.dumps(_serve_and_measure(sys.argv[2], sys.argv[3:])))")
+    done = subprocess.run([sys.executable, "-c", code, str(Path(__file__).resolve().parents[1]), str(index), *qs],
+                          capture_output=True, text=True, check=True)
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def _serve_and_measure(index: str, qs: list[str]) -> dict[str, float]:
+    from retrieval.search import search
+    from routes.engine import open_engine
+    from routes.settings import Settings
+
+    engine = open_engine(Path(index), embedder=StandInEncoder(), settings=Settings(index_dir=Path(index)))  # type: ignore[arg-type]
+    for principal in PRINCIPALS.values():
+        for q in qs:
+            for route in ROUTES:
+                search(engine.retrievers, route, q, principal, 10, Filters(), engine.limits)
+            engine.query(q, principal, max_attempts=1, deadline_ms=30_000)
+    status = dict(line.split(":", 1) for line in Path("/proc/self/status").read_text().splitlines() if ":" in line)
+    mb = {key: round(int(status[key].split()[0]) / 1024, 1) for key in ("VmRSS", "VmHWM")}
+    return {"rss_mb": mb["VmRSS"], "peak_mb": mb["VmHWM"]}
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--chunks", type=int, required=True)
     ap.add_argument("--queries", type=int, default=100)
     ap.add_argument("--rebuild", action="store_true")
     ap.add_argument("--out", type=Path, default=None)
+    ap.add_argument("--corpus", choices=KINDS, default="zipf", help="benchmarks/scale_corpus.py's kinds")
+    ap.add_argument("--graph-from", type=int, default=GRAPH_FROM, help="dense_graph_from of the build")
     args = ap.parse_args()
     from retrieval.search import search
     from routes.engine import open_engine
@@ -139,7 +172,7 @@ def main() -> None:
 
     encoder = StandInEncoder()
     rss_start = rss_mb()
-    index, manifest = build(args.chunks, args.rebuild, encoder)
+    index, manifest = build(args.chunks, args.rebuild, encoder, args.corpus, args.graph_from)
     saved = index / "scale_build.json"
     timings = json.loads(saved.read_text()) if saved.exists() else manifest["timings_s"]
     chunks = manifest["counts"]["chunks"]
@@ -150,14 +183,15 @@ def main() -> None:
     t0 = time.perf_counter()
     engine = open_engine(index, embedder=encoder, settings=Settings(index_dir=index), warm=False)  # type: ignore[arg-type]
     load_s = time.perf_counter() - t0
-    qs = queries(args.chunks, args.queries)
-    out: dict = {"chunks": chunks, "encoder": "stand-in (bag-of-words random projection, 384-d): index behaviour, "
+    qs = queries(args.chunks, args.queries, args.corpus)
+    out: dict = {"chunks": chunks, "corpus": args.corpus,
+                 "encoder": "stand-in (bag-of-words random projection, 384-d): index behaviour, "
                  "not retrieval quality", "machine": machine(), "queries": len(qs), "dense_index": engine.snapshot.dense.kind,
                  "build_s": timings, "load_s": round(load_s, 1),
                  "ingest_chunks_per_s": round(chunks / total, 1),
                  "ingest_chunks_per_s_without_embedding": round(chunks / max(total - embed, 1e-9), 1),
                  "memory_mb_by_structure": memory}
-    vectors = encoder.encode([f"{d['title']}\n{d['text']}" for d in documents(args.chunks)])  # exact float reference
+    vectors = encoder.encode([f"{d['title']}\n{d['text']}" for d in documents(args.chunks, args.corpus)])  # exact reference
     per_scope = {}
     for scope, principal in PRINCIPALS.items():
         allowed = engine.snapshot.chunks.mask(principal, Filters())
@@ -207,6 +241,10 @@ def main() -> None:
     out["rss_mb_engine"] = round(rss_mb() - rss_before, 1)
     out["rss_mb_at_start"] = round(rss_start, 1)
     engine.close()
+    del vectors
+    gc.collect()
+    out["serving_process"] = serving_process(index, qs[:20])
+    print(f"serving process: {out['serving_process']}", flush=True)
     path = args.out or RESULTS / f"scale-{args.chunks}.json"
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(out, indent=2))

@@ -1,0 +1,106 @@
+"""A large ingest killed while it embeds, then started again: does it resume, and lose nothing?
+
+    .venv/bin/python benchmarks/scale_resume.py --chunks 100000 [--kill-after 8]
+
+The N-chunk corpus of benchmarks/scale_corpus.py is ingested in a child process (the real
+`build_snapshot`, stand-in vectors, journal batches of 4,096); once `--kill-after` batches are
+journaled the child gets SIGKILL. The same ingest then runs again in this process, and a
+third, uninterrupted one into a fresh directory is the baseline. Reported: batches and
+vectors journaled before the kill, vectors the resumed run took from the journal and
+computed, both runs' wall time and embedding time, and whether the resumed snapshot equals
+the baseline (content hash, BM25 and catalog files byte for byte, every vector).
+
+Writes benchmarks/results/scale_resume-<N>.json.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import argparse
+import shutil
+import signal
+import subprocess
+import time
+
+import numpy as np
+
+from benchmarks.common import CACHE, machine, write_json
+from benchmarks.scale_corpus import StandInEncoder, write
+
+CHILD = """
+import sys
+sys.path.insert(0, sys.argv[1])
+from pathlib import Path
+from benchmarks.scale_corpus import StandInEncoder
+from indexes.snapshot import BuildOptions, build_snapshot
+build_snapshot([Path(sys.argv[2])], Path(sys.argv[3]), StandInEncoder(), BuildOptions(embed_batch=4096))
+"""
+
+
+def ingest(corpus: Path, index: Path) -> tuple[dict, float]:
+    from indexes.snapshot import BuildOptions, build_snapshot
+
+    t0 = time.perf_counter()
+    manifest = build_snapshot([corpus], index, StandInEncoder(), BuildOptions(embed_batch=4096))
+    return manifest, time.perf_counter() - t0
+
+
+def main() -> None:
+    from indexes.dense import DenseIndex
+    from indexes.embed_journal import JOURNAL_DIR
+    from indexes.snapshot import current_snapshot_path
+
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--chunks", type=int, default=100_000)
+    ap.add_argument("--kill-after", type=int, default=8, help="journaled batches before the SIGKILL")
+    args = ap.parse_args()
+    root = CACHE / f"scale-resume-{args.chunks}"
+    shutil.rmtree(root, ignore_errors=True)
+    corpus = write(args.chunks, root / "docs.jsonl")
+    index, baseline = root / "index", root / "baseline"
+    journal = index / JOURNAL_DIR
+
+    t0 = time.perf_counter()
+    child = subprocess.Popen([sys.executable, "-c", CHILD, str(Path(__file__).resolve().parents[1]), str(corpus), str(index)])
+    while len(list(journal.glob("batch-*.npz"))) < args.kill_after:
+        if child.poll() is not None:
+            raise SystemExit(f"the ingest ended (rc {child.returncode}) before {args.kill_after} batches were journaled")
+        time.sleep(0.05)
+    child.send_signal(signal.SIGKILL)
+    child.wait()
+    killed_s = time.perf_counter() - t0
+    batches = len(list(journal.glob("batch-*.npz")))
+    print(f"killed after {killed_s:.1f} s with {batches} batches journaled", flush=True)
+
+    resumed, resumed_s = ingest(corpus, index)
+    print(f"resumed run: {resumed['embeddings']} in {resumed_s:.1f} s", flush=True)
+    fresh, fresh_s = ingest(corpus, baseline)
+    print(f"uninterrupted run: {fresh['embeddings']} in {fresh_s:.1f} s", flush=True)
+
+    a, b = current_snapshot_path(index), current_snapshot_path(baseline)
+    same_files = {rel: meta["sha256"] == fresh["files"][rel]["sha256"] for rel, meta in resumed["files"].items()
+                  if not rel.startswith("dense")}
+    va, vb = (DenseIndex.load(p / "dense.faiss") for p in (a, b))
+    rows = np.arange(va.size, dtype=np.int64)
+    out = {
+        "chunks": args.chunks, "machine": machine(), "encoder": "stand-in (index behaviour, not retrieval quality)",
+        "journal_batch": 4096, "killed_after_s": round(killed_s, 1), "batches_journaled_at_kill": batches,
+        "resumed": {"embeddings": resumed["embeddings"], "wall_s": round(resumed_s, 1),
+                    "embed_s": resumed["timings_s"]["embed"]},
+        "uninterrupted": {"embeddings": fresh["embeddings"], "wall_s": round(fresh_s, 1),
+                          "embed_s": fresh["timings_s"]["embed"]},
+        "journal_removed": not journal.exists(),
+        "same_content_hash": resumed["content_hash"] == fresh["content_hash"],
+        "same_catalog_and_bm25_files": all(same_files.values()),
+        "max_vector_difference": float(np.abs(va.vectors(rows) - vb.vectors(rows)).max()),
+    }
+    print(out)
+    write_json(f"scale_resume-{args.chunks}", out)
+
+
+if __name__ == "__main__":
+    main()
