@@ -446,17 +446,19 @@ class Bm25Index:
         candidates = np.flatnonzero(seen)  # sorted, without sorting the lists read
         left = sum(bound[t] for t in rarest_first if t not in read)
         if left:  # only candidates that can still reach the k-th best partial score
-            candidates = candidates[partial[candidates] + left * (1 + 1e-6) >= theta]
-        acc = np.zeros(self.size, dtype=np.float64)
+            candidates = candidates[partial[candidates] + left * (1 + 1e-6) >= theta * (1 - 1e-6)]
+        # Sums in the precision and order the unpruned path uses: bm25s adds its stored float32
+        # values in float32, scores_with adds in float64; either way in query order.
+        acc: np.ndarray = np.zeros(self.size, dtype=np.float32 if direct else np.float64)
         for t, lo, hi, idf, gidf in plan:  # query order, as scores_with adds them: same floats
             if t in read:
                 rows, value = read[t]
-                acc[rows] += value
+                acc[rows] += value.astype(acc.dtype)
                 continue
             postings = indices[lo:hi]
             at = np.minimum(postings.searchsorted(candidates), hi - lo - 1)
             hit = postings[at] == candidates
-            acc[candidates[hit]] += self._contribution(lo, at[hit], idf, gidf, avgdl, direct)
+            acc[candidates[hit]] += self._contribution(lo, at[hit], idf, gidf, avgdl, direct).astype(acc.dtype)
         scores = acc[candidates].astype(np.float32)
         keep = top_k(scores, np.ones(len(candidates), dtype=bool), k, floor=0.0,
                      order=None if order is None else order[candidates])

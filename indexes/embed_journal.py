@@ -16,7 +16,7 @@ import logging
 import os
 import shutil
 from pathlib import Path
-from typing import Sequence
+from typing import BinaryIO, Callable, Sequence
 
 import numpy as np
 
@@ -40,16 +40,20 @@ class EmbedJournal:
         """Vectors of the batches a previous build finished, by text key; nothing when the
         journal belongs to another model. A damaged batch file (cut short by the crash
         itself) is skipped: its texts are embedded again."""
+        if not self.path.exists():
+            return {}
         try:
             meta = json.loads((self.path / META_FILE).read_text(encoding="utf-8"))
         except (OSError, ValueError):
-            return {}
-        if meta.get("model_id") != self.model_id:
-            log.info("embedding journal of another model (%s) dropped", meta.get("model_id"))
+            meta = {}
+        if not isinstance(meta, dict) or meta.get("model_id") != self.model_id:
+            log.info("embedding journal of another model (%s), or without its model, dropped",
+                     meta.get("model_id") if isinstance(meta, dict) else None)
             self.clear()
             return {}
         out: dict[str, np.ndarray] = {}
         for batch in sorted(self.path.glob("batch-*.npz")):
+            self._next = max(self._next, int(batch.stem.split("-")[1]) + 1)  # never reuse a number, readable or not
             try:
                 with np.load(batch) as f:
                     keys, vectors = f["keys"], f["vectors"]
@@ -59,26 +63,30 @@ class EmbedJournal:
             if vectors.ndim != 2 or len(keys) != len(vectors) or not np.isfinite(vectors).all():
                 continue
             out.update(zip((k.decode("ascii") for k in keys.tolist()), vectors, strict=True))
-            self._next = max(self._next, int(batch.stem.split("-")[1]) + 1)
         return out
 
     def append(self, keys: Sequence[str], vectors: np.ndarray) -> None:
         """Write one finished batch durably (after this returns, a crash does not lose it)."""
         if not len(keys):
             return
-        if not self.path.exists():
-            self.path.mkdir(parents=True)
-            (self.path / META_FILE).write_text(json.dumps({"model_id": self.model_id}), encoding="utf-8")
+        if not (self.path / META_FILE).exists():  # first batch: the model the journal is of, durably first
+            self.path.mkdir(parents=True, exist_ok=True)
+            self._write(META_FILE, lambda f: f.write(json.dumps({"model_id": self.model_id}).encode()))
             fsync_dir(self.path.parent)
-        final = self.path / f"batch-{self._next:07d}.npz"
-        tmp = self.path / f".{final.name}.tmp"
+        name = f"batch-{self._next:07d}.npz"
+        self._write(name, lambda f: np.savez(f, keys=np.asarray([k.encode("ascii") for k in keys]),
+                                             vectors=vectors.astype(np.float32)))
+        self._next += 1
+
+    def _write(self, name: str, fill: Callable[[BinaryIO], object]) -> None:
+        """A file whole or not at all: temporary name, fsync, rename, fsync of the folder."""
+        tmp = self.path / f".{name}.tmp"
         with tmp.open("wb") as f:
-            np.savez(f, keys=np.asarray([k.encode("ascii") for k in keys]), vectors=vectors.astype(np.float32))
+            fill(f)
             f.flush()
             os.fsync(f.fileno())
-        os.replace(tmp, final)
+        os.replace(tmp, self.path / name)
         fsync_dir(self.path)
-        self._next += 1
 
     def clear(self) -> None:
         """Remove the journal (its snapshot is published, or its model changed)."""

@@ -208,8 +208,10 @@ def _publish(index_dir: Path, loaded: Sequence[LoadedDocument], tables: Sequence
         name = f"{datetime.now(timezone.utc):%Y%m%dT%H%M%S}-{digest[:8]}-{uuid.uuid4().hex[:6]}"
         work = snapshots / f".building-{name}"
         work.mkdir()
-        journal = EmbedJournal(index_dir, embedder.model_id)
-        if not options.reuse_embeddings:
+        # An ingest journals what it embeds; a compaction embeds nothing and leaves a killed
+        # ingest's journal for that ingest's next run.
+        journal = EmbedJournal(index_dir, embedder.model_id) if expect_base is None else None
+        if journal is not None and not options.reuse_embeddings:
             journal.clear()
         try:
             manifest = _build_into(work, name, digest, loaded, docs, chunks, texts, tables, embedder, options, report,
@@ -236,7 +238,8 @@ def _publish(index_dir: Path, loaded: Sequence[LoadedDocument], tables: Sequence
             os.fsync(f.fileno())
         os.replace(pointer, index_dir / CURRENT)  # the atomic switch
         fsync_dir(index_dir)
-        journal.clear()  # its vectors are in the published snapshot now
+        if journal is not None:
+            journal.clear()  # its vectors are in the published snapshot now
         _prune(snapshots, keep=name, previous=serving)
     return manifest
 
