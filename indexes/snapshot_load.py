@@ -87,13 +87,13 @@ def check_manifest(manifest: dict[str, Any], model_id: str, dim: int) -> None:
 
 
 def load_snapshot(index_dir: Path, embedder: Embedder, verify_hashes: bool = True,
-                  mask_cache_size: int = 512) -> Snapshot:
+                  mask_cache_size: int = 512, mask_cache_bytes: int = 256 << 20) -> Snapshot:
     """Load the current snapshot of `index_dir` after checking its manifest and files; its
     chunk table keeps up to `mask_cache_size` access masks. The snapshot holds a serving
     lease from before its files are read until it is closed."""
     path, lease = _leased_current(index_dir)
     try:
-        snapshot = _load(path, embedder, verify_hashes, mask_cache_size)
+        snapshot = _load(path, embedder, verify_hashes, mask_cache_size, mask_cache_bytes)
     except BaseException:
         lease.release()
         raise
@@ -112,7 +112,7 @@ def _leased_current(index_dir: Path, attempts: int = 5) -> tuple[Path, SnapshotL
     raise SnapshotError(f"the snapshot CURRENT names in {index_dir} kept being replaced while it was opened; try again")
 
 
-def _load(path: Path, embedder: Embedder, verify_hashes: bool, mask_cache_size: int) -> Snapshot:
+def _load(path: Path, embedder: Embedder, verify_hashes: bool, mask_cache_size: int, mask_cache_bytes: int) -> Snapshot:
     manifest = read_manifest(path)
     check_manifest(manifest, embedder.model_id, embedder.dimension())
     if verify_hashes:
@@ -126,7 +126,7 @@ def _load(path: Path, embedder: Embedder, verify_hashes: bool, mask_cache_size: 
         counts = catalog.counts()
         if counts != manifest["counts"]:
             raise SnapshotError(f"catalog counts {counts} differ from the manifest {manifest['counts']}")
-        chunks = catalog.chunk_table(mask_cache_size)
+        chunks = catalog.chunk_table(mask_cache_size, mask_cache_bytes)
         bm25 = Bm25Index.load(path / "bm25")
         dense = DenseIndex.load(path / "dense.faiss")
         if bm25.size != len(chunks) or dense.size != len(chunks) or dense.dim != embedder.dim:

@@ -7,7 +7,6 @@ can neither appear in results nor push an authorized chunk out of the top k.
 
 from __future__ import annotations
 
-from collections import OrderedDict
 from dataclasses import dataclass, field
 from datetime import date
 from threading import Lock
@@ -15,6 +14,7 @@ from typing import Iterable, Sequence
 
 import numpy as np
 
+from retrieval.lru import Lru
 from retrieval.types import Filters, Hit, Principal
 
 _NO_DATE = np.iinfo(np.int32).min
@@ -39,9 +39,10 @@ class ChunkTable:
     acls: Sequence[tuple[str, ...]]
     metas: Sequence[str | None] | None = None  # per row, the document's metadata values as text
     cache_size: int = 512
+    cache_bytes: int = 256 << 20  # masks are a byte per chunk: 256 of them at a million chunks
     _postings: dict[str, np.ndarray] = field(init=False, repr=False)
     _date_days: np.ndarray = field(init=False, repr=False)
-    _cache: OrderedDict[tuple[frozenset[str], Filters], np.ndarray] = field(init=False, repr=False)
+    _cache: Lru[tuple[frozenset[str], Filters], np.ndarray] = field(init=False, repr=False)
     _lock: Lock = field(init=False, repr=False)
     _doc_rows: dict[str, list[int]] | None = field(init=False, repr=False, default=None)
     _chunk_rows: dict[str, int] | None = field(init=False, repr=False, default=None)
@@ -58,7 +59,7 @@ class ChunkTable:
         self._date_days = np.array(
             [day_number(date.fromisoformat(d)) if d else _NO_DATE for d in self.dates], dtype=np.int32
         ).reshape(n)
-        self._cache = OrderedDict()
+        self._cache = Lru(self.cache_size, self.cache_bytes, lambda _key, mask: mask.nbytes)
         self._lock = Lock()
 
     def __len__(self) -> int:
@@ -74,19 +75,15 @@ class ChunkTable:
         """Rows the principal may read that pass the filters. Cached by effective scope; do
         not mutate the result."""
         key = (self.scope(principal), filters)
-        with self._lock:
-            cached = self._cache.get(key)
-            if cached is not None:
-                self._cache.move_to_end(key)
-                return cached
+        cached = self._cache.get(key)
+        if cached is not None:
+            return cached
         allowed = self._acl_mask(key[0])
         allowed &= self._filter_mask(filters)
         allowed.setflags(write=False)
         with self._lock:
             self.mask_builds += 1
-            self._cache[key] = allowed
-            if len(self._cache) > self.cache_size:
-                self._cache.popitem(last=False)
+        self._cache.put(key, allowed)
         return allowed
 
     def _acl_mask(self, scope: frozenset[str]) -> np.ndarray:

@@ -23,13 +23,13 @@ from __future__ import annotations
 
 import logging
 import math
-from collections import OrderedDict
 from dataclasses import dataclass, replace
 from threading import Lock
 from typing import Any, Callable, Mapping, Protocol, Sequence
 
 from retrieval.calibration import Calibration, logit, sigmoid
 from retrieval.grader import Grade, GraderConfig, grade
+from retrieval.lru import Lru
 from retrieval.policy import Evidence
 from retrieval.types import Hit, Principal
 
@@ -56,10 +56,10 @@ class AnswerScores:
     the model actually scored (what a cascade saves shows there).
     """
 
-    def __init__(self, scorer: AnswerScorer, cache_size: int = 4096) -> None:
+    def __init__(self, scorer: AnswerScorer, cache_size: int = 4096, cache_bytes: int = 32 << 20) -> None:
         self.scorer = scorer
         self.cache_size = cache_size
-        self._cache: OrderedDict[tuple[str, str], float] = OrderedDict()
+        self._cache: Lru[tuple[str, str], float] = Lru(cache_size, cache_bytes, lambda key, _p: len(key[0]) + len(key[1]))
         self._lock = Lock()
         self.pairs = 0
         self.calls = 0
@@ -72,10 +72,7 @@ class AnswerScores:
 
     def of(self, question: str, hits: Sequence[Hit]) -> list[float]:
         keys = [(question, passage_text(h)) for h in hits]
-        with self._lock:
-            known = {k: self._cache[k] for k in keys if k in self._cache}
-            for k in known:
-                self._cache.move_to_end(k)
+        known = {k: p for k in keys if (p := self._cache.get(k)) is not None}
         todo = [i for i, k in enumerate(keys) if k not in known]
         if todo:
             scored = list(self.scorer.score(question, [keys[i][1] for i in todo]))
@@ -84,11 +81,9 @@ class AnswerScores:
             with self._lock:
                 self.pairs += len(todo)
                 self.calls += 1
-                for i, p in zip(todo, scored, strict=True):
-                    known[keys[i]] = float(p)
-                    self._cache[keys[i]] = float(p)
-                while len(self._cache) > self.cache_size:
-                    self._cache.popitem(last=False)
+            for i, p in zip(todo, scored, strict=True):
+                known[keys[i]] = float(p)
+                self._cache.put(keys[i], float(p))
         return [known[k] for k in keys]
 
 

@@ -3,13 +3,13 @@ the grader judges evidence the same way whichever route found it."""
 
 from __future__ import annotations
 
-from collections import OrderedDict
 from threading import Lock
 from typing import Callable, Protocol, Sequence
 
 import numpy as np
 
 from retrieval.access import ChunkTable
+from retrieval.lru import Lru
 from retrieval.types import Filters, Hit, Principal
 
 
@@ -32,7 +32,9 @@ class HitScorer:
         self._dense = dense
         self._encode = encode
         self._chunks = chunks
-        self._backgrounds: OrderedDict[frozenset[str], tuple[np.ndarray, np.ndarray]] = OrderedDict()
+        # A covariance is dim x dim float32 (590 KB at 384-d): at most 64 scopes and 64 MiB.
+        self._backgrounds: Lru[frozenset[str], tuple[np.ndarray, np.ndarray]] = Lru(
+            64, 64 << 20, lambda _key, v: v[0].nbytes + v[1].nbytes)
         self._lock = Lock()
         self.background_builds = 0  # covariances computed (not served from the cache)
 
@@ -42,10 +44,9 @@ class HitScorer:
         prediction). Exact over the allowed rows, so forbidden chunks cannot move it. The
         covariance is kept in float32, since every attempt reads it."""
         key = self._chunks.scope(principal)  # principals with the same groups share one
-        with self._lock:
-            if key in self._backgrounds:
-                self._backgrounds.move_to_end(key)
-                return self._backgrounds[key]
+        known = self._backgrounds.get(key)
+        if known is not None:
+            return known
         rows = np.flatnonzero(allowed)
         dim = self._dense.vectors(rows[:1]).shape[1] if len(rows) else 1
         mean, second = np.zeros(dim), np.zeros((dim, dim))
@@ -58,9 +59,7 @@ class HitScorer:
         out = (mean, (second / n - np.outer(mean, mean)).astype(np.float32))
         with self._lock:
             self.background_builds += 1
-            self._backgrounds[key] = out
-            if len(self._backgrounds) > 64:
-                self._backgrounds.popitem(last=False)
+        self._backgrounds.put(key, out)
         return out
 
     def term_stats(self, question: str, principal: Principal) -> tuple[int, int, int]:

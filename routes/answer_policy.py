@@ -74,7 +74,7 @@ def answer_scores(settings: Settings, engine: Engine) -> AnswerScores:
             if recorded and recorded != model.checksum:
                 log.warning("index %s was built beside answer model %s..., this service loads %s...",
                             engine.snapshot.path, recorded[:12], model.checksum[:12])
-            engine.answer = AnswerScores(ModelScorer(model), settings.answer_cache_size)
+            engine.answer = AnswerScores(ModelScorer(model), settings.answer_cache_size, settings.answer_cache_mb << 20)
         return engine.answer
 
 

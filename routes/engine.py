@@ -229,7 +229,7 @@ def open_engine(index_dir: Path, embedder: Embedder | None = None, limits: Limit
     settings = settings or Settings()
     embedder = embedder or settings.embedder()
     today = today or settings.today
-    base, live, view = _load_live(index_dir, embedder, settings.mask_cache_size)
+    base, live, view = _load_live(index_dir, embedder, settings.mask_cache_size, settings.mask_cache_mb << 20)
     if warm and len(view.chunks):
         embedder.load().encode_query("warm up")
         embedder.clear_cache()
@@ -252,12 +252,12 @@ def open_engine(index_dir: Path, embedder: Embedder | None = None, limits: Limit
     return engine
 
 
-def _load_live(index_dir: Path, embedder: Embedder, mask_cache_size: int,
+def _load_live(index_dir: Path, embedder: Embedder, mask_cache_size: int, mask_cache_bytes: int,
                attempts: int = 5) -> tuple[Snapshot, LiveState, Snapshot]:
     """(base snapshot, the log's changes on it, the view of both). A compaction may switch
     CURRENT and fold the log between loading the base and reading the log: then again."""
     for attempt in range(attempts):
-        base = load_snapshot(index_dir, embedder, mask_cache_size=mask_cache_size)
+        base = load_snapshot(index_dir, embedder, mask_cache_size=mask_cache_size, mask_cache_bytes=mask_cache_bytes)
         try:
             live = replay(index_dir, base, embedder.model_id, embedder.encode)
             return base, live, live_view(base, live, mask_cache_size)

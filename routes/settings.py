@@ -155,7 +155,10 @@ class Settings(BaseSettings):
     # -- caches -----------------------------------------------------------------------------
     query_cache_size: int = setting(2048, "Query embeddings kept (LRU) so repeated queries are not embedded again.",
                                     "caches", ge=0)
+    query_cache_mb: int = setting(32, "Memory the kept query embeddings may take.", "caches", ge=1)
     mask_cache_size: int = setting(512, "Access masks kept, one per access scope and filter set.", "caches", ge=1)
+    mask_cache_mb: int = setting(256, "Memory the kept access masks may take (a mask is one byte per chunk).",
+                                 "caches", ge=1)
     profile_cache_size: int = setting(256, "Table column profiles kept, one per access scope (SQL linking).",
                                       "caches", ge=1)
 
@@ -187,6 +190,8 @@ class Settings(BaseSettings):
     answer_threads: int | None = setting(None, "onnxruntime intra-op threads for the answer model (default: one per core).",
                                          "answer", ge=1)
     answer_cache_size: int = setting(4096, "(question, passage) answer probabilities kept.", "answer", ge=1)
+    answer_cache_mb: int = setting(32, "Memory the kept answer probabilities may take (their keys hold the passages).",
+                                   "answer", ge=1)
     answer_threshold: float | None = setting(None, "Gap threshold on p_sufficient for the answer grader (default: the "
                                              "tuned one in the index, else the shipped default).", "answer", ge=0, le=1)
     answer_passages: int | None = setting(None, "Top passages of a set the answer grader reads (default: the fitted "
@@ -314,6 +319,7 @@ class Settings(BaseSettings):
         from indexes.embedder import Embedder
 
         return Embedder(self.model_path, batch_size=self.embed_batch_size, query_cache=self.query_cache_size,
+                        query_cache_bytes=self.query_cache_mb << 20,
                         query_runtime="onnx" if self.onnx else "torch", onnx_threads=self.onnx_threads,
                         cache_dir=self.cache_dir)
 
