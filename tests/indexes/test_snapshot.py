@@ -9,6 +9,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Callable
 
 import numpy as np
 import pytest
@@ -111,6 +112,22 @@ def test_a_second_concurrent_build_fails_fast(index_copy, embedder):
             build_snapshot([MINI], index_copy, embedder)
 
 
+def kill_ingest_when(source: Path, index: Path, ready: Callable[[], bool], timeout: float = 300, **env: str) -> None:
+    """Run `quarry ingest source --index index` and SIGKILL it as soon as `ready()` holds."""
+    proc = subprocess.Popen([sys.executable, "-m", "routes.cli", "ingest", str(source), "--index", str(index)],
+                            cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env={**os.environ, **env})
+    try:
+        deadline = time.monotonic() + timeout
+        while not ready():
+            assert proc.poll() is None, "ingest ended before it could be killed"
+            assert time.monotonic() < deadline
+            time.sleep(0.02)
+        proc.send_signal(signal.SIGKILL)
+    finally:
+        proc.wait()
+    assert proc.returncode == -signal.SIGKILL
+
+
 def test_killed_ingest_leaves_the_previous_snapshot_loadable_and_answering(index_copy, embedder, tmp_path):
     before = current_snapshot_path(index_copy)
     big = tmp_path / "big.jsonl"
@@ -118,18 +135,8 @@ def test_killed_ingest_leaves_the_previous_snapshot_loadable_and_answering(index
         for i in range(4000):
             text = f"Synthetic passage {i} about pallets, ports and customs forms number {i * 7}."
             f.write(json.dumps({"id": f"b{i}", "text": text, "acl": ["public"]}) + "\n")
-    proc = subprocess.Popen([sys.executable, "-m", "routes.cli", "ingest", str(big), "--index", str(index_copy)],
-                            cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    try:
-        deadline = time.monotonic() + 120
-        while not list((index_copy / "snapshots").glob(".building-*/bm25")):  # catalog and BM25 written, embedding next
-            assert proc.poll() is None, "ingest ended before it could be killed"
-            assert time.monotonic() < deadline
-            time.sleep(0.05)
-        proc.send_signal(signal.SIGKILL)
-    finally:
-        proc.wait()
-    assert proc.returncode == -signal.SIGKILL
+    # killed once catalog and BM25 are written, before the embedding stage
+    kill_ingest_when(big, index_copy, lambda: bool(list((index_copy / "snapshots").glob(".building-*/bm25"))))
     assert list((index_copy / "snapshots").glob(".building-*"))  # the half-written build is there...
     assert current_snapshot_path(index_copy) == before  # ...but not current
     engine = open_engine(index_copy, embedder)
@@ -153,19 +160,7 @@ def test_an_ingest_killed_while_embedding_resumes_after_its_last_finished_batch(
     texts = [f"Resumable passage {i} on berths, cranes and tide tables, gate {i * 13}." for i in range(1500)]
     big.write_text("".join(json.dumps({"id": f"r{i}", "text": t, "acl": ["public"]}) + "\n" for i, t in enumerate(texts)))
     journal = index_copy / JOURNAL_DIR
-    proc = subprocess.Popen([sys.executable, "-m", "routes.cli", "ingest", str(big), "--index", str(index_copy)],
-                            cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                            env={**os.environ, "QUARRY_INGEST_JOURNAL_BATCH": "200"})
-    try:
-        deadline = time.monotonic() + 300
-        while len(list(journal.glob("batch-*.npz"))) < 2:
-            assert proc.poll() is None, "ingest ended before it could be killed"
-            assert time.monotonic() < deadline
-            time.sleep(0.02)
-        proc.send_signal(signal.SIGKILL)
-    finally:
-        proc.wait()
-    assert proc.returncode == -signal.SIGKILL
+    kill_ingest_when(big, index_copy, lambda: len(list(journal.glob("batch-*.npz"))) >= 2, QUARRY_INGEST_JOURNAL_BATCH="200")
     finished = len(list(journal.glob("batch-*.npz"))) * 200
     assert finished < 1500
     manifest = build_snapshot([big], index_copy, embedder, BuildOptions(default_acl=("public",), embed_batch=200))
