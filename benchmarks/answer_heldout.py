@@ -11,7 +11,11 @@ articles (never trained on by either recipe):
 - reworded: the answerable question with up to two words replaced by sentence-encoder
   neighbours (as recipe 2 rewords; the table is built from the held-out articles' own words
   here, so no substitute comes from training) vs its same-article negatives;
-- SciFact test claims (out of domain): cited vs top-3 BM25 abstracts.
+- SciFact test claims (out of domain): cited vs top-3 BM25 abstracts;
+- first attempts (what the grader decides on): the demo questions (both splits) and the
+  waterworks set, one loop attempt at k = 8 under the signal grader, constraints met; AUC for
+  "a relevant document is among the hits" of the best probability over the top 3 passages,
+  next to the signal grader's own score (the same for every model).
 
 Writes benchmarks/results/answer_heldout.json.
 """
@@ -34,6 +38,10 @@ from benchmarks.common import DATASETS, write_json
 from indexes import answer_data as data
 from indexes.answer_model import AnswerModel
 from indexes.embedder import Embedder
+from retrieval.answer_level import AnswerScores
+from retrieval.grader import GraderConfig
+from routes.answer_policy import ModelScorer
+from routes.tuning import answer_examples
 
 
 def _auc(pos: list[float], neg: list[float]) -> float:
@@ -66,11 +74,35 @@ def probe_sets(seed: int = 7) -> dict[str, tuple[list[data.Pair], list[data.Pair
     }
 
 
+def first_attempts() -> dict[str, Any]:
+    """GradeRows of the demo and waterworks first attempts (the same for every model)."""
+    from datetime import date
+
+    from benchmarks.common import ROOT, build_or_reuse, make_embedder
+    from routes.demo import DEMO_SOURCES
+    from routes.engine import Policies, open_engine
+    from routes.evaluation import load_label_file
+    from routes.tuning import grade_rows
+
+    embedder = make_embedder()
+    found = lambda lb, docs: lb.answerable and bool(set(lb.relevant) & set(docs))  # noqa: E731
+    out = {}
+    for name, sources, labels, today in (
+            ("demo", DEMO_SOURCES, ROOT / "eval_data/demo/questions.jsonl", date(2025, 11, 1)),
+            ("waterworks", [ROOT / "eval_data/waterworks/docs"], ROOT / "eval_data/waterworks/questions.jsonl", None)):
+        index, _ = build_or_reuse(name, sources, embedder)
+        engine = open_engine(index, embedder, today=today, policies=Policies())
+        out[name] = grade_rows(engine, load_label_file(labels), found)
+        engine.close()
+    return out
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--models", required=True, help="comma-separated model folders")
     args = ap.parse_args()
     sets = probe_sets()
+    attempts = first_attempts()
     print({name: (len(pos), len(neg)) for name, (pos, neg) in sets.items()}, flush=True)
     out: dict[str, Any] = {"sets": {name: {"positives": len(pos), "negatives": len(neg)} for name, (pos, neg) in sets.items()},
                            "models": {}}
@@ -80,6 +112,12 @@ def main() -> None:
         for name, (pos, neg) in sets.items():
             scores = model.score_pairs([p.question for p in pos + neg], [p.passage for p in pos + neg], batch_size=1)
             row[name] = _auc(scores[: len(pos)].tolist(), scores[len(pos):].tolist())
+        answer = AnswerScores(ModelScorer(model))
+        for name, rows in attempts.items():
+            cheap, best, ys = answer_examples(rows, GraderConfig(), answer, 3)
+            row[f"{name}_first_attempts"] = round(float(roc_auc_score(ys, best)), 4)
+            out.setdefault("signal_grader", {})[f"{name}_first_attempts"] = round(float(roc_auc_score(ys, cheap)), 4)
+            out["sets"][f"{name}_first_attempts"] = {"sufficient": int(sum(ys)), "insufficient": int(len(ys) - sum(ys))}
         out["models"][folder] = {"sha256": model.checksum, "auc": row}
         print(folder, row, flush=True)
     write_json("answer_heldout", out)

@@ -9,7 +9,9 @@ says so), then measures, in-process and one call at a time:
 - p50/p95 of bm25, dense, hybrid (k=10) and the one-attempt loop, for principals who may read
   about 100%, 10% and 0.1% of the corpus, and that every call returns min(k, authorized) hits
   where the route has them;
-- dense recall@10 against an exact float scan of the same principal's authorized rows;
+- dense recall@10 against an exact float scan of the same principal's authorized rows, and
+  baselines in the same run: the exact scan's latency (graph indexes), and BM25 scoring every
+  allowed row before ranking (no pruning), with how often both return the same rows;
 - the first question of a new user who shares groups with an existing one over the same
   question warm (`new_user_first_query_ratio`), and the first question of a brand-new scope;
 - resident memory, overall and per structure (RSS growth while each one loads, in a separate
@@ -31,11 +33,13 @@ import gc
 import json
 import shutil
 import time
+from typing import Any
 
 import numpy as np
 
 from benchmarks.common import CACHE, RESULTS, machine, timed
 from benchmarks.scale_corpus import GROUPS, KINDS, StandInEncoder, documents, write
+from retrieval.access import top_k
 from retrieval.metrics import percentile
 from retrieval.types import Filters, Principal
 
@@ -118,6 +122,11 @@ def queries(n: int, count: int, kind: str = "zipf") -> list[str]:
             words = doc["text"].rstrip(".").split()
             texts.append(" ".join(rng.choice(words, size=int(rng.integers(3, 7)), replace=False)))
     return texts[:count]
+
+
+def unpruned_top(bm25: Any, query: str, allowed: np.ndarray, order: np.ndarray) -> np.ndarray:
+    """BM25's baseline: every allowed row scored (scoped statistics), then ranked."""
+    return top_k(bm25.scores(query, allowed), allowed, 10, floor=0.0, order=order)
 
 
 def exact_top(vectors: np.ndarray, query: np.ndarray, allowed: np.ndarray, k: int) -> set[int]:
@@ -213,6 +222,15 @@ def main() -> None:
             want = exact_top(vectors, encoder.encode_query(q), allowed, 10)
             recall.append(len(got & want) / max(1, len(want)))
         figures["dense_recall@10"] = round(float(np.mean(recall)), 4)
+        bm25 = engine.snapshot.bm25  # the baseline: every allowed row scored, then ranked (no pruning)
+        order = engine.snapshot.chunks.tiebreak
+        unpruned, same = [], 0
+        for q in qs:
+            rows, ms = timed(lambda: unpruned_top(bm25, q, allowed, order))  # noqa: B023
+            unpruned.append(ms)
+            same += rows.tolist() == bm25.top_k(q, allowed, 10, order)[0].tolist()
+        figures["bm25_unpruned_p50_ms"] = round(percentile(unpruned, 50), 2)
+        figures["bm25_pruned_same_rows"] = f"{same}/{len(qs)}"
         dense = engine.snapshot.dense
         if dense.kind.startswith("hnsw"):  # the baseline: an exact scan of the same codes, same filter
             exact = [timed(lambda: dense._exact(encoder.encode_query(q), allowed, 10))[1] for q in qs]  # noqa: B023
