@@ -61,6 +61,11 @@ class Lru(Generic[K, V]):
     def __len__(self) -> int:
         return len(self._items)
 
+    def keys(self) -> list[K]:
+        """The cached keys, least recently used first (a copy)."""
+        with self._lock:
+            return list(self._items)
+
     def __contains__(self, key: object) -> bool:
         return key in self._items
 

@@ -379,7 +379,7 @@ def test_principals_with_the_same_groups_share_masks_covariances_and_table_profi
     # Another scope builds its own: a combination of groups no other test asks as (the engine is
     # shared by the session, so a scope asked before, such as "public" alone, is cached already).
     third = Principal("newcomer-c", ("hr", "security", "finance"))
-    assert all(key[0] != chunks.scope(third) for key in chunks._cache)
+    assert all(key[0] != chunks.scope(third) for key in chunks._cache.keys())
     demo_engine.query("What is the Q3 2025 budget for the payments platform?", third, deadline_ms=30000)
     assert chunks.mask_builds > counts[0] and signals.background_builds > counts[1]
 
