@@ -120,7 +120,7 @@ class Scope:
         if self.side is None:
             return len(postings)
         if self._searched(postings):
-            found = int(np.count_nonzero(_found(postings, self.side)))
+            found = int(np.count_nonzero(_locate(postings, self.side)[1]))
             return len(postings) - found if self.forbidden_side else found
         return int(np.count_nonzero(self.allowed[postings]))
 
@@ -129,8 +129,8 @@ class Scope:
         if self.side is None:
             return np.arange(len(postings))
         if self._searched(postings) and not self.forbidden_side:
-            at = np.minimum(postings.searchsorted(self.side), max(len(postings) - 1, 0))
-            return at[_found(postings, self.side)]
+            at, hit = _locate(postings, self.side)
+            return at[hit]
         return np.flatnonzero(self.allowed[postings])
 
     def total(self, lengths: np.ndarray, whole: float) -> float:
@@ -142,12 +142,13 @@ class Scope:
         return whole - part if self.forbidden_side else part
 
 
-def _found(postings: np.ndarray, rows: np.ndarray) -> np.ndarray:
-    """Which of `rows` occur in `postings` (both sorted)."""
+def _locate(postings: np.ndarray, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(position in `postings` of each of `rows`, whether it is there): one binary search
+    each, both sorted."""
     if len(postings) == 0:
-        return np.zeros(len(rows), dtype=bool)
+        return np.zeros(len(rows), dtype=np.int64), np.zeros(len(rows), dtype=bool)
     at = np.minimum(postings.searchsorted(rows), len(postings) - 1)
-    return np.asarray(postings[at] == rows)
+    return at, np.asarray(postings[at] == rows)
 
 
 class Bm25Index:
@@ -298,10 +299,10 @@ class Bm25Index:
             df = int(np.count_nonzero(allowed[postings])) if scoped else hi - lo
             if df == 0:
                 continue
-            at = np.minimum(postings.searchsorted(rows), hi - lo - 1)
+            at, hit = _locate(postings, rows)
             terms.append(t)
             dfs.append((df, hi - lo))
-            present.append(postings[at] == rows)
+            present.append(hit)
             stored.append(data[lo + at])
         if not terms:
             return np.zeros(n), np.zeros(n), np.zeros(n)
@@ -370,17 +371,13 @@ class Bm25Index:
         scope = Scope.of(allowed)
         direct = stats is None and scope.n == self.size and self._storage == self.params.method
         stats = stats if stats is not None else self.collection_stats(query, scope)
-        terms = self._plan(query, scope, stats, direct)
-        if terms is None:  # an idf below zero (Robertson): no bound holds, score every row
-            scores = self.scores_with(query, allowed, stats) if not direct else self.scores(query, allowed)
-            rows = top_k(scores, allowed, k, floor=0.0, order=order)
-            return rows, scores[rows]
-        return self._pruned(terms, scope, k, order, stats, direct)
+        return self._pruned(self._plan(query, scope, stats, direct), scope, k, order, stats, direct)
 
     def _plan(self, query: str, scope: Scope, stats: CollectionStats,
-              direct: bool) -> list[tuple[int, int, int, float, float]] | None:
+              direct: bool) -> list[tuple[int, int, int, float, float]]:
         """(term id, postings start, end, idf, stored idf) per query token, in query order
-        (repeats again), for the tokens that can score here; None when an idf is negative."""
+        (repeats again), for the tokens that can score here. No idf is negative (bm25s
+        clamps Robertson's at 0), which the pruning bound needs."""
         model = self._model
         assert model is not None
         indptr = model.scores["indptr"]
@@ -395,8 +392,6 @@ class Bm25Index:
             if global_idf <= 0 or (not direct and stats.n != scope.n and scope.count(model.scores["indices"][lo:hi]) == 0):
                 continue  # as scores_with: no posting of the term is readable here
             idf = global_idf if direct else float(self._idf(df, N=stats.n))
-            if idf < 0:
-                return None
             plan.append((t, lo, hi, idf, global_idf))
         return plan
 
@@ -455,9 +450,7 @@ class Bm25Index:
                 rows, value = read[t]
                 acc[rows] += value.astype(acc.dtype)
                 continue
-            postings = indices[lo:hi]
-            at = np.minimum(postings.searchsorted(candidates), hi - lo - 1)
-            hit = postings[at] == candidates
+            at, hit = _locate(indices[lo:hi], candidates)
             acc[candidates[hit]] += self._contribution(lo, at[hit], idf, gidf, avgdl, direct).astype(acc.dtype)
         scores = acc[candidates].astype(np.float32)
         keep = top_k(scores, np.ones(len(candidates), dtype=bool), k, floor=0.0,
