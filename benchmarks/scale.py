@@ -4,7 +4,8 @@
 
 Builds (or reuses) the N-chunk corpus and its index with the real build path, vectors from
 the stand-in encoder (`StandInEncoder`: index behaviour, not retrieval quality; the output
-says so), then measures, in-process and one call at a time:
+says so) or, with `--encoder model`, from the real embedding model (the `real` corpus kind
+is real text for it), then measures, in-process and one call at a time:
 
 - p50/p95 of bm25, dense, hybrid (k=10) and the one-attempt loop, for principals who may read
   about 100%, 10% and 0.1% of the corpus, and that every call returns min(k, authorized) hits
@@ -18,7 +19,7 @@ says so), then measures, in-process and one call at a time:
   pass: catalog with chunk table, BM25, vectors, entity index, access masks);
 - ingest throughput, with and without the embedding stage.
 
-Writes benchmarks/results/scale-<N>.json (or --out).
+Writes benchmarks/results/scale[-<kind>][-model]-<N>.json (or --out).
 """
 
 from __future__ import annotations
@@ -37,8 +38,8 @@ from typing import Any
 
 import numpy as np
 
-from benchmarks.common import CACHE, RESULTS, machine, timed
-from benchmarks.scale_corpus import GROUPS, KINDS, StandInEncoder, documents, write
+from benchmarks.common import CACHE, RESULTS, machine, make_embedder, timed
+from benchmarks.scale_corpus import GROUPS, KINDS, StandInEncoder, documents, real_questions, write
 from retrieval.access import top_k
 from retrieval.metrics import percentile
 from retrieval.types import Filters, Principal
@@ -59,11 +60,59 @@ def rss_mb() -> float:
     return float("nan")
 
 
-def build(n: int, rebuild: bool, encoder: StandInEncoder, kind: str = "zipf",
-          graph_from: int = GRAPH_FROM) -> tuple[Path, dict]:
+class Recorder:
+    """An encoder that keeps what it computed, by text hash: the exact reference vectors of a
+    real-model build, which the 8-bit index cannot give back and would cost a second pass."""
+
+    def __init__(self, inner: Any) -> None:
+        self.inner, self.model_id, self.seen = inner, inner.model_id, {}
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+    def encode(self, texts: Any, progress: Any = None) -> np.ndarray:
+        from indexes.snapshot_build import embed_key
+
+        out = self.inner.encode(texts, progress)
+        self.seen.update((embed_key(t), v) for t, v in zip(texts, out, strict=True))
+        return out
+
+
+def root_of(n: int, kind: str, encoder: str) -> Path:
+    name = "scale" + ("" if kind == "zipf" else f"-{kind}") + ("" if encoder == "standin" else f"-{encoder}")
+    return CACHE / f"{name}-{n}"
+
+
+def reference_vectors(root: Path, index: Path, encoder: Any, n: int, kind: str) -> np.ndarray:
+    """Exact float vectors of the index's rows, in row order, for recall: the stand-in encodes
+    again (cheap); a real-model build's are the ones its Recorder kept, saved beside it."""
+    from indexes.catalog import Catalog
+    from indexes.snapshot import current_snapshot_path
+
+    saved = root / "reference.npy"
+    if saved.exists():
+        return np.load(saved)
+    if isinstance(encoder, StandInEncoder):
+        return encoder.encode([f"{d['title']}\n{d['text']}" for d in documents(n, kind)])
+    if not isinstance(encoder, Recorder):
+        raise SystemExit(f"{root}: no saved reference vectors; run benchmarks/scale.py on it first")
+    catalog = Catalog(current_snapshot_path(index) / "catalog.duckdb")
+    try:
+        keys = catalog.embed_keys()
+    finally:
+        catalog.close()
+    if not all(k in encoder.seen for k in keys):
+        raise SystemExit(f"{root}: no reference vectors were kept for this build; run again with --rebuild")
+    vectors = np.stack([encoder.seen[k] for k in keys]).astype(np.float32)
+    np.save(saved, vectors)
+    return vectors
+
+
+def build(n: int, rebuild: bool, encoder: Any, kind: str = "zipf",
+          graph_from: int = GRAPH_FROM, encoder_name: str = "standin") -> tuple[Path, dict]:
     from indexes.snapshot import BuildOptions, build_snapshot, current_snapshot_path, read_manifest
 
-    root = CACHE / (f"scale-{n}" if kind == "zipf" else f"scale-{kind}-{n}")
+    root = root_of(n, kind, encoder_name)
     corpus, index = root / "docs.jsonl", root / "index"
     if rebuild:
         shutil.rmtree(root, ignore_errors=True)
@@ -114,7 +163,10 @@ def memory_by_structure(index: Path, principals: dict[str, Principal]) -> dict[s
 
 
 def queries(n: int, count: int, kind: str = "zipf") -> list[str]:
-    """Questions of 3-6 words drawn from documents of the corpus kind, deterministic."""
+    """Questions of 3-6 words drawn from documents of the corpus kind, deterministic; the
+    `real` kind's are the datasets' own questions."""
+    if kind == "real":
+        return real_questions(count)
     rng = np.random.default_rng(count)
     texts = []
     for i, doc in enumerate(documents(min(n, 20_000), kind)):
@@ -155,7 +207,8 @@ def _serve_and_measure(index: str, qs: list[str]) -> dict[str, float]:
     from routes.engine import open_engine
     from routes.settings import Settings
 
-    engine = open_engine(Path(index), embedder=StandInEncoder(), settings=Settings(index_dir=Path(index)))  # type: ignore[arg-type]
+    encoder = StandInEncoder() if "standin" in Path(index, "..", "encoder").resolve().read_text() else make_embedder()
+    engine = open_engine(Path(index), embedder=encoder, settings=Settings(index_dir=Path(index)))
     for principal in PRINCIPALS.values():
         for q in qs:
             for route in ROUTES:
@@ -174,14 +227,17 @@ def main() -> None:
     ap.add_argument("--out", type=Path, default=None)
     ap.add_argument("--corpus", choices=KINDS, default="zipf", help="benchmarks/scale_corpus.py's kinds")
     ap.add_argument("--graph-from", type=int, default=GRAPH_FROM, help="dense_graph_from of the build")
+    ap.add_argument("--encoder", choices=("standin", "model"), default="standin",
+                    help="the stand-in encoder, or the real embedding model (with --corpus real)")
     args = ap.parse_args()
     from retrieval.search import search
     from routes.engine import open_engine
     from routes.settings import Settings
 
-    encoder = StandInEncoder()
+    encoder: Any = StandInEncoder() if args.encoder == "standin" else Recorder(make_embedder().load())
     rss_start = rss_mb()
-    index, manifest = build(args.chunks, args.rebuild, encoder, args.corpus, args.graph_from)
+    index, manifest = build(args.chunks, args.rebuild, encoder, args.corpus, args.graph_from, args.encoder)
+    (index.parent / "encoder").write_text(encoder.model_id)
     saved = index / "scale_build.json"
     timings = json.loads(saved.read_text()) if saved.exists() else manifest["timings_s"]
     chunks = manifest["counts"]["chunks"]
@@ -193,14 +249,14 @@ def main() -> None:
     engine = open_engine(index, embedder=encoder, settings=Settings(index_dir=index), warm=False)  # type: ignore[arg-type]
     load_s = time.perf_counter() - t0
     qs = queries(args.chunks, args.queries, args.corpus)
-    out: dict = {"chunks": chunks, "corpus": args.corpus,
-                 "encoder": "stand-in (bag-of-words random projection, 384-d): index behaviour, "
-                 "not retrieval quality", "machine": machine(), "queries": len(qs), "dense_index": engine.snapshot.dense.kind,
+    described = ("stand-in (bag-of-words random projection, 384-d): index behaviour, not retrieval quality"
+                 if args.encoder == "standin" else f"the embedding model ({encoder.model_id})")
+    out: dict = {"chunks": chunks, "corpus": args.corpus, "encoder": described, "machine": machine(), "queries": len(qs), "dense_index": engine.snapshot.dense.kind,
                  "build_s": timings, "load_s": round(load_s, 1),
                  "ingest_chunks_per_s": round(chunks / total, 1),
                  "ingest_chunks_per_s_without_embedding": round(chunks / max(total - embed, 1e-9), 1),
                  "memory_mb_by_structure": memory}
-    vectors = encoder.encode([f"{d['title']}\n{d['text']}" for d in documents(args.chunks, args.corpus)])  # exact reference
+    vectors = reference_vectors(index.parent, index, encoder, args.chunks, args.corpus)
     per_scope = {}
     for scope, principal in PRINCIPALS.items():
         allowed = engine.snapshot.chunks.mask(principal, Filters())
@@ -263,7 +319,7 @@ def main() -> None:
     gc.collect()
     out["serving_process"] = serving_process(index, qs[:20])
     print(f"serving process: {out['serving_process']}", flush=True)
-    path = args.out or RESULTS / f"scale-{args.chunks}.json"
+    path = args.out or RESULTS / f"{index.parent.name}.json"
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(out, indent=2))
     print(json.dumps({k: v for k, v in out.items() if k not in ("per_scope", "machine")}, indent=1))

@@ -17,7 +17,7 @@ scope sizes the benchmark measures:
 The same `--chunks` always gives the same file (seeded by the count), written line by line
 (no whole-corpus list in memory).
 
-Two kinds (`--corpus`):
+Three kinds (`--corpus`):
 - `zipf`: every word drawn from the one Zipf vocabulary. Documents share the frequent words
   and little else, so their stand-in vectors sit in a narrow cone (mean cosine 0.65, the
   10th neighbour at 0.805 against the 1st at 0.822 over 20k documents): far flatter
@@ -27,6 +27,12 @@ Two kinds (`--corpus`):
   a subject. Its stand-in vectors measure mean cosine 0.21, 1st / 10th neighbour 0.64 /
   0.47, against all-MiniLM-L6-v2 on SciFact's abstracts 0.12, 0.77 / 0.54 and on the HotpotQA
   paragraphs 0.02, 0.57 / 0.36 (var/diag-style check: `neighbourhood` below).
+- `real`: real text, for runs with the real model: every sentence of the shared datasets
+  (SciFact abstracts, HotpotQA paragraphs, SQuAD 2.0 paragraphs, read from ../shared/datasets,
+  never copied), then every pair of consecutive sentences (1-2, 3-4, ...), as a knowledge
+  base's chunks overlap; about 111k chunks in all, in a seeded shuffle so any prefix mixes
+  the sources. Titles are the source documents' titles; ids, dates and ACLs as above. Its
+  questions are the datasets' own (SciFact claims, HotpotQA and SQuAD questions).
 
 `StandInEncoder` stands in for the embedding model where a run measures index behaviour, not
 retrieval quality: a text's vector is the normalised sum of fixed pseudo-random unit vectors
@@ -89,7 +95,47 @@ def reader_of(i: int, n: int) -> list[str]:
 
 
 TOPICS, TOPIC_WORDS, TOPIC_SHARE = 2_000, 300, 0.5
-KINDS = ("zipf", "topical")
+KINDS = ("zipf", "topical", "real")
+DATASETS = Path(__file__).resolve().parents[2] / "shared" / "datasets"
+_SENTENCE = re.compile(r'(?<=[.!?])\s+(?=[A-Z0-9"(])')
+
+
+def _real_sources() -> Iterator[tuple[str, str]]:
+    """(title, text) of every source document of the `real` kind, in a fixed order."""
+    for name in ("scifact", "hotpotqa"):
+        with (DATASETS / name / "corpus.jsonl").open() as f:
+            for line in f:
+                doc = json.loads(line)
+                yield doc.get("title") or "", doc["text"]
+    for name in ("dev-v2.0.json", "train-v2.0-partial.json"):
+        for article in json.loads((DATASETS / "squad2" / name).read_text())["data"]:
+            for paragraph in article["paragraphs"]:
+                yield article["title"].replace("_", " "), paragraph["context"]
+
+
+def real_chunks() -> list[tuple[str, str]]:
+    """(title, text) of the `real` kind's chunks: sentences, then consecutive pairs, shuffled."""
+    singles, pairs = [], []
+    for title, text in _real_sources():
+        sentences = [s for s in _SENTENCE.split(text) if len(s) > 20]
+        singles += [(title, s) for s in sentences]
+        pairs += [(title, f"{a} {b}") for a, b in zip(sentences[::2], sentences[1::2])]
+    chunks = singles + pairs
+    order = np.random.default_rng(7).permutation(len(chunks))
+    return [chunks[i] for i in order]
+
+
+def real_questions(count: int) -> list[str]:
+    """`count` of the datasets' questions, a seeded sample across SciFact, HotpotQA and SQuAD."""
+    texts = []
+    for name in ("scifact", "hotpotqa"):
+        with (DATASETS / name / "queries.jsonl").open() as f:
+            texts += [json.loads(line)["text"] for line in f]
+    for name in ("dev-v2.0.json", "train-v2.0-partial.json"):
+        for article in json.loads((DATASETS / "squad2" / name).read_text())["data"]:
+            texts += [qa["question"] for p in article["paragraphs"] for qa in p["qas"]]
+    order = np.random.default_rng(count).permutation(len(texts))
+    return [texts[i] for i in order[:count]]
 
 
 def topic_words(topic: int) -> np.ndarray:
@@ -101,6 +147,9 @@ def documents(n: int, kind: str = "zipf") -> Iterator[dict]:
     """The n documents of the corpus `kind`, one at a time."""
     if kind not in KINDS:
         raise ValueError(f"corpus kind {kind!r}: one of {', '.join(KINDS)}")
+    if kind == "real":
+        yield from _real_documents(n)
+        return
     rng = np.random.default_rng(n)
     words = np.asarray(vocabulary())
     cdf = np.cumsum(1.0 / np.arange(1, len(words) + 1) ** 1.1)
@@ -124,6 +173,16 @@ def documents(n: int, kind: str = "zipf") -> Iterator[dict]:
         yield {"id": f"d{i:07d}", "title": f"{topic} report ASSET-{i:07d}", "text": text + ".",
                "source": SOURCES[i % len(SOURCES)], "date": (start + timedelta(days=(i * 7919) % 2190)).isoformat(),
                "acl": reader_of(i, n)}
+
+
+def _real_documents(n: int) -> Iterator[dict]:
+    chunks = real_chunks()
+    if n > len(chunks):
+        raise ValueError(f"the real kind has {len(chunks):,} chunks, not {n:,}")
+    start = date(2020, 1, 1)
+    for i, (title, text) in enumerate(chunks[:n]):
+        yield {"id": f"d{i:07d}", "title": title, "text": text, "source": SOURCES[i % len(SOURCES)],
+               "date": (start + timedelta(days=(i * 7919) % 2190)).isoformat(), "acl": reader_of(i, n)}
 
 
 def write(n: int, out: Path, kind: str = "zipf") -> Path:

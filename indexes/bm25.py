@@ -65,6 +65,10 @@ class Tokenizer:
     def __call__(self, text: str) -> list[str]:
         return list(self._cached(text))
 
+    def terms(self, text: str) -> list[str]:
+        """The same terms, past the cache (an index build reads each text once)."""
+        return self._tokenize(text)
+
     @lru_cache(maxsize=8192)  # noqa: B019 - one tokenizer per index, bounded cache of passage texts
     def _cached(self, text: str) -> tuple[str, ...]:
         return tuple(self._tokenize(text))
@@ -176,11 +180,17 @@ class Bm25Index:
         if not texts:
             return cls(None, params, 0, storage=storage)
         tokenize = Tokenizer(params.stem, params.stopwords)
-        # An empty token list breaks bm25s' vocabulary; a placeholder term matches no query.
-        corpus = [tokenize(t) or ["\x00"] for t in texts]
+        # Terms become ids as each text is read, so the corpus is held as lists of shared int
+        # objects (8 bytes a term) rather than of fresh strings (about 60): at a million chunks
+        # that was several GB. Ids in first-seen order; bm25s scores a (term, row) pair the same
+        # whatever id its term has. An empty token list breaks bm25s' vocabulary; a placeholder
+        # term matches no query.
+        vocab: dict[str, int] = {}
+        ids = [[vocab.setdefault(term, len(vocab)) for term in tokenize.terms(t) or ["\x00"]] for t in texts]
+        lengths = np.asarray([len(row) for row in ids], dtype=np.float64)
         model = bm25s.BM25(method=storage or params.method, k1=params.k1, b=params.b)
-        model.index(corpus, show_progress=False)
-        return cls(model, params, len(texts), np.asarray([len(c) for c in corpus], dtype=np.float64), storage)
+        model.index((ids, vocab), show_progress=False)
+        return cls(model, params, len(texts), lengths, storage)
 
     def save(self, directory: Path) -> None:
         directory.mkdir(parents=True, exist_ok=True)

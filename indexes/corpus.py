@@ -89,28 +89,41 @@ def _read(path: Path) -> str:
 
 def _load_file(path: Path, root: Path, default_acl: tuple[str, ...]) -> Iterator[LoadedDocument]:
     kind = DOC_SUFFIXES[path.suffix.lower()]
-    text = _read(path)
     if kind == "jsonl":
-        yield from _load_jsonl(path, text, default_acl)
+        yield from _load_jsonl(path, default_acl)
     else:
-        yield _load_markdown(path, root, text, default_acl)
+        yield _load_markdown(path, root, _read(path), default_acl)
 
 
-def _load_jsonl(path: Path, text: str, default_acl: tuple[str, ...]) -> Iterator[LoadedDocument]:
-    for n, line in enumerate(text.splitlines(), start=1):
-        if not line.strip():
-            continue
-        try:
-            record = json.loads(line)
-        except json.JSONDecodeError as e:
-            raise IngestError(f"malformed JSON: {e.msg} at column {e.colno}", str(path), n) from None
-        if not isinstance(record, dict):
-            raise IngestError("each line must be a JSON object", str(path), n)
-        try:
-            doc = make_document(record, default_source=path.stem, default_acl=default_acl)
-        except InvalidRequest as e:
-            raise IngestError(e.message, str(path), n) from None
-        yield LoadedDocument(doc, f"{path}:{n}")
+def _load_jsonl(path: Path, default_acl: tuple[str, ...]) -> Iterator[LoadedDocument]:
+    """One document per line, read line by line (a corpus file is never held whole). Lines
+    end at \\n (or \\r\\n), as JSON Lines says: a JSON string may hold U+2028 and other
+    separators raw."""
+    try:
+        with path.open("rb") as f:
+            for n, raw in enumerate(f, start=1):
+                try:
+                    line = raw.decode("utf-8")
+                except UnicodeDecodeError as e:
+                    raise IngestError(f"not UTF-8 text ({e.reason} at byte {e.start} of the line)", str(path), n) from None
+                if line.strip():
+                    yield _jsonl_document(path, n, line, default_acl)
+    except OSError as e:
+        raise IngestError(f"cannot read file: {e.strerror}", str(path)) from None
+
+
+def _jsonl_document(path: Path, n: int, line: str, default_acl: tuple[str, ...]) -> LoadedDocument:
+    try:
+        record = json.loads(line)
+    except json.JSONDecodeError as e:
+        raise IngestError(f"malformed JSON: {e.msg} at column {e.colno}", str(path), n) from None
+    if not isinstance(record, dict):
+        raise IngestError("each line must be a JSON object", str(path), n)
+    try:
+        doc = make_document(record, default_source=path.stem, default_acl=default_acl)
+    except InvalidRequest as e:
+        raise IngestError(e.message, str(path), n) from None
+    return LoadedDocument(doc, f"{path}:{n}")
 
 
 def _load_markdown(path: Path, root: Path, text: str, default_acl: tuple[str, ...]) -> LoadedDocument:

@@ -232,3 +232,22 @@ def test_pruning_reads_common_terms_only_at_candidates():
     rows, _ = index.top_k("rareword common filler", np.ones(5000, dtype=bool), 5)
     assert len(rows) == 5 and all(int(r) % 97 == 0 for r in rows)
     assert max(sizes) < 100  # never the 5,000-row lists of "common" and "filler"
+
+
+@pytest.mark.parametrize("method", ["lucene", "robertson"])
+def test_build_from_term_ids_scores_as_bm25s_from_token_lists(method):
+    """The build hands bm25s term ids (a low-memory corpus), not token lists; every score must
+    be what bm25s gives when it builds its own vocabulary from the tokens, empty texts too."""
+    import bm25s
+
+    rng = np.random.default_rng(3)
+    words = [f"w{i}" for i in range(400)]
+    weights = 1.0 / np.arange(1, 401)
+    texts = [" ".join(rng.choice(words, size=int(rng.integers(1, 30)), p=weights / weights.sum())) for _ in range(500)]
+    texts += ["", "the of and"]  # no terms at all: the placeholder term
+    index = Bm25Index.build(texts, Bm25Params(method=method))
+    reference = bm25s.BM25(method=method, k1=index.params.k1, b=index.params.b)
+    reference.index([TOKENIZE(t) or ["\x00"] for t in texts], show_progress=False)
+    for _ in range(100):
+        query = " ".join(rng.choice(words, size=int(rng.integers(1, 5))))
+        assert index.scores(query).tolist() == reference.get_scores(TOKENIZE(query)).tolist(), query

@@ -99,3 +99,16 @@ def test_unsupported_file_type_is_refused(tmp_path):
     path = write(tmp_path / "x.docx", "binary")
     with pytest.raises(IngestError, match="unsupported file type"):
         load_documents([path])
+
+
+def test_jsonl_is_read_by_line_and_names_the_line_that_is_not_utf8(tmp_path):
+    # U+2028 and U+0085 are legal raw inside a JSON string; only \n (or \r\n) ends a line.
+    first = json.dumps({"id": "a", "text": "one\u2028two\u0085three"}, ensure_ascii=False).encode()
+    path = write(tmp_path / "c.jsonl", first + b"\r\n\n" + line(id="b", text="fine").encode() + b"{\"id\": \"c\xff\"}\n")
+    with pytest.raises(IngestError, match="not UTF-8") as err:
+        load_documents([path])
+    assert err.value.line == 4
+    path.write_bytes(first + b"\r\n\n" + line(id="b", text="fine").encode())
+    loaded = load_documents([path])
+    assert [d.doc.id for d in loaded] == ["a", "b"] and [d.origin.rsplit(":", 1)[1] for d in loaded] == ["1", "3"]
+    assert loaded[0].doc.text == "one\u2028two\u0085three"
