@@ -65,7 +65,8 @@ class Recorder:
     real-model build, which the 8-bit index cannot give back and would cost a second pass."""
 
     def __init__(self, inner: Any) -> None:
-        self.inner, self.model_id, self.seen = inner, inner.model_id, {}
+        self.inner, self.model_id = inner, inner.model_id
+        self.seen: dict[str, np.ndarray] = {}
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.inner, name)
@@ -208,7 +209,7 @@ def _serve_and_measure(index: str, qs: list[str]) -> dict[str, float]:
     from routes.settings import Settings
 
     encoder = StandInEncoder() if "standin" in Path(index, "..", "encoder").resolve().read_text() else make_embedder()
-    engine = open_engine(Path(index), embedder=encoder, settings=Settings(index_dir=Path(index)))
+    engine = open_engine(Path(index), embedder=encoder, settings=Settings(index_dir=Path(index)))  # type: ignore[arg-type]
     for principal in PRINCIPALS.values():
         for q in qs:
             for route in ROUTES:
@@ -246,12 +247,13 @@ def main() -> None:
     memory = memory_by_structure(index, PRINCIPALS)
     rss_before = rss_mb()
     t0 = time.perf_counter()
-    engine = open_engine(index, embedder=encoder, settings=Settings(index_dir=index), warm=False)  # type: ignore[arg-type]
+    engine = open_engine(index, embedder=encoder, settings=Settings(index_dir=index), warm=False)
     load_s = time.perf_counter() - t0
     qs = queries(args.chunks, args.queries, args.corpus)
     described = ("stand-in (bag-of-words random projection, 384-d): index behaviour, not retrieval quality"
                  if args.encoder == "standin" else f"the embedding model ({encoder.model_id})")
-    out: dict = {"chunks": chunks, "corpus": args.corpus, "encoder": described, "machine": machine(), "queries": len(qs), "dense_index": engine.snapshot.dense.kind,
+    out: dict = {"chunks": chunks, "corpus": args.corpus, "encoder": described, "machine": machine(), "queries": len(qs),
+                 "dense_index": engine.snapshot.dense.kind,
                  "build_s": timings, "load_s": round(load_s, 1),
                  "ingest_chunks_per_s": round(chunks / total, 1),
                  "ingest_chunks_per_s_without_embedding": round(chunks / max(total - embed, 1e-9), 1),

@@ -119,7 +119,8 @@ def real_chunks() -> list[tuple[str, str]]:
     for title, text in _real_sources():
         sentences = [s for s in _SENTENCE.split(text) if len(s) > 20]
         singles += [(title, s) for s in sentences]
-        pairs += [(title, f"{a} {b}") for a, b in zip(sentences[::2], sentences[1::2])]
+        # (an odd last sentence stays single)
+        pairs += [(title, f"{a} {b}") for a, b in zip(sentences[::2], sentences[1::2], strict=False)]
     chunks = singles + pairs
     order = np.random.default_rng(7).permutation(len(chunks))
     return [chunks[i] for i in order]

@@ -32,7 +32,9 @@ log = logging.getLogger("quarry.catalog")
 # DuckDB's memory for the serving connection, every statement together (exact scans, table
 # profiles, callers' SQL); a statement that needs more fails as retryable, the process lives.
 MEMORY_LIMIT = "1GB"
-WRITE_MEMORY_LIMIT = "256MB"  # a catalog write's DuckDB buffers (a 200k-chunk write peaked 880 MB above its input at 512MB in one transaction, ~200-300 MB now)
+# A catalog write's DuckDB buffers: one 200k-chunk transaction peaked 880 MB above its input,
+# committed batches under this limit 200-300 MB.
+WRITE_MEMORY_LIMIT = "256MB"
 INSERT_BATCH = 50_000  # rows per Arrow batch while a catalog is written
 
 # A document's metadata values as one text (keys left out): what exact matching and the
@@ -86,15 +88,15 @@ def _fill(con: duckdb.DuckDBPyConnection, docs: Sequence[Document], origins: Seq
     # In committed batches: one Arrow table of the whole corpus in one transaction was the
     # ingest's memory peak (1.4 GB above its input at 200k chunks, ~7 GB at a million).
     for start in range(0, len(docs), INSERT_BATCH):
-        part = docs[start : start + INSERT_BATCH]
+        batch = docs[start : start + INSERT_BATCH]
         _insert(con, "quarry.documents", pa.table({
-            "doc_id": pa.array([d.id for d in part], type=pa.string()),
-            "title": pa.array([d.title for d in part], type=pa.string()),
-            "source": pa.array([d.source for d in part], type=pa.string()),
-            "date": pa.array([d.date for d in part], type=pa.date32()),
-            "metadata": pa.array([json.dumps(dict(d.metadata), sort_keys=True) for d in part], type=pa.string()),
-            "acl": pa.array([list(d.acl) for d in part], type=pa.list_(pa.string())),
-            "text": pa.array([d.text for d in part], type=pa.string()),
+            "doc_id": pa.array([d.id for d in batch], type=pa.string()),
+            "title": pa.array([d.title for d in batch], type=pa.string()),
+            "source": pa.array([d.source for d in batch], type=pa.string()),
+            "date": pa.array([d.date for d in batch], type=pa.date32()),
+            "metadata": pa.array([json.dumps(dict(d.metadata), sort_keys=True) for d in batch], type=pa.string()),
+            "acl": pa.array([list(d.acl) for d in batch], type=pa.list_(pa.string())),
+            "text": pa.array([d.text for d in batch], type=pa.string()),
             "origin": pa.array(list(origins[start : start + INSERT_BATCH]), type=pa.string()),
         }))
     order = sorted(range(len(chunks)), key=lambda i: chunks[i].row)  # keys pair with chunks by position
