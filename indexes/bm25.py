@@ -33,7 +33,7 @@ import unicodedata
 from functools import lru_cache
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Literal, Sequence
+from typing import Iterable, Literal, Sequence
 
 import bm25s
 import numpy as np
@@ -77,6 +77,36 @@ class Tokenizer:
         text = unicodedata.normalize("NFKC", text).lower()
         tokens = [t for t in _TOKEN.findall(text) if t not in self._stop]
         return self._stemmer.stemWords(tokens) if self._stemmer else tokens
+
+
+class Bm25Builder:
+    """An index built from texts added a batch at a time (an ingest streams its corpus).
+
+    Terms become ids as each text is read, so the corpus is held as lists of shared int
+    objects (8 bytes a term) rather than of fresh strings (about 60): at a million chunks that
+    was several GB. Ids in first-seen order; bm25s scores a (term, row) pair the same whatever
+    id its term has. An empty token list breaks bm25s' vocabulary; a placeholder term matches
+    no query."""
+
+    def __init__(self, params: Bm25Params = Bm25Params(), storage: str | None = None) -> None:
+        self.params, self._storage = params, storage
+        self._tokenize = Tokenizer(params.stem, params.stopwords)
+        self._vocab: dict[str, int] = {}
+        self._ids: list[list[int]] = []
+
+    def add(self, texts: Iterable[str]) -> None:
+        vocab, terms = self._vocab, self._tokenize.terms
+        self._ids += [[vocab.setdefault(term, len(vocab)) for term in terms(t) or ["\x00"]] for t in texts]
+
+    def finish(self) -> Bm25Index:
+        params, ids = self.params, self._ids
+        if not ids:
+            return Bm25Index(None, params, 0, storage=self._storage)
+        lengths = np.asarray([len(row) for row in ids], dtype=np.float64)
+        model = bm25s.BM25(method=self._storage or params.method, k1=params.k1, b=params.b)
+        model.index((ids, self._vocab), show_progress=False)
+        self._ids, self._vocab = [], {}
+        return Bm25Index(model, params, len(ids), lengths, self._storage)
 
 
 @dataclass(frozen=True)
@@ -177,20 +207,9 @@ class Bm25Index:
     def build(cls, texts: Sequence[str], params: Bm25Params = Bm25Params(), storage: str | None = None) -> Bm25Index:
         """`storage`: the bm25s method the postings are stored with, when it is not the
         scoring one (scores then always go through the recovered term frequencies)."""
-        if not texts:
-            return cls(None, params, 0, storage=storage)
-        tokenize = Tokenizer(params.stem, params.stopwords)
-        # Terms become ids as each text is read, so the corpus is held as lists of shared int
-        # objects (8 bytes a term) rather than of fresh strings (about 60): at a million chunks
-        # that was several GB. Ids in first-seen order; bm25s scores a (term, row) pair the same
-        # whatever id its term has. An empty token list breaks bm25s' vocabulary; a placeholder
-        # term matches no query.
-        vocab: dict[str, int] = {}
-        ids = [[vocab.setdefault(term, len(vocab)) for term in tokenize.terms(t) or ["\x00"]] for t in texts]
-        lengths = np.asarray([len(row) for row in ids], dtype=np.float64)
-        model = bm25s.BM25(method=storage or params.method, k1=params.k1, b=params.b)
-        model.index((ids, vocab), show_progress=False)
-        return cls(model, params, len(texts), lengths, storage)
+        builder = Bm25Builder(params, storage)
+        builder.add(texts)
+        return builder.finish()
 
     def save(self, directory: Path) -> None:
         directory.mkdir(parents=True, exist_ok=True)

@@ -63,68 +63,96 @@ CREATE TABLE quarry.tables (
 def write_catalog(path: Path, docs: Sequence[Document], origins: Sequence[str], chunks: Sequence[Chunk],
                   tables: Sequence[TableSource] = (), embed_keys: Sequence[str] = (),
                   copy_tables: tuple[Path, Sequence[TableInfo]] | None = None) -> list[TableInfo]:
-    """Create the catalog file, loading rows through Arrow in batches, each committed as it
-    goes: DuckDB holds an open transaction's rows in memory, and a failed build discards its
-    whole `.building-*` folder, so the file needs no single transaction.
-    `copy_tables` (another catalog and its tables) copies user tables as they are, for a
-    compaction, which has the previous snapshot but not the files it was built from."""
-    con = duckdb.connect(str(path), config={"memory_limit": WRITE_MEMORY_LIMIT})
-    try:
-        if copy_tables is not None:
-            con.execute("ATTACH ? AS quarry_previous (READ_ONLY)", [str(copy_tables[0])])
-        infos = _fill(con, docs, origins, chunks, tables, embed_keys, copy_tables[1] if copy_tables else ())
-        if copy_tables is not None:
+    """A catalog file of these documents and chunks in one call (see CatalogWriter)."""
+    with CatalogWriter(path, copy_tables) as writer:
+        writer.add(docs, origins, chunks, embed_keys)
+        return writer.finish(tables)
+
+
+class CatalogWriter:
+    """A new catalog file, written a batch of documents at a time (an ingest streams its
+    corpus), then its user tables. Rows go in through Arrow in batches, each committed as it
+    goes: DuckDB holds an open transaction's rows in memory (one 200k-chunk transaction
+    peaked 1.4 GB above its input), and a failed build discards its whole `.building-*`
+    folder, so the file needs no single transaction. `copy_tables` (another catalog and its
+    tables) copies user tables as they are, for a compaction, which has the previous snapshot
+    but not the files it was built from."""
+
+    def __init__(self, path: Path | None, copy_tables: tuple[Path, Sequence[TableInfo]] | None = None,
+                 connection: duckdb.DuckDBPyConnection | None = None) -> None:
+        self._con = connection if connection is not None else duckdb.connect(
+            str(path), config={"memory_limit": WRITE_MEMORY_LIMIT})
+        self._owned = connection is None
+        self._copied: Sequence[TableInfo] = ()
+        try:
+            self._con.execute(SCHEMA)
+            if copy_tables is not None:
+                self._con.execute("ATTACH ? AS quarry_previous (READ_ONLY)", [str(copy_tables[0])])
+                self._copied = copy_tables[1]
+        except BaseException:
+            self.close()
+            raise
+
+    def __enter__(self) -> CatalogWriter:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        if self._owned:
+            self._con.close()
+
+    def add(self, docs: Sequence[Document], origins: Sequence[str], chunks: Sequence[Chunk],
+            embed_keys: Sequence[str] = ()) -> None:
+        """Documents and their chunks (at their `row`s; `embed_keys` pair with `chunks` by position)."""
+        con = self._con
+        for start in range(0, len(docs), INSERT_BATCH):
+            batch = docs[start : start + INSERT_BATCH]
+            _insert(con, "quarry.documents", pa.table({
+                "doc_id": pa.array([d.id for d in batch], type=pa.string()),
+                "title": pa.array([d.title for d in batch], type=pa.string()),
+                "source": pa.array([d.source for d in batch], type=pa.string()),
+                "date": pa.array([d.date for d in batch], type=pa.date32()),
+                "metadata": pa.array([json.dumps(dict(d.metadata), sort_keys=True) for d in batch], type=pa.string()),
+                "acl": pa.array([list(d.acl) for d in batch], type=pa.list_(pa.string())),
+                "text": pa.array([d.text for d in batch], type=pa.string()),
+                "origin": pa.array(list(origins[start : start + INSERT_BATCH]), type=pa.string()),
+            }))
+        order = sorted(range(len(chunks)), key=lambda i: chunks[i].row)
+        for start in range(0, len(order), INSERT_BATCH):
+            at = order[start : start + INSERT_BATCH]
+            part = [chunks[i] for i in at]
+            _insert(con, "quarry.chunks", pa.table({
+                "row": pa.array([c.row for c in part], type=pa.int32()),
+                "chunk_id": pa.array([c.chunk_id for c in part], type=pa.string()),
+                "doc_id": pa.array([c.doc_id for c in part], type=pa.string()),
+                "start_offset": pa.array([c.start for c in part], type=pa.int32()),
+                "end_offset": pa.array([c.end for c in part], type=pa.int32()),
+                "text": pa.array([c.text for c in part], type=pa.string()),
+                "norm": pa.array([normalize(c.text) for c in part], type=pa.string()),
+                "embed_key": pa.array([embed_keys[i] for i in at] if embed_keys else [""] * len(part), type=pa.string()),
+            }))
+
+    def finish(self, tables: Sequence[TableSource] = ()) -> list[TableInfo]:
+        """User tables (loaded from their files, or copied), the tables' registry, a checkpoint."""
+        con = self._con
+        infos = load_tables(con, tables)
+        for t in self._copied:  # from the catalog attached as quarry_previous
+            name = t.name.replace('"', '""')
+            con.execute(f'CREATE TABLE data."{name}" AS SELECT * FROM quarry_previous.data."{name}"')
+        infos = [*infos, *self._copied]
+        for t in infos:
+            con.execute(
+                "INSERT INTO quarry.tables VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                [t.name, list(t.acl), t.row_acl, t.id_column, t.doc_column, t.rows,
+                 json.dumps([[c.name, c.type] for c in t.columns]), t.source],
+            )
+        if self._copied:
             con.execute("DETACH quarry_previous")
-        con.execute("CHECKPOINT")
-    finally:
-        con.close()
-    return infos
-
-
-def _fill(con: duckdb.DuckDBPyConnection, docs: Sequence[Document], origins: Sequence[str], chunks: Sequence[Chunk],
-          tables: Sequence[TableSource], embed_keys: Sequence[str], copied: Sequence[TableInfo] = ()) -> list[TableInfo]:
-    """Schema, documents, chunks (at their `row`s) and user tables."""
-    con.execute(SCHEMA)
-    # In committed batches: one Arrow table of the whole corpus in one transaction was the
-    # ingest's memory peak (1.4 GB above its input at 200k chunks, ~7 GB at a million).
-    for start in range(0, len(docs), INSERT_BATCH):
-        batch = docs[start : start + INSERT_BATCH]
-        _insert(con, "quarry.documents", pa.table({
-            "doc_id": pa.array([d.id for d in batch], type=pa.string()),
-            "title": pa.array([d.title for d in batch], type=pa.string()),
-            "source": pa.array([d.source for d in batch], type=pa.string()),
-            "date": pa.array([d.date for d in batch], type=pa.date32()),
-            "metadata": pa.array([json.dumps(dict(d.metadata), sort_keys=True) for d in batch], type=pa.string()),
-            "acl": pa.array([list(d.acl) for d in batch], type=pa.list_(pa.string())),
-            "text": pa.array([d.text for d in batch], type=pa.string()),
-            "origin": pa.array(list(origins[start : start + INSERT_BATCH]), type=pa.string()),
-        }))
-    order = sorted(range(len(chunks)), key=lambda i: chunks[i].row)  # keys pair with chunks by position
-    for start in range(0, len(order), INSERT_BATCH):
-        at = order[start : start + INSERT_BATCH]
-        part = [chunks[i] for i in at]
-        _insert(con, "quarry.chunks", pa.table({
-            "row": pa.array([c.row for c in part], type=pa.int32()),
-            "chunk_id": pa.array([c.chunk_id for c in part], type=pa.string()),
-            "doc_id": pa.array([c.doc_id for c in part], type=pa.string()),
-            "start_offset": pa.array([c.start for c in part], type=pa.int32()),
-            "end_offset": pa.array([c.end for c in part], type=pa.int32()),
-            "text": pa.array([c.text for c in part], type=pa.string()),
-            "norm": pa.array([normalize(c.text) for c in part], type=pa.string()),
-            "embed_key": pa.array([embed_keys[i] for i in at] if embed_keys else [""] * len(part), type=pa.string()),
-        }))
-    infos = load_tables(con, tables)
-    for t in copied:  # from the catalog attached as quarry_previous
-        name = t.name.replace('"', '""')
-        con.execute(f'CREATE TABLE data."{name}" AS SELECT * FROM quarry_previous.data."{name}"')
-    infos = [*infos, *copied]
-    for t in infos:
-        con.execute(
-            "INSERT INTO quarry.tables VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-            [t.name, list(t.acl), t.row_acl, t.id_column, t.doc_column, t.rows,
-             json.dumps([[c.name, c.type] for c in t.columns]), t.source],
-        )
-    return infos
+        if self._owned:
+            con.execute("CHECKPOINT")
+        return infos
 
 
 def _insert(con: duckdb.DuckDBPyConnection, table: str, rows: pa.Table) -> None:
@@ -161,7 +189,9 @@ class Catalog:
         names the index it belongs to), locked down like one opened from a file."""
         con = duckdb.connect(":memory:", config={"memory_limit": memory_limit})
         try:
-            _fill(con, docs, origins, chunks, (), embed_keys)
+            writer = CatalogWriter(None, connection=con)
+            writer.add(docs, origins, chunks, embed_keys)
+            writer.finish()
             con.execute("SET enable_external_access = false")
         except BaseException:
             con.close()

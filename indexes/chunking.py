@@ -61,10 +61,12 @@ def chunk_spans(text: str, max_chars: int = DEFAULT_MAX_CHARS) -> list[tuple[int
     return spans
 
 
-def chunk_documents(docs: Sequence[Document], max_chars: int = DEFAULT_MAX_CHARS) -> list[Chunk]:
-    """Chunks of every document; `row` numbers them 0..n-1 across the corpus."""
+def chunk_documents(docs: Sequence[Document], max_chars: int = DEFAULT_MAX_CHARS, first_row: int = 0) -> list[Chunk]:
+    """Chunks of every document; `row` numbers them first_row, first_row + 1, ... across the
+    corpus (an ingest chunks its documents a batch at a time)."""
     chunks: list[Chunk] = []
     for doc in docs:
         for i, (s, e) in enumerate(chunk_spans(doc.text, max_chars)):
-            chunks.append(Chunk(row=len(chunks), chunk_id=f"{doc.id}#{i}", doc_id=doc.id, start=s, end=e, text=doc.text[s:e]))
+            chunks.append(Chunk(row=first_row + len(chunks), chunk_id=f"{doc.id}#{i}", doc_id=doc.id, start=s, end=e,
+                                text=doc.text[s:e]))
     return chunks

@@ -64,18 +64,23 @@ def discover(sources: Sequence[Path]) -> tuple[list[tuple[Path, Path]], list[Pat
 
 def load_documents(sources: Sequence[Path], default_acl: Sequence[str] = ADMIN_ONLY) -> list[LoadedDocument]:
     """All documents under `sources`, in a stable order; raises IngestError on the first problem."""
+    return list(iter_documents(sources, default_acl))
+
+
+def iter_documents(sources: Sequence[Path], default_acl: Sequence[str] = ADMIN_ONLY) -> Iterator[LoadedDocument]:
+    """The same documents one at a time, holding only the ids seen (for duplicates): an ingest
+    reads its sources in passes rather than keeping the corpus in memory."""
     files, _ = discover(sources)
-    out: list[LoadedDocument] = []
-    seen: dict[str, str] = {}
-    for path, root in files:
+    seen: dict[str, int] = {}  # id -> where it was first seen: file number << 32 | line
+    for number, (path, root) in enumerate(files):
         for loaded in _load_file(path, root, tuple(default_acl)):
+            path_s, _, line = loaded.origin.rpartition(":")
             first = seen.get(loaded.doc.id)
             if first is not None:
-                path_s, _, line = loaded.origin.rpartition(":")
-                raise IngestError(f"duplicate document id {loaded.doc.id!r} (first at {first})", path_s, int(line))
-            seen[loaded.doc.id] = loaded.origin
-            out.append(loaded)
-    return out
+                where = f"{files[first >> 32][0]}:{first & 0xFFFFFFFF}"
+                raise IngestError(f"duplicate document id {loaded.doc.id!r} (first at {where})", path_s, int(line))
+            seen[loaded.doc.id] = number << 32 | int(line)
+            yield loaded
 
 
 def _read(path: Path) -> str:

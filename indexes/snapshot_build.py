@@ -27,15 +27,16 @@ from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, Callable, Iterator, Sequence
+from itertools import islice
+from typing import Any, Callable, Iterable, Iterator, Sequence
 
 import numpy as np
 
 from indexes.answer_model import shipped_identity
-from indexes.bm25 import Bm25Index, Bm25Params
-from indexes.catalog import Catalog, write_catalog
+from indexes.bm25 import Bm25Builder, Bm25Params
+from indexes.catalog import Catalog, CatalogWriter
 from indexes.chunking import DEFAULT_MAX_CHARS, chunk_documents
-from indexes.corpus import ADMIN_ONLY, LoadedDocument, discover, load_documents
+from indexes.corpus import ADMIN_ONLY, LoadedDocument, discover, iter_documents
 from indexes.dense import DenseIndex
 from indexes.embed_journal import EmbedJournal
 from indexes.embedder import Embedder
@@ -50,6 +51,7 @@ from retrieval.types import Chunk, Document
 log = logging.getLogger("quarry.ingest")
 
 Progress = Callable[[str, int, int], None]  # (stage, done, total)
+Documents = Callable[[], Iterable[LoadedDocument]]  # a corpus that can be read more than once
 
 
 @dataclass(frozen=True)
@@ -62,6 +64,7 @@ class BuildOptions:
     answer_model: Path | None = None  # the answer model served beside this index (default: the shipped one)
     dense_graph_from: int | None = None  # chunks from which the dense index is an HNSW graph (None: never)
     embed_batch: int = 4096  # texts per embedding batch; each finished batch is journaled (indexes/embed_journal.py)
+    document_batch: int = 8192  # documents an ingest holds in memory at a time
 
 
 def index_text(doc: Document, chunk: Chunk) -> str:
@@ -69,7 +72,7 @@ def index_text(doc: Document, chunk: Chunk) -> str:
     return f"{doc.title}\n{chunk.text}" if doc.title else chunk.text
 
 
-def content_hash(docs: Sequence[Document], tables: Sequence[TableSource] = ()) -> str:
+def content_hash(docs: Iterable[Document], tables: Sequence[TableSource] = ()) -> str:
     """Identifies the corpus: documents (all fields) and table files with their ACLs."""
     h = hashlib.sha256()
     for t in tables:
@@ -85,8 +88,8 @@ def content_hash(docs: Sequence[Document], tables: Sequence[TableSource] = ()) -
 
 def corpus_digest(sources: Sequence[Path], default_acl: tuple[str, ...] = ADMIN_ONLY) -> str:
     """The content hash an ingest of `sources` would record (to skip an unneeded rebuild)."""
-    docs = [ld.doc for ld in load_documents(sources, default_acl)]
-    return content_hash(docs, plan_tables(discover(sources)[1], default_acl))
+    tables = plan_tables(discover(sources)[1], default_acl)
+    return content_hash((ld.doc for ld in iter_documents(sources, default_acl)), tables)
 
 
 def _snapshot_files(root: Path) -> dict[str, dict[str, Any]]:
@@ -135,19 +138,49 @@ def build_snapshot(
 ) -> dict[str, Any]:
     """Ingest `sources` into a new snapshot and make it current; returns its manifest. The
     sources replace the whole corpus, live writes included: the manifest's `wal_seq` is the
-    write-ahead log's last seq when the build took its lock (indexes/live.py)."""
+    write-ahead log's last seq when the build took its lock (indexes/live.py).
+
+    The sources are read in passes, never held whole: the first validates every document and
+    hashes the corpus before anything is written; the build reads them again a batch at a
+    time (see _build_into). A source file that changes between passes fails the ingest."""
     t0 = time.perf_counter()
-    loaded = load_documents(sources, options.default_acl)  # validation happens before any write
     tables = plan_tables(discover(sources)[1], options.default_acl)
-    if not loaded and not tables:
+    stamp = _stamp(sources)
+
+    def documents() -> Iterator[LoadedDocument]:
+        return iter_documents(sources, options.default_acl)
+
+    count = [0]
+
+    def counted() -> Iterator[Document]:
+        for ld in documents():  # validation: the first bad document raises, before any write
+            count[0] += 1
+            yield ld.doc
+
+    digest = content_hash(counted(), tables)
+    if not count[0] and not tables:
         raise IngestError("no documents or tables found", ", ".join(map(str, sources)))
-    docs = [ld.doc for ld in loaded]
+
+    def unchanged() -> None:
+        if _stamp(sources) != stamp:
+            raise IngestError("the source files changed while they were ingested; nothing was published, "
+                              "run the ingest again", ", ".join(map(str, sources)))
 
     def reuse() -> dict[str, np.ndarray]:
         return previous_vectors(options.reuse_from or index_dir, embedder.model_id) if options.reuse_embeddings else {}
 
-    return _publish(index_dir, loaded, tables, embedder, options, progress, time.perf_counter() - t0,
-                    content_hash(docs, tables), None, reuse)
+    return _publish(index_dir, documents, count[0], tables, embedder, options, progress, time.perf_counter() - t0,
+                    digest, None, reuse, unchanged=unchanged)
+
+
+def _stamp(sources: Sequence[Path]) -> list[tuple[str, int, int]]:
+    """Every document file under `sources` with its size and modification time, to notice a
+    file added, removed or changed while an ingest reads them in passes."""
+    out = []
+    for path, _ in discover(sources)[0]:
+        st = path.stat()
+        out.append((str(path), st.st_size, st.st_mtime_ns))
+    return out
 
 
 def compact_snapshot(index_dir: Path, documents: Sequence[tuple[Document, str, np.ndarray]], previous: Path,
@@ -158,7 +191,7 @@ def compact_snapshot(index_dir: Path, documents: Sequence[tuple[Document, str, n
     log record the new base holds the changes."""
     t0 = time.perf_counter()
     loaded = [LoadedDocument(d, origin) for d, origin, _ in documents]
-    chunks = chunk_documents([d for d, _, _ in documents], options.max_chars)
+    chunks = chunk_documents([d for d, _, _ in documents], options.max_chars)  # only for the keys of its vectors
     by_id = {d.id: d for d, _, _ in documents}
     keys = [embed_key(index_text(by_id[c.doc_id], c)) for c in chunks]
     dim = embedder.dimension()
@@ -173,27 +206,24 @@ def compact_snapshot(index_dir: Path, documents: Sequence[tuple[Document, str, n
         raise IngestError("a compaction would leave the index with no documents or tables", str(index_dir))
     h = hashlib.sha256(content_hash([d for d, _, _ in documents]).encode())
     h.update(json.dumps(read_manifest(previous).get("tables") or {}, sort_keys=True).encode())
-    return _publish(index_dir, loaded, [], embedder, options, progress, time.perf_counter() - t0, h.hexdigest(),
-                    wal_seq, lambda: reuse, copy_tables=(previous / "catalog.duckdb", tables), expect_base=previous.name)
+    return _publish(index_dir, lambda: iter(loaded), len(loaded), [], embedder, options, progress, time.perf_counter() - t0,
+                    h.hexdigest(), wal_seq, lambda: reuse, copy_tables=(previous / "catalog.duckdb", tables),
+                    expect_base=previous.name)
 
 
-def _publish(index_dir: Path, loaded: Sequence[LoadedDocument], tables: Sequence[TableSource], embedder: Embedder,
+def _publish(index_dir: Path, documents: Documents, n_documents: int, tables: Sequence[TableSource], embedder: Embedder,
              options: BuildOptions, progress: Progress | None, t_load: float, digest: str, wal_seq: int | None,
              reuse_vectors: Callable[[], dict[str, np.ndarray]],
-             copy_tables: tuple[Path, Sequence[TableInfo]] | None = None, expect_base: str | None = None) -> dict[str, Any]:
+             copy_tables: tuple[Path, Sequence[TableInfo]] | None = None, expect_base: str | None = None,
+             unchanged: Callable[[], None] = lambda: None) -> dict[str, Any]:
     """Build into `.building-*`, write the manifest last, rename, switch CURRENT, prune.
 
     `wal_seq` None (an ingest): the log's last seq, read under the build lock, so no
     compaction or fold can slip between. `expect_base` (a compaction): the snapshot its
     changes were replayed onto; if CURRENT names another one by the switch (an ingest or
-    another compaction published meanwhile), nothing is switched: `Conflict`."""
+    another compaction published meanwhile), nothing is switched: `Conflict`. `unchanged`
+    raises if the sources changed since they were validated (checked before the manifest)."""
     report = progress or (lambda stage, done, total: None)
-    t0 = time.perf_counter()
-    docs = [ld.doc for ld in loaded]
-    chunks = chunk_documents(docs, options.max_chars)
-    by_id = {d.id: d for d in docs}
-    texts = [index_text(by_id[c.doc_id], c) for c in chunks]
-    t_load += time.perf_counter() - t0
 
     with _storage_errors(), _build_lock(index_dir):
         log_path = index_dir / "wal.log"
@@ -214,13 +244,14 @@ def _publish(index_dir: Path, loaded: Sequence[LoadedDocument], tables: Sequence
         if journal is not None and not options.reuse_embeddings:
             journal.clear()
         try:
-            manifest = _build_into(work, name, digest, loaded, docs, chunks, texts, tables, embedder, options, report,
+            manifest = _build_into(work, name, digest, documents, n_documents, tables, embedder, options, report,
                                    reuse_vectors(), copy_tables, journal)
+            unchanged()
         except BaseException:
             shutil.rmtree(work, ignore_errors=True)  # a failed build leaves nothing behind
             raise
         manifest["wal_seq"] = wal_seq
-        manifest["timings_s"]["load_and_chunk"] = round(t_load, 3)
+        manifest["timings_s"]["load_and_chunk"] = round(t_load + manifest["timings_s"].pop("read"), 3)
         (work / "manifest.json").write_text(json.dumps(manifest, indent=2))
         (work / LEASE_FILE).touch()  # so a read-only copy of the index can still be leased
         fsync_tree(work)  # every file durable before CURRENT can name the snapshot
@@ -283,27 +314,46 @@ def previous_vectors(index_dir: Path, model_id: str) -> dict[str, np.ndarray]:
     return {k: vectors[i] for i, k in enumerate(keys) if k and sound[i]}
 
 
-def _build_into(work: Path, name: str, digest: str, loaded, docs, chunks, texts, tables, embedder: Embedder,
-                options: BuildOptions, report: Progress, reuse: dict[str, np.ndarray],
+def _build_into(work: Path, name: str, digest: str, documents: Documents, n_documents: int, tables: Sequence[TableSource],
+                embedder: Embedder, options: BuildOptions, report: Progress, reuse: dict[str, np.ndarray],
                 copy_tables: tuple[Path, Sequence[TableInfo]] | None = None,
                 journal: EmbedJournal | None = None) -> dict[str, Any]:
     """Write catalog, BM25 and FAISS files into `work`; returns the manifest (not yet written).
-    Vectors come from `reuse`, then from `journal` (batches a killed build of this index
-    finished), and the rest are embedded in batches, each journaled as it finishes."""
-    keys = [embed_key(t) for t in texts]
-    t1 = time.perf_counter()
-    infos = write_catalog(work / "catalog.duckdb", docs, [ld.origin for ld in loaded], chunks, tables, keys, copy_tables)
-    t_catalog = time.perf_counter() - t1
-    report("catalog", 1, 1)
 
+    Two passes over `documents`, a batch at a time: the first chunks each batch into the
+    catalog and the BM25 builder and keeps one text key per chunk; the second embeds the
+    chunks whose vectors are not known, in batches, each journaled as it finishes. Vectors
+    come from `reuse`, then from `journal` (batches a killed build of this index finished).
+    What stays in memory is per chunk (keys, term ids, vectors), never the corpus."""
+    t_read = t_catalog = t_bm25 = 0.0
+    keys: list[str] = []
+    n_docs = 0
+    bm25 = Bm25Builder(options.bm25)
+    with CatalogWriter(work / "catalog.duckdb", copy_tables) as writer:
+        for batch, chunks, texts, t in _passes(documents(), options.max_chars, options.document_batch):
+            t_read += t
+            t1 = time.perf_counter()
+            batch_keys = [embed_key(x) for x in texts]
+            writer.add([ld.doc for ld in batch], [ld.origin for ld in batch], chunks, batch_keys)
+            t2 = time.perf_counter()
+            bm25.add(texts)
+            t_catalog, t_bm25 = t_catalog + t2 - t1, t_bm25 + time.perf_counter() - t2
+            keys += batch_keys
+            n_docs += len(batch)
+            report("catalog", min(n_docs, n_documents), n_documents)
+        if n_docs != n_documents:
+            raise _changed(work)
+        t1 = time.perf_counter()
+        infos = writer.finish(tables)
+        t_catalog += time.perf_counter() - t1
     t1 = time.perf_counter()
-    Bm25Index.build(texts, options.bm25).save(work / "bm25")
-    t_bm25 = time.perf_counter() - t1
+    bm25.finish().save(work / "bm25")
+    t_bm25 += time.perf_counter() - t1
     report("bm25", 1, 1)
 
     t1 = time.perf_counter()
     dim = embedder.dimension()
-    vectors = np.zeros((len(texts), dim), dtype=np.float32)
+    vectors = np.zeros((len(keys), dim), dtype=np.float32)
     journaled = journal.load() if journal is not None and options.reuse_embeddings else {}
     todo, resumed = [], 0
     for i, k in enumerate(keys):
@@ -314,23 +364,36 @@ def _build_into(work: Path, name: str, digest: str, loaded, docs, chunks, texts,
             todo.append(i)
         else:
             vectors[i] = known
-    del journaled
+    del journaled, reuse
     if resumed:
         log.info("resuming: %d vectors from the embedding journal of an unfinished build", resumed)
-    done = [len(texts) - len(todo)]  # reused vectors count as done, so the bar ends at the total
+    done = [len(keys) - len(todo)]  # reused vectors count as done, so the bar ends at the total
 
     def on_batch(n: int) -> None:
         done[0] += n
-        report("embed", done[0], len(texts))
+        report("embed", done[0], len(keys))
 
-    report("embed", done[0], len(texts))  # before the first batch, so rate and ETA time the whole stage
-    step = max(1, options.embed_batch)
-    for start in range(0, len(todo), step):
-        rows = todo[start : start + step]
-        batch = embedder.encode([texts[i] for i in rows], progress=on_batch)
-        vectors[rows] = batch
-        if journal is not None:
-            journal.append([keys[i] for i in rows], batch)
+    report("embed", done[0], len(keys))  # before the first batch, so rate and ETA time the whole stage
+    if todo:
+        wanted, pending, filled = set(todo), [], 0
+        step = max(1, options.embed_batch)
+        for _, chunks, texts, _ in _passes(documents(), options.max_chars, options.document_batch):
+            for c, text in zip(chunks, texts, strict=True):
+                if c.row >= len(keys) or embed_key(text) != keys[c.row]:
+                    raise _changed(work)
+                if c.row in wanted:
+                    pending.append((c.row, text))
+            # Full batches as they fill, in row order; the last one once every row is read.
+            while len(pending) >= step or (pending and filled + len(pending) == len(todo)):
+                rows, batch_texts = zip(*pending[:step], strict=True)
+                del pending[:step]
+                encoded = embedder.encode(list(batch_texts), progress=on_batch)
+                vectors[list(rows)] = encoded
+                filled += len(rows)
+                if journal is not None:
+                    journal.append([keys[i] for i in rows], encoded)
+        if filled != len(todo):
+            raise _changed(work)
     t_embed = time.perf_counter() - t1
 
     t1 = time.perf_counter()
@@ -344,8 +407,8 @@ def _build_into(work: Path, name: str, digest: str, loaded, docs, chunks, texts,
         "built_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         "model": {"id": embedder.model_id, "dim": embedder.dim},
         "answer_model": shipped_identity(options.answer_model),
-        "counts": {"documents": len(docs), "chunks": len(chunks), "tables": len(infos)},
-        "embeddings": {"computed": len(todo), "reused": len(texts) - len(todo) - resumed, "resumed": resumed},
+        "counts": {"documents": n_docs, "chunks": len(keys), "tables": len(infos)},
+        "embeddings": {"computed": len(todo), "reused": len(keys) - len(todo) - resumed, "resumed": resumed},
         "tables": {t.name: {"rows": t.rows, "acl": list(t.acl), "row_acl": t.row_acl} for t in infos},
         "content_hash": digest,
         "options": {"default_acl": list(options.default_acl), "max_chars": options.max_chars, "bm25": asdict(options.bm25)},
@@ -353,9 +416,31 @@ def _build_into(work: Path, name: str, digest: str, loaded, docs, chunks, texts,
     }
     manifest["timings_s"] = {
         "catalog": round(t_catalog, 3), "bm25": round(t_bm25, 3), "embed": round(t_embed, 3),
-        "faiss": round(t_faiss, 3), "manifest": round(time.perf_counter() - t1, 3),
+        "faiss": round(t_faiss, 3), "manifest": round(time.perf_counter() - t1, 3), "read": t_read,
     }
     return manifest
+
+
+def _changed(work: Path) -> IngestError:
+    return IngestError("the documents changed while they were ingested; nothing was published, run the ingest again",
+                       str(work.parent.parent))
+
+
+def _passes(documents: Iterable[LoadedDocument], max_chars: int,
+            size: int) -> Iterator[tuple[list[LoadedDocument], list[Chunk], list[str], float]]:
+    """The documents a batch at a time, with their chunks (rows numbered across the corpus),
+    the chunks' index texts, and the seconds spent reading and chunking the batch."""
+    it, row = iter(documents), 0
+    while True:
+        t0 = time.perf_counter()
+        batch = list(islice(it, max(1, size)))
+        if not batch:
+            return
+        by_id = {ld.doc.id: ld.doc for ld in batch}
+        chunks = chunk_documents([ld.doc for ld in batch], max_chars, first_row=row)
+        texts = [index_text(by_id[c.doc_id], c) for c in chunks]
+        row += len(chunks)
+        yield batch, chunks, texts, time.perf_counter() - t0
 
 
 def _current_name(index_dir: Path) -> str | None:

@@ -269,3 +269,59 @@ def test_reused_vectors_must_be_finite_and_unit_length_even_when_the_manifest_ag
     (f.parent / "manifest.json").write_text(json.dumps(manifest))
     build_snapshot([MINI], index_copy, embedder)
     _assert_vectors_are_the_models(index_copy, embedder)
+
+
+def _snapshot_content(index: Path) -> tuple:
+    from indexes.catalog import Catalog
+    from indexes.dense import DenseIndex
+
+    path = current_snapshot_path(index)
+    manifest = json.loads((path / "manifest.json").read_text())
+    catalog = Catalog(path / "catalog.duckdb")
+    try:
+        rows = catalog.cursor().execute('SELECT "row", chunk_id, doc_id, text, embed_key FROM quarry.chunks ORDER BY "row"').fetchall()
+        docs = catalog.cursor().execute("SELECT doc_id, title, text, acl, origin FROM quarry.documents ORDER BY doc_id").fetchall()
+    finally:
+        catalog.close()
+    bm25 = {rel: meta["sha256"] for rel, meta in manifest["files"].items() if rel.startswith("bm25")}
+    dense = DenseIndex.load(path / "dense.faiss")
+    return manifest["content_hash"], manifest["counts"], rows, docs, bm25, dense.vectors(np.arange(dense.size, dtype=np.int64))
+
+
+def test_an_ingest_read_a_few_documents_at_a_time_builds_the_same_snapshot(embedder, tmp_path):
+    """The corpus is read in passes of `document_batch` documents and embedded in batches of
+    `embed_batch`: batch sizes that split the corpus anywhere give the same snapshot as one
+    batch (catalog rows, BM25 files byte for byte, vectors to float precision)."""
+    from indexes.snapshot import BuildOptions
+
+    whole = _snapshot_content(tmp_path / "whole") if build_snapshot(
+        [MINI], tmp_path / "whole", embedder, BuildOptions(reuse_embeddings=False)) else None
+    build_snapshot([MINI], tmp_path / "small", embedder, BuildOptions(reuse_embeddings=False, document_batch=3, embed_batch=5))
+    small = _snapshot_content(tmp_path / "small")
+    assert whole is not None and whole[:5] == small[:5]
+    assert whole[1]["documents"] == 23 and len(whole[2]) == whole[1]["chunks"]
+    np.testing.assert_allclose(whole[5], small[5], atol=1e-5)
+
+
+@pytest.mark.parametrize("stage", ["bm25", "embed"])
+def test_a_source_changed_while_it_is_ingested_fails_the_ingest_and_publishes_nothing(index_copy, embedder, tmp_path, stage):
+    """Sources are read more than once; a file edited between the reads would give a
+    snapshot whose content hash and rows disagree, so the ingest fails instead (edited after
+    BM25: the embedding pass finds rows it did not expect; after the last vector: the files'
+    sizes and times differ from the first pass's)."""
+    source = tmp_path / "docs"
+    shutil.copytree(MINI, source)
+    before = current_snapshot_path(index_copy)
+    target = next(source.rglob("*.jsonl"))
+
+    def edit_once(at: str, done: int, total: int) -> None:
+        if at == stage and done == total:
+            with target.open("a") as f:
+                f.write(json.dumps({"id": "late", "text": "Added while the ingest ran.", "acl": ["public"]}) + "\n")
+
+    with pytest.raises(IngestError, match="changed while they were ingested"):
+        build_snapshot([source], index_copy, embedder, progress=edit_once)
+    assert current_snapshot_path(index_copy) == before
+    assert sorted(p.name for p in (index_copy / "snapshots").iterdir()) == [before.name]
+    build_snapshot([source], index_copy, embedder)  # the same sources, unchanged now: it builds
+    assert current_snapshot_path(index_copy) != before
