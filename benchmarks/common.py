@@ -58,6 +58,17 @@ def machine() -> dict[str, Any]:
     return {"python": platform.python_version(), "cpus": os.cpu_count(), "platform": platform.platform()}
 
 
+def peak_rss_mb(reset: bool = False) -> float:
+    """This process's peak resident memory (VmHWM) in MB; `reset` starts a new peak from now
+    (Linux: /proc/self/clear_refs), so one stage's peak can be read on its own."""
+    if reset:
+        Path("/proc/self/clear_refs").write_text("5")
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) / 1024
+    return float("nan")
+
+
 def write_json(name: str, payload: dict[str, Any]) -> Path:
     RESULTS.mkdir(parents=True, exist_ok=True)
     path = RESULTS / f"{name}.json"

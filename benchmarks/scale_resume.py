@@ -29,7 +29,7 @@ import time
 
 import numpy as np
 
-from benchmarks.common import CACHE, machine, write_json
+from benchmarks.common import CACHE, machine, peak_rss_mb, write_json
 from benchmarks.scale_corpus import StandInEncoder, write
 
 CHILD = """
@@ -45,8 +45,10 @@ build_snapshot([Path(sys.argv[2])], Path(sys.argv[3]), StandInEncoder(), BuildOp
 def ingest(corpus: Path, index: Path) -> tuple[dict, float]:
     from indexes.snapshot import BuildOptions, build_snapshot
 
+    peak_rss_mb(reset=True)
     t0 = time.perf_counter()
     manifest = build_snapshot([corpus], index, StandInEncoder(), BuildOptions(embed_batch=4096))
+    manifest["peak_rss_mb"] = round(peak_rss_mb(), 1)
     return manifest, time.perf_counter() - t0
 
 
@@ -97,9 +99,9 @@ def main() -> None:
         "chunks": args.chunks, "machine": machine(), "encoder": "stand-in (index behaviour, not retrieval quality)",
         "journal_batch": 4096, "killed_after_s": round(killed_s, 1), "batches_journaled_at_kill": batches,
         "resumed": {"embeddings": resumed["embeddings"], "wall_s": round(resumed_s, 1),
-                    "embed_s": resumed["timings_s"]["embed"]},
-        "uninterrupted": {"embeddings": fresh["embeddings"], "wall_s": round(fresh_s, 1),
-                          "embed_s": fresh["timings_s"]["embed"]},
+                    "embed_s": resumed["timings_s"]["embed"], "peak_rss_mb": resumed["peak_rss_mb"]},
+        "uninterrupted": {"embeddings": fresh["embeddings"], "wall_s": round(fresh_s, 1), "timings_s": fresh["timings_s"],
+                          "embed_s": fresh["timings_s"]["embed"], "peak_rss_mb": fresh["peak_rss_mb"]},
         "journal_removed": not journal.exists(),
         "same_content_hash": resumed["content_hash"] == fresh["content_hash"],
         "same_bm25_files": same_bm25,
