@@ -15,7 +15,7 @@ import logging
 import threading
 import time
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Iterator, Sequence
 
 import duckdb
 import numpy as np
@@ -153,6 +153,20 @@ class CatalogWriter:
         if self._owned:
             con.execute("CHECKPOINT")
         return infos
+
+
+def chunk_texts(path: Path, size: int = 4096) -> Iterator[list[tuple[int, str | None, str]]]:
+    """(row, document title, chunk text) of every chunk of a catalog file, in row order, `size`
+    at a time: what an ingest embeds, read back from the catalog it just wrote (a columnar scan,
+    about 0.3 s per 100k chunks here) rather than from its sources again."""
+    con = duckdb.connect(str(path), read_only=True, config={"memory_limit": WRITE_MEMORY_LIMIT})
+    try:
+        cur = con.execute('SELECT c."row", d.title, c.text FROM quarry.chunks c JOIN quarry.documents d '
+                          'ON c.doc_id = d.doc_id ORDER BY c."row"')
+        while rows := cur.fetchmany(size):
+            yield rows
+    finally:
+        con.close()
 
 
 def _insert(con: duckdb.DuckDBPyConnection, table: str, rows: pa.Table) -> None:

@@ -27,14 +27,13 @@ from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from datetime import datetime, timezone
 from pathlib import Path
-from itertools import islice
 from typing import Any, Callable, Iterable, Iterator, Sequence
 
 import numpy as np
 
 from indexes.answer_model import shipped_identity
 from indexes.bm25 import Bm25Builder, Bm25Params
-from indexes.catalog import Catalog, CatalogWriter
+from indexes.catalog import Catalog, CatalogWriter, chunk_texts
 from indexes.chunking import DEFAULT_MAX_CHARS, chunk_documents
 from indexes.corpus import ADMIN_ONLY, LoadedDocument, discover, iter_documents
 from indexes.dense import DenseIndex
@@ -52,6 +51,7 @@ log = logging.getLogger("quarry.ingest")
 
 Progress = Callable[[str, int, int], None]  # (stage, done, total)
 Documents = Callable[[], Iterable[LoadedDocument]]  # a corpus that can be read more than once
+BATCH_CHARS = 64_000_000  # text an ingest batch holds at most (documents may be up to 5M characters)
 
 
 @dataclass(frozen=True)
@@ -64,11 +64,12 @@ class BuildOptions:
     answer_model: Path | None = None  # the answer model served beside this index (default: the shipped one)
     dense_graph_from: int | None = None  # chunks from which the dense index is an HNSW graph (None: never)
     embed_batch: int = 4096  # texts per embedding batch; each finished batch is journaled (indexes/embed_journal.py)
-    document_batch: int = 8192  # documents an ingest holds in memory at a time
+    document_batch: int = 32_768  # documents an ingest holds in memory at a time (at most BATCH_CHARS of text)
 
 
 def index_text(doc: Document, chunk: Chunk) -> str:
-    """What BM25 and the embedder see: the title gives every chunk its document's context."""
+    """What BM25 and the embedder see: the title gives every chunk its document's context
+    (the embedding pass composes the same from the catalog's columns)."""
     return f"{doc.title}\n{chunk.text}" if doc.title else chunk.text
 
 
@@ -320,11 +321,11 @@ def _build_into(work: Path, name: str, digest: str, documents: Documents, n_docu
                 journal: EmbedJournal | None = None) -> dict[str, Any]:
     """Write catalog, BM25 and FAISS files into `work`; returns the manifest (not yet written).
 
-    Two passes over `documents`, a batch at a time: the first chunks each batch into the
-    catalog and the BM25 builder and keeps one text key per chunk; the second embeds the
-    chunks whose vectors are not known, in batches, each journaled as it finishes. Vectors
-    come from `reuse`, then from `journal` (batches a killed build of this index finished).
-    What stays in memory is per chunk (keys, term ids, vectors), never the corpus."""
+    One pass over `documents`, a batch at a time, chunks each batch into the catalog and the
+    BM25 builder and keeps one text key per chunk; then the chunks whose vectors are not known
+    are read back from the catalog and embedded in batches, each journaled as it finishes.
+    Vectors come from `reuse`, then from `journal` (batches a killed build of this index
+    finished). What stays in memory is per chunk (keys, term ids, vectors), never the corpus."""
     t_read = t_catalog = t_bm25 = 0.0
     keys: list[str] = []
     n_docs = 0
@@ -377,23 +378,23 @@ def _build_into(work: Path, name: str, digest: str, documents: Documents, n_docu
     if todo:
         wanted, pending, filled = set(todo), [], 0
         step = max(1, options.embed_batch)
-        for _, chunks, texts, _ in _passes(documents(), options.max_chars, options.document_batch):
-            for c, text in zip(chunks, texts, strict=True):
-                if c.row >= len(keys) or embed_key(text) != keys[c.row]:
-                    raise _changed(work)
-                if c.row in wanted:
-                    pending.append((c.row, text))
+        for rows in chunk_texts(work / "catalog.duckdb"):
+            for row, title, text in rows:
+                if row in wanted:
+                    pending.append((row, f"{title}\n{text}" if title else text))
             # Full batches as they fill, in row order; the last one once every row is read.
             while len(pending) >= step or (pending and filled + len(pending) == len(todo)):
-                rows, batch_texts = zip(*pending[:step], strict=True)
+                batch_rows, batch_texts = zip(*pending[:step], strict=True)
                 del pending[:step]
+                if any(embed_key(t) != keys[r] for r, t in zip(batch_rows, batch_texts, strict=True)):
+                    raise RuntimeError("the catalog's chunk texts differ from the ones just indexed")
                 encoded = embedder.encode(list(batch_texts), progress=on_batch)
-                vectors[list(rows)] = encoded
-                filled += len(rows)
+                vectors[list(batch_rows)] = encoded
+                filled += len(batch_rows)
                 if journal is not None:
-                    journal.append([keys[i] for i in rows], encoded)
+                    journal.append([keys[i] for i in batch_rows], encoded)
         if filled != len(todo):
-            raise _changed(work)
+            raise RuntimeError(f"the catalog holds {filled} of the {len(todo)} chunks to embed")
     t_embed = time.perf_counter() - t1
 
     t1 = time.perf_counter()
@@ -428,12 +429,18 @@ def _changed(work: Path) -> IngestError:
 
 def _passes(documents: Iterable[LoadedDocument], max_chars: int,
             size: int) -> Iterator[tuple[list[LoadedDocument], list[Chunk], list[str], float]]:
-    """The documents a batch at a time, with their chunks (rows numbered across the corpus),
-    the chunks' index texts, and the seconds spent reading and chunking the batch."""
+    """The documents a batch at a time (`size` documents, or fewer once they hold BATCH_CHARS
+    of text), with their chunks (rows numbered across the corpus), the chunks' index texts,
+    and the seconds spent reading and chunking the batch."""
     it, row = iter(documents), 0
     while True:
         t0 = time.perf_counter()
-        batch = list(islice(it, max(1, size)))
+        batch, chars = [], 0
+        for ld in it:
+            batch.append(ld)
+            chars += len(ld.doc.text)
+            if len(batch) >= size or chars >= BATCH_CHARS:
+                break
         if not batch:
             return
         by_id = {ld.doc.id: ld.doc for ld in batch}
