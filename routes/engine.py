@@ -51,7 +51,8 @@ def build_retrievers(snapshot: Snapshot, embedder: Embedder, fusion: FusionParam
     dense = DenseRetriever(snapshot.dense, embedder.encode_query, snapshot.chunks)
     if sql is None:
         runner = SqlRunner(snapshot.catalog, settings.sql_max_concurrent, settings.sql_max_result_bytes)
-        sql = SqlRetriever(runner, settings.sql_limits, today, settings.profile_cache_size, settings.profile_workers)
+        sql = SqlRetriever(runner, settings.sql_limits, today, settings.profile_cache_size, settings.profile_workers,
+                           settings.profile_cache_mb << 20)
     return {
         "exact": ExactRetriever(snapshot.catalog, snapshot.chunks),
         "bm25": bm25,

@@ -161,6 +161,7 @@ class Settings(BaseSettings):
                                  "caches", ge=1)
     profile_cache_size: int = setting(256, "Table column profiles kept, one per access scope (SQL linking).",
                                       "caches", ge=1)
+    profile_cache_mb: int = setting(32, "Memory the kept table column profiles may take.", "caches", ge=1)
 
     # -- threads ----------------------------------------------------------------------------
     workers: int = setting(4, "Threads that run retriever calls.", "threads", ge=1)

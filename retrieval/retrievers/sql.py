@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import math
-from collections import OrderedDict
 from concurrent.futures import CancelledError, Future, ThreadPoolExecutor, TimeoutError as FutureTimeout
 from dataclasses import dataclass
 from datetime import date, datetime
@@ -20,6 +19,7 @@ from typing import Any, Protocol, Sequence
 from sqlglot import exp
 
 from retrieval.errors import Forbidden, RetrievalError, RetrievalUnavailable
+from retrieval.lru import Lru
 from retrieval.retrievers import Retrieved
 from retrieval.sql.guard import GuardedSql, guard_sql
 from retrieval.sql.schema import ColumnProfile, TableInfo
@@ -76,16 +76,23 @@ def json_value(v: Any) -> Any:
     return str(v)
 
 
+def _profiles_size(key: frozenset[str], profiles: Profiles) -> int:
+    """Roughly the bytes a scope's profiles hold: their strings, plus per-object overheads."""
+    strings = [*key, *(x for (t, c), p in profiles.items() for x in (t, c, *p.values, *p.prefixes))]
+    return sum(len(x) + 50 for x in strings) + 150 * len(profiles)
+
+
 class SqlRetriever:
     name = "sql"
 
     def __init__(self, backend: SqlBackend, limits: SqlLimits = SqlLimits(), today: date | None = None,
-                 profile_cache: int = 256, profile_workers: int = 2) -> None:
+                 profile_cache: int = 256, profile_workers: int = 2, profile_cache_bytes: int = 32 << 20) -> None:
         self._backend = backend
         self.limits = limits
         self.today = today
-        self._profiles: OrderedDict[frozenset[str], Profiles] = OrderedDict()
-        self._profile_cache = profile_cache  # access scopes whose profiles are kept
+        # Access scopes whose profiles are kept, bounded by bytes too: a scope's profiles hold
+        # up to a few hundred values per categorical column of every readable table.
+        self._profiles: Lru[frozenset[str], Profiles] = Lru(profile_cache, profile_cache_bytes, _profiles_size)
         self._builds: dict[frozenset[str], Future[Profiles]] = {}  # scopes being profiled now: one build each, shared
         # Builds get threads of their own: a slow one must never hold a worker retrieval calls need.
         self._builder = ThreadPoolExecutor(max_workers=profile_workers, thread_name_prefix="quarry-profile")
@@ -178,10 +185,10 @@ class SqlRetriever:
         """The scope's profiles as a future: done when cached, else the running build (started now if none)."""
         key = self.scope(principal)
         with self._lock:
-            if key in self._profiles:
-                self._profiles.move_to_end(key)
+            cached = self._profiles.get(key)
+            if cached is not None:
                 done: Future[Profiles] = Future()
-                done.set_result(self._profiles[key])
+                done.set_result(cached)
                 return done
             build = self._builds.get(key)
             if build is None:
@@ -197,9 +204,7 @@ class SqlRetriever:
             raise
         with self._lock:  # stored and no longer "building" in one step: nobody starts a second build
             self.profile_builds += 1
-            self._profiles[key] = out
-            if len(self._profiles) > self._profile_cache:
-                self._profiles.popitem(last=False)
+            self._profiles.put(key, out)
             self._builds.pop(key, None)
         return out
 

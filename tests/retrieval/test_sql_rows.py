@@ -180,3 +180,28 @@ def test_a_lookup_by_identifier_returns_the_record_with_its_document(trial_engin
     row = dict(zip(out.columns, out.rows[0], strict=True))
     assert (row["status"], row["doc_id"]) == ("refused", "notice-bp-2202")
     assert out.doc_ids == ("notice-bp-2202",)
+
+
+def test_the_profile_cache_is_bounded_by_bytes_as_well_as_by_scopes(sql_retriever):
+    """Profiles are kept per access scope; their byte budget evicts the least recent scope
+    even when the count of scopes would allow more (and a budget that fits keeps both)."""
+    from retrieval.retrievers.sql import SqlRetriever, _profiles_size
+
+    question = "how many incidents were opened in 2025"
+    bob, alice = Principal("bob", ("finance",)), Principal("alice", ("sre",))
+    probe = SqlRetriever(sql_retriever._backend, sql_retriever.limits)
+    sizes = []
+    for p in (bob, alice):
+        probe.translate(question, p)
+        sizes.append(_profiles_size(probe.scope(p), probe._profiles.get(probe.scope(p))))
+    probe.close()
+    assert probe.scope(bob) != probe.scope(alice) and min(sizes) > 1000
+    for budget, both in ((sum(sizes) + 1000, True), (max(sizes) + 300, False)):
+        shared = SqlRetriever(sql_retriever._backend, sql_retriever.limits, profile_cache=256, profile_cache_bytes=budget)
+        try:
+            for p in (bob, alice):
+                shared.translate(question, p)
+            assert shared.profiled(alice) and shared.profiled(bob) is both
+            assert shared.profile_builds == 2 and shared._profiles.nbytes <= budget
+        finally:
+            shared.close()

@@ -64,6 +64,7 @@ def test_the_settings_defaults_are_those_of_the_classes_they_configure():
                                                               default(SqlRunner, "max_bytes"))
     assert (s.profile_cache_size, s.profile_workers) == (default(SqlRetriever, "profile_cache"),
                                                          default(SqlRetriever, "profile_workers"))
+    assert s.profile_cache_mb << 20 == default(SqlRetriever, "profile_cache_bytes")
     assert s.mask_cache_size == ChunkTable.__dataclass_fields__["cache_size"].default
     assert s.spare_workers is None and default(CallPool, "spare") is None  # both: as many as workers
 
