@@ -279,8 +279,9 @@ def _snapshot_content(index: Path) -> tuple:
     manifest = json.loads((path / "manifest.json").read_text())
     catalog = Catalog(path / "catalog.duckdb")
     try:
-        rows = catalog.cursor().execute('SELECT "row", chunk_id, doc_id, text, embed_key FROM quarry.chunks ORDER BY "row"').fetchall()
-        docs = catalog.cursor().execute("SELECT doc_id, title, text, acl, origin FROM quarry.documents ORDER BY doc_id").fetchall()
+        cur = catalog.cursor()
+        rows = cur.execute('SELECT "row", chunk_id, doc_id, text, embed_key FROM quarry.chunks ORDER BY "row"').fetchall()
+        docs = cur.execute("SELECT doc_id, title, text, acl, origin FROM quarry.documents ORDER BY doc_id").fetchall()
     finally:
         catalog.close()
     bm25 = {rel: meta["sha256"] for rel, meta in manifest["files"].items() if rel.startswith("bm25")}
