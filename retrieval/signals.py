@@ -13,6 +13,9 @@ from retrieval.lru import Lru
 from retrieval.types import Filters, Hit, Principal
 
 
+BACKGROUND_ROWS = 8192  # readable rows a scope's background is computed from, at most
+
+
 class ScoredLexicalIndex(Protocol):
     def scores(self, query: str, allowed: np.ndarray | None = None) -> np.ndarray: ...
 
@@ -41,18 +44,23 @@ class HitScorer:
     def _background(self, principal: Principal, allowed: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Mean vector and covariance matrix of the chunks the principal may read: the
         distribution a question's cosine scores are judged against (query performance
-        prediction). Exact over the allowed rows, so forbidden chunks cannot move it. The
-        covariance is kept in float32, since every attempt reads it."""
+        prediction). Over the allowed rows alone, so forbidden chunks cannot move it: all of
+        them up to BACKGROUND_ROWS, beyond that evenly spaced allowed rows (a choice made
+        from the allowed rows only). The sums cost rows x dim^2: every row of a million-chunk
+        scope took seconds on a scope's first question. The covariance is kept in float32,
+        since every attempt reads it."""
         key = self._chunks.scope(principal)  # principals with the same groups share one
         known = self._backgrounds.get(key)
         if known is not None:
             return known
         rows = np.flatnonzero(allowed)
+        if len(rows) > BACKGROUND_ROWS:
+            rows = rows[np.linspace(0, len(rows) - 1, BACKGROUND_ROWS).astype(np.int64)]
         dim = self._dense.vectors(rows[:1]).shape[1] if len(rows) else 1
         mean, second = np.zeros(dim), np.zeros((dim, dim))
-        for start in range(0, len(rows), 8192):
-            block = self._dense.vectors(rows[start : start + 8192]).astype(np.float64)
-            mean += block.sum(axis=0)
+        for start in range(0, len(rows), 4096):  # float32 products per block, float64 sums
+            block = np.ascontiguousarray(self._dense.vectors(rows[start : start + 4096]), dtype=np.float32)
+            mean += block.sum(axis=0, dtype=np.float64)
             second += block.T @ block
         n = max(1, len(rows))
         mean /= n
