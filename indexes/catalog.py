@@ -32,9 +32,11 @@ log = logging.getLogger("quarry.catalog")
 # DuckDB's memory for the serving connection, every statement together (exact scans, table
 # profiles, callers' SQL); a statement that needs more fails as retryable, the process lives.
 MEMORY_LIMIT = "1GB"
-# A catalog write's DuckDB buffers: one 200k-chunk transaction peaked 880 MB above its input,
-# committed batches under this limit 200-300 MB.
-WRITE_MEMORY_LIMIT = "256MB"
+# A catalog write's DuckDB buffers (one 200k-chunk transaction peaked 880 MB above its input).
+# Committed batches under this limit, and no checkpoint until the end: a checkpoint every
+# 16 MB of log rewrote the growing tables each time (a million chunks: 174 s, now 53 s).
+WRITE_MEMORY_LIMIT = "512MB"
+WRITE_CONFIG = {"memory_limit": WRITE_MEMORY_LIMIT, "checkpoint_threshold": "16GB"}
 INSERT_BATCH = 50_000  # rows per Arrow batch while a catalog is written
 
 # A document's metadata values as one text (keys left out): what exact matching and the
@@ -80,8 +82,7 @@ class CatalogWriter:
 
     def __init__(self, path: Path | None, copy_tables: tuple[Path, Sequence[TableInfo]] | None = None,
                  connection: duckdb.DuckDBPyConnection | None = None) -> None:
-        self._con = connection if connection is not None else duckdb.connect(
-            str(path), config={"memory_limit": WRITE_MEMORY_LIMIT})
+        self._con = connection if connection is not None else duckdb.connect(str(path), config=WRITE_CONFIG)
         self._owned = connection is None
         self._copied: Sequence[TableInfo] = ()
         try:
