@@ -15,7 +15,7 @@ import logging
 import threading
 import time
 from pathlib import Path
-from typing import Any, Callable, Iterator, Sequence
+from typing import Any, Callable, Generator, Sequence
 
 import duckdb
 import numpy as np
@@ -36,7 +36,7 @@ MEMORY_LIMIT = "1GB"
 # Committed batches under this limit, and no checkpoint until the end: a checkpoint every
 # 16 MB of log rewrote the growing tables each time (a million chunks: 174 s, now 53 s).
 WRITE_MEMORY_LIMIT = "512MB"
-WRITE_CONFIG = {"memory_limit": WRITE_MEMORY_LIMIT, "checkpoint_threshold": "16GB"}
+WRITE_CONFIG: dict[str, Any] = {"memory_limit": WRITE_MEMORY_LIMIT, "checkpoint_threshold": "16GB"}
 INSERT_BATCH = 50_000  # rows per Arrow batch while a catalog is written
 
 # A document's metadata values as one text (keys left out): what exact matching and the
@@ -97,8 +97,17 @@ class CatalogWriter:
     def __enter__(self) -> CatalogWriter:
         return self
 
-    def __exit__(self, *exc: object) -> None:
-        self.close()
+    def __exit__(self, exc_type: type[BaseException] | None, *exc: object) -> None:
+        if exc_type is None or not self._owned:
+            self.close()
+            return
+        # A failed build discards the file: closing must not first fold its log into it (a
+        # checkpoint of everything written so far), nor replace the error that ended it.
+        try:
+            self._con.execute("PRAGMA disable_checkpoint_on_shutdown")
+            self._con.close()
+        except Exception:  # noqa: BLE001 - the error in flight is the one to report
+            pass
 
     def close(self) -> None:
         if self._owned:
@@ -156,7 +165,7 @@ class CatalogWriter:
         return infos
 
 
-def chunk_texts(path: Path, size: int = 4096) -> Iterator[list[tuple[int, str | None, str]]]:
+def chunk_texts(path: Path, size: int = 4096) -> Generator[list[tuple[int, str | None, str]], None, None]:
     """(row, document title, chunk text) of every chunk of a catalog file, in row order, `size`
     at a time: what an ingest embeds, read back from the catalog it just wrote (a columnar scan,
     about 0.3 s per 100k chunks here) rather than from its sources again."""

@@ -23,7 +23,7 @@ import os
 import shutil
 import time
 import uuid
-from contextlib import contextmanager
+from contextlib import closing, contextmanager
 from dataclasses import asdict, dataclass
 from datetime import datetime, timezone
 from pathlib import Path
@@ -43,7 +43,7 @@ from indexes.snapshot_lease import LEASE_FILE, PRUNING, acquire, remove_unless_s
 from indexes.snapshot_load import CURRENT, FORMAT_VERSION, current_snapshot_path, read_manifest, verify_files
 from indexes.tables import TableSource, file_digest, fsync_dir, fsync_tree, plan_tables
 from indexes.wal import log_end, read_after
-from retrieval.errors import Conflict, IngestError, RetrievalError, SnapshotError, StorageError
+from retrieval.errors import Conflict, IngestError, RetrievalError, ServerFault, SnapshotError, StorageError
 from retrieval.sql.schema import TableInfo
 from retrieval.types import Chunk, Document
 
@@ -51,6 +51,7 @@ log = logging.getLogger("quarry.ingest")
 
 Progress = Callable[[str, int, int], None]  # (stage, done, total)
 Documents = Callable[[], Iterable[LoadedDocument]]  # a corpus that can be read more than once
+CHANGED = "the sources changed while they were ingested; nothing was published, run the ingest again"
 BATCH_CHARS = 64_000_000  # text an ingest batch holds at most (documents may be up to 5M characters)
 
 
@@ -164,8 +165,7 @@ def build_snapshot(
 
     def unchanged() -> None:
         if _stamp(sources) != stamp:
-            raise IngestError("the source files changed while they were ingested; nothing was published, "
-                              "run the ingest again", ", ".join(map(str, sources)))
+            raise IngestError(CHANGED, ", ".join(map(str, sources)))
 
     def reuse() -> dict[str, np.ndarray]:
         return previous_vectors(options.reuse_from or index_dir, embedder.model_id) if options.reuse_embeddings else {}
@@ -174,13 +174,18 @@ def build_snapshot(
                     digest, None, reuse, unchanged=unchanged)
 
 
-def _stamp(sources: Sequence[Path]) -> list[tuple[str, int, int]]:
-    """Every document file under `sources` with its size and modification time, to notice a
-    file added, removed or changed while an ingest reads them in passes."""
+def _stamp(sources: Sequence[Path]) -> list[tuple[str, int, int, int, int]]:
+    """Every document and table file under `sources` with its size, modification and change
+    times and inode, to notice a file added, removed, replaced or changed while an ingest
+    reads them in passes (a copy that keeps the mtime still changes the inode or ctime)."""
+    docs, tables = discover(sources)
     out = []
-    for path, _ in discover(sources)[0]:
-        st = path.stat()
-        out.append((str(path), st.st_size, st.st_mtime_ns))
+    for path in [p for p, _ in docs] + list(tables):
+        try:
+            st = path.stat()
+            out.append((str(path), st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino))
+        except OSError:
+            out.append((str(path), -1, -1, -1, -1))  # gone: the pass that reads it says so
     return out
 
 
@@ -246,7 +251,7 @@ def _publish(index_dir: Path, documents: Documents, n_documents: int, tables: Se
             journal.clear()
         try:
             manifest = _build_into(work, name, digest, documents, n_documents, tables, embedder, options, report,
-                                   reuse_vectors(), copy_tables, journal)
+                                   reuse_vectors(), copy_tables, journal, unchanged)
             unchanged()
         except BaseException:
             shutil.rmtree(work, ignore_errors=True)  # a failed build leaves nothing behind
@@ -318,8 +323,10 @@ def previous_vectors(index_dir: Path, model_id: str) -> dict[str, np.ndarray]:
 def _build_into(work: Path, name: str, digest: str, documents: Documents, n_documents: int, tables: Sequence[TableSource],
                 embedder: Embedder, options: BuildOptions, report: Progress, reuse: dict[str, np.ndarray],
                 copy_tables: tuple[Path, Sequence[TableInfo]] | None = None,
-                journal: EmbedJournal | None = None) -> dict[str, Any]:
+                journal: EmbedJournal | None = None, unchanged: Callable[[], None] = lambda: None) -> dict[str, Any]:
     """Write catalog, BM25 and FAISS files into `work`; returns the manifest (not yet written).
+    `unchanged` raises when the sources changed since the first pass: checked once they are
+    read for the last time, before the embedding (which can take hours), and again at the end.
 
     One pass over `documents`, a batch at a time, chunks each batch into the catalog and the
     BM25 builder and keeps one text key per chunk; then the chunks whose vectors are not known
@@ -343,10 +350,11 @@ def _build_into(work: Path, name: str, digest: str, documents: Documents, n_docu
             n_docs += len(batch)
             report("catalog", min(n_docs, n_documents), n_documents)
         if n_docs != n_documents:
-            raise _changed(work)
+            raise IngestError(CHANGED, str(work.parent.parent))
         t1 = time.perf_counter()
         infos = writer.finish(tables)
         t_catalog += time.perf_counter() - t1
+    unchanged()
     t1 = time.perf_counter()
     bm25.finish().save(work / "bm25")
     t_bm25 += time.perf_counter() - t1
@@ -378,23 +386,24 @@ def _build_into(work: Path, name: str, digest: str, documents: Documents, n_docu
     if todo:
         wanted, pending, filled = set(todo), [], 0
         step = max(1, options.embed_batch)
-        for rows in chunk_texts(work / "catalog.duckdb"):
-            for row, title, text in rows:
-                if row in wanted:
-                    pending.append((row, f"{title}\n{text}" if title else text))
-            # Full batches as they fill, in row order; the last one once every row is read.
-            while len(pending) >= step or (pending and filled + len(pending) == len(todo)):
-                batch_rows, batch_texts = zip(*pending[:step], strict=True)
-                del pending[:step]
-                if any(embed_key(t) != keys[r] for r, t in zip(batch_rows, batch_texts, strict=True)):
-                    raise RuntimeError("the catalog's chunk texts differ from the ones just indexed")
-                encoded = embedder.encode(list(batch_texts), progress=on_batch)
-                vectors[list(batch_rows)] = encoded
-                filled += len(batch_rows)
-                if journal is not None:
-                    journal.append([keys[i] for i in batch_rows], encoded)
+        with closing(chunk_texts(work / "catalog.duckdb")) as stored:  # closed, and its connection, on any error
+            for rows in stored:
+                for row, title, text in rows:
+                    if row in wanted:
+                        pending.append((row, f"{title}\n{text}" if title else text))
+                # Full batches as they fill, in row order; the last one once every row is read.
+                while len(pending) >= step or (pending and filled + len(pending) == len(todo)):
+                    batch_rows, batch_texts = zip(*pending[:step], strict=True)
+                    del pending[:step]
+                    if any(embed_key(t) != keys[r] for r, t in zip(batch_rows, batch_texts, strict=True)):
+                        raise ServerFault("the catalog's chunk texts differ from the ones just indexed")
+                    encoded = embedder.encode(list(batch_texts), progress=on_batch)
+                    vectors[list(batch_rows)] = encoded
+                    filled += len(batch_rows)
+                    if journal is not None:
+                        journal.append([keys[i] for i in batch_rows], encoded)
         if filled != len(todo):
-            raise RuntimeError(f"the catalog holds {filled} of the {len(todo)} chunks to embed")
+            raise ServerFault(f"the catalog holds {filled} of the {len(todo)} chunks to embed")
     t_embed = time.perf_counter() - t1
 
     t1 = time.perf_counter()
@@ -420,11 +429,6 @@ def _build_into(work: Path, name: str, digest: str, documents: Documents, n_docu
         "faiss": round(t_faiss, 3), "manifest": round(time.perf_counter() - t1, 3), "read": t_read,
     }
     return manifest
-
-
-def _changed(work: Path) -> IngestError:
-    return IngestError("the documents changed while they were ingested; nothing was published, run the ingest again",
-                       str(work.parent.parent))
 
 
 def _passes(documents: Iterable[LoadedDocument], max_chars: int,

@@ -93,6 +93,9 @@ class SqlRetriever:
         # Access scopes whose profiles are kept, bounded by bytes too: a scope's profiles hold
         # up to a few hundred values per categorical column of every readable table.
         self._profiles: Lru[frozenset[str], Profiles] = Lru(profile_cache, profile_cache_bytes, _profiles_size)
+        # The last scope whose profiles alone exceed the budget: kept apart (one, whatever its
+        # size), or each of its questions would profile its tables again.
+        self._oversize: tuple[frozenset[str], Profiles] | None = None
         self._builds: dict[frozenset[str], Future[Profiles]] = {}  # scopes being profiled now: one build each, shared
         # Builds get threads of their own: a slow one must never hold a worker retrieval calls need.
         self._builder = ThreadPoolExecutor(max_workers=profile_workers, thread_name_prefix="quarry-profile")
@@ -107,7 +110,7 @@ class SqlRetriever:
     def profiled(self, principal: Principal) -> bool:
         """Are this access scope's column profiles built (translation then runs no query)?"""
         with self._lock:
-            return self.scope(principal) in self._profiles
+            return self._cached(self.scope(principal)) is not None
 
     def profile_ready(self, principal: Principal, seconds: float) -> bool:
         """Wait up to `seconds` for this scope's profiles, starting their build if none runs.
@@ -173,7 +176,7 @@ class SqlRetriever:
         Concurrent first questions of a scope share one build, and its outcome (profiles or
         error), rather than each profiling the same tables again."""
         with self._lock:
-            cached = self._profiles.get(self.scope(principal))
+            cached = self._cached(self.scope(principal))
         if cached is not None:
             return cached
         try:
@@ -185,7 +188,7 @@ class SqlRetriever:
         """The scope's profiles as a future: done when cached, else the running build (started now if none)."""
         key = self.scope(principal)
         with self._lock:
-            cached = self._profiles.get(key)
+            cached = self._cached(key)
             if cached is not None:
                 done: Future[Profiles] = Future()
                 done.set_result(cached)
@@ -194,6 +197,13 @@ class SqlRetriever:
             if build is None:
                 build = self._builds[key] = self._builder.submit(self._build, key, principal, tables)
             return build
+
+    def _cached(self, key: frozenset[str]) -> Profiles | None:
+        """A scope's kept profiles (call with the lock held)."""
+        found = self._profiles.get(key)
+        if found is None and self._oversize is not None and self._oversize[0] == key:
+            found = self._oversize[1]
+        return found
 
     def _build(self, key: frozenset[str], principal: Principal, tables: Sequence[TableInfo]) -> Profiles:
         try:
@@ -205,6 +215,8 @@ class SqlRetriever:
         with self._lock:  # stored and no longer "building" in one step: nobody starts a second build
             self.profile_builds += 1
             self._profiles.put(key, out)
+            if key not in self._profiles:  # larger than the whole budget
+                self._oversize = (key, out)
             self._builds.pop(key, None)
         return out
 

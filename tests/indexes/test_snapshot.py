@@ -307,9 +307,9 @@ def test_an_ingest_read_a_few_documents_at_a_time_builds_the_same_snapshot(embed
 @pytest.mark.parametrize("stage", ["bm25", "embed"])
 def test_a_source_changed_while_it_is_ingested_fails_the_ingest_and_publishes_nothing(index_copy, embedder, tmp_path, stage):
     """Sources are read more than once; a file edited between the reads would give a
-    snapshot whose content hash and rows disagree, so the ingest fails instead (edited after
-    BM25: the embedding pass finds rows it did not expect; after the last vector: the files'
-    sizes and times differ from the first pass's)."""
+    snapshot whose content hash and rows disagree, so the ingest fails instead (the files'
+    sizes, times and inodes are compared with the first pass's before embedding and before
+    publishing; edited after BM25 or after the last vector, the last check catches it)."""
     source = tmp_path / "docs"
     shutil.copytree(MINI, source)
     before = current_snapshot_path(index_copy)

@@ -205,3 +205,16 @@ def test_the_profile_cache_is_bounded_by_bytes_as_well_as_by_scopes(sql_retrieve
             assert shared.profile_builds == 2 and shared._profiles.nbytes <= budget
         finally:
             shared.close()
+
+
+def test_profiles_larger_than_the_whole_budget_are_still_kept_for_their_scope(sql_retriever):
+    from retrieval.retrievers.sql import SqlRetriever
+
+    question, bob = "how many incidents were opened in 2025", Principal("bob", ("finance",))
+    shared = SqlRetriever(sql_retriever._backend, sql_retriever.limits, profile_cache_bytes=100)
+    try:
+        shared.translate(question, bob)
+        shared.translate(question, bob)
+        assert shared.profiled(bob) and shared.profile_builds == 1 and len(shared._profiles) == 0
+    finally:
+        shared.close()
