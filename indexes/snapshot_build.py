@@ -69,9 +69,13 @@ class BuildOptions:
 
 
 def index_text(doc: Document, chunk: Chunk) -> str:
-    """What BM25 and the embedder see: the title gives every chunk its document's context
-    (the embedding pass composes the same from the catalog's columns)."""
-    return f"{doc.title}\n{chunk.text}" if doc.title else chunk.text
+    """What BM25 and the embedder see: the title gives every chunk its document's context."""
+    return titled(doc.title, chunk.text)
+
+
+def titled(title: str | None, text: str) -> str:
+    """A chunk's text under its document's title (the embedding pass reads both from the catalog)."""
+    return f"{title}\n{text}" if title else text
 
 
 def content_hash(docs: Iterable[Document], tables: Sequence[TableSource] = ()) -> str:
@@ -390,7 +394,7 @@ def _build_into(work: Path, name: str, digest: str, documents: Documents, n_docu
             for rows in stored:
                 for row, title, text in rows:
                     if row in wanted:
-                        pending.append((row, f"{title}\n{text}" if title else text))
+                        pending.append((row, titled(title, text)))
                 # Full batches as they fill, in row order; the last one once every row is read.
                 while len(pending) >= step or (pending and filled + len(pending) == len(todo)):
                     batch_rows, batch_texts = zip(*pending[:step], strict=True)
