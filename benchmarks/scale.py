@@ -40,13 +40,14 @@ from typing import Any
 import numpy as np
 
 from benchmarks.common import CACHE, RESULTS, machine, make_embedder, peak_rss_mb, timed
-from benchmarks.scale_corpus import GROUPS, KINDS, StandInEncoder, documents, real_questions, write
+from benchmarks.scale_corpus import GROUPS, KINDS, StandInEncoder, StaticEncoder, documents, real_questions, write
 from retrieval.access import top_k
 from retrieval.metrics import percentile
 from retrieval.types import Filters, Principal
 
 ROUTES = ("bm25", "dense", "hybrid")
-GRAPH_FROM = 500_000  # the dense index is an HNSW graph from this size (the dense_graph_from setting)
+GRAPH_FROM = 500_000  # the dense index has HNSW graphs from this size (the dense_graph_from setting)
+ENCODERS = ("standin", "static", "model")
 PRINCIPALS = {
     "100%": Principal("reader-all", tuple(f"g{g:02d}" for g in range(GROUPS))),
     "10%": Principal("reader-g00", ("g00",)),
@@ -80,6 +81,16 @@ class Recorder:
         return out
 
 
+def make_encoder(name: str) -> Any:
+    """The encoder a scale run names: a stand-in (random word projections, or the model's
+    static token vectors) or the real embedding model."""
+    if name == "standin" or name == StandInEncoder.model_id:
+        return StandInEncoder()
+    if name == "static" or name == StaticEncoder.model_id:
+        return StaticEncoder().load()
+    return make_embedder().load()
+
+
 def root_of(n: int, kind: str, encoder: str) -> Path:
     name = "scale" + ("" if kind == "zipf" else f"-{kind}") + ("" if encoder == "standin" else f"-{encoder}")
     return CACHE / f"{name}-{n}"
@@ -94,8 +105,15 @@ def reference_vectors(root: Path, index: Path, encoder: Any, n: int, kind: str) 
     saved = root / "reference.npy"
     if saved.exists():
         return np.load(saved)
-    if isinstance(encoder, StandInEncoder):
-        return encoder.encode([f"{d['title']}\n{d['text']}" for d in documents(n, kind)])
+    if isinstance(encoder, (StandInEncoder, StaticEncoder)):  # cheap: encode the index's chunk texts again
+        from indexes.snapshot_build import titled
+
+        catalog = Catalog(current_snapshot_path(index) / "catalog.duckdb")
+        try:
+            table = catalog.chunk_table()
+            return encoder.encode([titled(t, x) for t, x in zip(table.titles, table.texts, strict=True)])
+        finally:
+            catalog.close()
     if not isinstance(encoder, Recorder):
         raise SystemExit(f"{root}: no saved reference vectors; run benchmarks/scale.py on it first")
     catalog = Catalog(current_snapshot_path(index) / "catalog.duckdb")
@@ -169,7 +187,7 @@ def memory_by_structure(index: Path, principals: dict[str, Principal]) -> dict[s
 def queries(n: int, count: int, kind: str = "zipf") -> list[str]:
     """Questions of 3-6 words drawn from documents of the corpus kind, deterministic; the
     `real` kind's are the datasets' own questions."""
-    if kind == "real":
+    if kind in ("real", "remix"):
         return real_questions(count)
     rng = np.random.default_rng(count)
     texts = []
@@ -211,8 +229,8 @@ def _serve_and_measure(index: str, qs: list[str]) -> dict[str, float]:
     from routes.engine import open_engine
     from routes.settings import Settings
 
-    encoder = StandInEncoder() if "standin" in Path(index, "..", "encoder").resolve().read_text() else make_embedder()
-    engine = open_engine(Path(index), embedder=encoder, settings=Settings(index_dir=Path(index)))  # type: ignore[arg-type]
+    encoder = make_encoder(Path(index, "..", "encoder").resolve().read_text())
+    engine = open_engine(Path(index), embedder=encoder, settings=Settings(index_dir=Path(index)))
     for principal in PRINCIPALS.values():
         for q in qs:
             for route in ROUTES:
@@ -231,14 +249,15 @@ def main() -> None:
     ap.add_argument("--out", type=Path, default=None)
     ap.add_argument("--corpus", choices=KINDS, default="zipf", help="benchmarks/scale_corpus.py's kinds")
     ap.add_argument("--graph-from", type=int, default=GRAPH_FROM, help="dense_graph_from of the build")
-    ap.add_argument("--encoder", choices=("standin", "model"), default="standin",
-                    help="the stand-in encoder, or the real embedding model (with --corpus real)")
+    ap.add_argument("--encoder", choices=ENCODERS, default="standin",
+                    help="a stand-in encoder (random word projections, or the model's static token vectors), "
+                         "or the real embedding model (with --corpus real)")
     args = ap.parse_args()
     from retrieval.search import search
     from routes.engine import open_engine
     from routes.settings import Settings
 
-    encoder: Any = StandInEncoder() if args.encoder == "standin" else Recorder(make_embedder().load())
+    encoder: Any = Recorder(make_embedder().load()) if args.encoder == "model" else make_encoder(args.encoder)
     rss_start = rss_mb()
     index, manifest = build(args.chunks, args.rebuild, encoder, args.corpus, args.graph_from, args.encoder)
     (index.parent / "encoder").write_text(encoder.model_id)
@@ -256,8 +275,10 @@ def main() -> None:
     # Each question's vector is computed (and cached) before anything is timed: embedding a
     # question costs the same at any corpus size, so it is reported on its own.
     embed_ms = [timed(lambda: engine.embedder.encode_query(q))[1] for q in qs]  # noqa: B023
-    described = ("stand-in (bag-of-words random projection, 384-d): index behaviour, not retrieval quality"
-                 if args.encoder == "standin" else f"the embedding model ({encoder.model_id})")
+    described = {"standin": "stand-in (bag-of-words random projection, 384-d): index behaviour, not retrieval quality",
+                 "static": "stand-in (all-MiniLM-L6-v2's static token vectors, SIF-weighted, 384-d; neighbourhoods "
+                           "measured like the model's on real text): index behaviour, not retrieval quality",
+                 }.get(args.encoder, f"the embedding model ({encoder.model_id})")
     out: dict = {"chunks": chunks, "corpus": args.corpus, "encoder": described, "machine": machine(), "queries": len(qs),
                  "dense_index": engine.snapshot.dense.kind, "query_embedding_p50_ms": round(percentile(embed_ms, 50), 2),
                  "build_s": timings, "load_s": round(load_s, 1),
@@ -296,8 +317,9 @@ def main() -> None:
         figures["bm25_unpruned_p50_ms"] = round(percentile(unpruned, 50), 2)
         figures["bm25_pruned_same_rows"] = f"{same}/{len(qs)}"
         dense = engine.snapshot.dense
-        if dense.kind.startswith("hnsw"):  # the baseline: an exact scan of the same codes, same filter
-            exact = [timed(lambda: dense._exact(encoder.encode_query(q), allowed, 10))[1] for q in qs]  # noqa: B023
+        if dense.kind.endswith("+hnsw"):  # the baseline: an exact scan of the same codes, same filter
+            rows = np.flatnonzero(allowed)
+            exact = [timed(lambda: dense._exact(encoder.encode_query(q), rows, 10))[1] for q in qs]  # noqa: B023
             figures["dense_exact_scan_p50_ms"] = round(percentile(exact, 50), 2)
         figures["dense_calls_short_of_min_k_authorized"] = short
         lat = [timed(lambda: engine.query(q, principal, max_attempts=1, deadline_ms=30_000))[1] for q in qs]  # noqa: B023

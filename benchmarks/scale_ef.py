@@ -1,11 +1,12 @@
 """Recall against latency of the HNSW graph's search breadth, on a scale run's index.
 
     .venv/bin/python benchmarks/scale_ef.py --chunks 1000000 [--ef 128,256,512,1024] [--queries 60]
-        [--corpus zipf|topical|real] [--encoder standin|model]
+        [--corpus zipf|topical|real|remix] [--encoder standin|static|model]
 
 Needs the index of `benchmarks/scale.py` with the same arguments built. When that index is
-not a graph (below `dense_graph_from`), a graph is built here from the run's exact vectors,
-as the ingest would build it (`DenseIndex.build` with a graph threshold of 0), and the served
+not a graph (below `dense_graph_from`), graphs are built here from the run's exact vectors,
+one per access class as the ingest would build them (`DenseIndex.build` with a graph
+threshold of 0), and the served
 index (an 8-bit scan) is timed as the baseline. For each efSearch and the 100% and 10%
 principals of scale.py: dense p50/p95 (k=10) and recall@10 against an exact float scan of
 the same principal's rows. Writes benchmarks/results/<scale run>-ef.json.
@@ -24,9 +25,9 @@ import json
 import numpy as np
 
 import indexes.dense as dense_module
-from benchmarks.common import RESULTS, make_embedder, timed
-from benchmarks.scale import PRINCIPALS, exact_top, queries, reference_vectors, root_of
-from benchmarks.scale_corpus import KINDS, StandInEncoder
+from benchmarks.common import RESULTS, timed
+from benchmarks.scale import ENCODERS, PRINCIPALS, exact_top, make_encoder, queries, reference_vectors, root_of
+from benchmarks.scale_corpus import KINDS
 from indexes.dense import DenseIndex
 from indexes.snapshot import current_snapshot_path
 from retrieval.metrics import percentile
@@ -39,7 +40,7 @@ def main() -> None:
     ap.add_argument("--ef", default="128,256,512,1024")
     ap.add_argument("--queries", type=int, default=60)
     ap.add_argument("--corpus", choices=KINDS, default="zipf")
-    ap.add_argument("--encoder", choices=("standin", "model"), default="standin")
+    ap.add_argument("--encoder", choices=ENCODERS, default="standin")
     args = ap.parse_args()
     from indexes.catalog import Catalog
 
@@ -48,14 +49,15 @@ def main() -> None:
     dense = DenseIndex.load(path / "dense.faiss")
     catalog = Catalog(path / "catalog.duckdb")
     chunks = catalog.chunk_table()
-    encoder = StandInEncoder() if args.encoder == "standin" else make_embedder().load()
+    encoder = make_encoder(args.encoder)
     vectors = reference_vectors(root, root / "index", encoder, args.chunks, args.corpus)
     qs = queries(args.chunks, args.queries, args.corpus)
     out: dict = {"chunks": args.chunks, "corpus": args.corpus, "encoder": encoder.model_id, "served_index": dense.kind,
                  "runs": []}
     served = dense
-    if not dense.kind.startswith("hnsw"):
-        (dense, build_ms) = timed(lambda: DenseIndex.build(vectors, hnsw_from=0))
+    if not dense.kind.endswith("+hnsw"):  # one graph per access class, as the ingest builds them
+        classes = np.unique(np.asarray([",".join(sorted(a)) for a in chunks.acls]), return_inverse=True)[1]
+        (dense, build_ms) = timed(lambda: DenseIndex.build(vectors, hnsw_from=0, classes=classes))
         out["graph_built_here_s"] = round(build_ms / 1000, 1)
     for scope in ("100%", "10%"):
         allowed = chunks.mask(PRINCIPALS[scope], Filters())
@@ -69,7 +71,8 @@ def main() -> None:
             out["runs"].append(run)
             print(run, flush=True)
         for ef in (int(x) for x in args.ef.split(",")):
-            dense_module.EF_SEARCH, dense_module.EF_MAX = ef, max(ef, dense_module.EF_MAX)
+            dense_module.EF_SEARCH = dense_module.EF_BUDGET = ef  # the same breadth for every walk
+            dense_module.EF_MAX = max(ef, dense_module.EF_MAX)
             lat, rec = [], []
             for q, w in zip(qs, want, strict=True):
                 (rows, _), ms = timed(lambda: dense.top_k(encoder.encode_query(q), allowed, 10))  # noqa: B023

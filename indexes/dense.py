@@ -1,42 +1,83 @@
 """Dense retrieval index: FAISS inner product over L2-normalised embeddings (= cosine).
 
-Three kinds, by size. `IndexFlatIP` (exact float32) below SQ8_FROM rows; above it
-`IndexScalarQuantizer` with 8-bit codes, which reads a quarter of the memory per query (a
-flat scan of 100k x 384 floats measured 10-17 ms here, bound by memory bandwidth; 8-bit codes
-about 5 ms) at a small cost in score precision; both scan every allowed row. Where the build
-asks for it (`hnsw_from`, the `dense_graph_from` setting; off by default), an HNSW graph
-over the same 8-bit codes (`IndexHNSWSQ`), approximate: a scan grows with the corpus, but
-the graph's recall depends on the vectors (on benchmarks/scale.py's stand-in vectors it
-stayed under 0.8 at 1M rows even with a wide search; see BENCHMARKS.md), so it is off until
-measured on the real model's vectors at that size.
+Every index holds a scan over all rows: `IndexFlatIP` (exact float32) below SQ8_FROM rows,
+above it `IndexScalarQuantizer` with 8-bit codes, which reads a quarter of the memory per
+query (a flat scan of 100k x 384 floats measured 10-17 ms here, bound by memory bandwidth;
+8-bit codes about 5 ms) at a small cost in score precision. ACLs are applied inside the scan
+(an `IDSelectorBitmap`), so unauthorized rows are never scored, and every query gets
+min(k, allowed) results.
 
-ACLs are applied inside the search (an `IDSelectorBitmap`), so unauthorized rows are never
-scored, and every query gets min(k, allowed) results. On the graph, a filtered walk can
-starve when few rows are allowed (the OpenSearch "efficient filtering" problem), so: a scope
-of at most EXACT_BELOW rows is scanned exactly (its rows' codes are decoded and scored, which
-costs what the scope holds, not the corpus); a larger one walks the graph with the filter and
-a search breadth widened by how selective the filter is; a walk that still returns fewer
-than k rows falls back to the exact scan.
+A scan grows with the corpus. From `hnsw_from` rows (the `dense_graph_from` setting) the
+index also holds HNSW graphs (`IndexHNSWSQ`), one per access class: the rows whose documents
+have the same readers. A principal who may read a class may read every row of its graph, so
+a walk never passes through a row the principal may not read, and what a principal gets
+depends on readable rows only: adding, changing or removing a forbidden document cannot
+change a readable result or where a search goes (one graph over every row would route
+readable searches through forbidden rows). A class smaller than EXACT_BELOW rows has no
+graph; its rows are scanned exactly with the rest of the scope that no graph covers.
+
+A search walks each readable class's graph (with the filter when only part of the class is
+allowed, e.g. by a date constraint or a deleted document) and keeps the best k of all. A
+search spends a breadth of EF_BUDGET over its walks, at least EF_SEARCH each, widened by how
+selective a filter is; the walks of one search share WALKERS threads. A class with at most EXACT_BELOW
+allowed rows, and any walk that returns fewer than k rows, is scanned exactly instead.
+Every hit is scored from the scan's own codes, so the scores of graph and scan hits compare.
 """
 
 from __future__ import annotations
 
+import weakref
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Sequence
 
 import faiss
 import numpy as np
 
-SQ8_FROM = 50_000  # rows from which the 8-bit index is used
-HNSW_M, EF_CONSTRUCTION, EF_SEARCH, EF_MAX = 32, 128, 128, 1024
-EXACT_BELOW = 10_000  # allowed rows up to which a graph index scans the scope exactly
+from retrieval.lru import Lru
+
+SQ8_FROM = 50_000  # rows from which the 8-bit scan is used
+HNSW_M, EF_CONSTRUCTION, EF_SEARCH, EF_BUDGET, EF_MAX = 32, 128, 64, 512, 1024
+WALKERS = 2  # threads that walk the graphs of one search (FAISS releases the GIL while it walks)
+EXACT_BELOW = 10_000  # allowed rows of a class up to which it is scanned exactly, and no graph is built below
+PLAN_CACHE_MB = 16  # where each scope's mask meets the graphs, kept per cached (read-only) mask
+
+
+Walk = tuple["ClassGraph", "np.ndarray | None", int]  # a graph, its share of the mask (None: all), allowed rows
+
+
+@dataclass(frozen=True)
+class _Plan:
+    """How one mask meets the graphs: the walks to take and the rows to scan exactly."""
+
+    owner: weakref.ref[np.ndarray]
+    walks: list[Walk]
+    pile: np.ndarray
+    nbytes: int
+
+
+@dataclass(frozen=True)
+class ClassGraph:
+    """The HNSW graph of one access class; graph id i is global row rows[i] (ascending)."""
+
+    rows: np.ndarray
+    index: Any  # faiss.IndexHNSWSQ
 
 
 class DenseIndex:
-    """Row i of the FAISS index is chunk row i of the snapshot."""
+    """Row i of the scan is chunk row i of the snapshot; graphs cover classes of rows."""
 
-    def __init__(self, index: faiss.Index) -> None:
+    def __init__(self, index: faiss.Index, graphs: Sequence[ClassGraph] = ()) -> None:
         self._index = index
+        self._graphs = list(graphs)
+        n = int(index.ntotal)
+        self._outside = np.ones(n, dtype=bool)  # rows no graph covers
+        for g in self._graphs:
+            self._outside[g.rows] = False
+        self._perm = np.concatenate([g.rows for g in self._graphs]) if self._graphs else np.zeros(0, dtype=np.int64)
+        self._starts = np.cumsum([0] + [len(g.rows) for g in self._graphs])[:-1]
+        self._plans: Lru[tuple[int, int, int], _Plan] = Lru(256, PLAN_CACHE_MB << 20, lambda _, p: p.nbytes)
 
     @property
     def size(self) -> int:
@@ -47,63 +88,59 @@ class DenseIndex:
         return int(self._index.d)
 
     @classmethod
-    def build(cls, vectors: np.ndarray, sq8_from: int | None = None, hnsw_from: int | None = None) -> DenseIndex:
+    def build(cls, vectors: np.ndarray, sq8_from: int | None = None, hnsw_from: int | None = None,
+              classes: np.ndarray | None = None) -> DenseIndex:
+        """`classes` (one id per row: rows with the same readers share it) partitions the
+        graphs; without it every row is one class (right only when everyone reads every row)."""
         vectors = np.ascontiguousarray(vectors, dtype=np.float32)
         index: faiss.Index
-        if hnsw_from is not None and len(vectors) >= hnsw_from:
-            index = faiss.IndexHNSWSQ(vectors.shape[1], faiss.ScalarQuantizer.QT_8bit,  # type: ignore[arg-type]
-                                      HNSW_M, faiss.METRIC_INNER_PRODUCT)  # (faiss's stubs miss this overload)
-            index.hnsw.efConstruction = EF_CONSTRUCTION
-            index.train(vectors)
-        elif len(vectors) >= (SQ8_FROM if sq8_from is None else sq8_from):
+        if len(vectors) >= (SQ8_FROM if sq8_from is None else sq8_from):
             index = faiss.IndexScalarQuantizer(vectors.shape[1], faiss.ScalarQuantizer.QT_8bit, faiss.METRIC_INNER_PRODUCT)
             index.train(vectors)
         else:
             index = faiss.IndexFlatIP(vectors.shape[1])
         if len(vectors):
             index.add(vectors)
-        return cls(index)
+        graphs: list[ClassGraph] = []
+        if hnsw_from is not None and len(vectors) >= hnsw_from:
+            ids = np.zeros(len(vectors), dtype=np.int64) if classes is None else np.asarray(classes, dtype=np.int64)
+            if len(ids) != len(vectors):
+                raise ValueError(f"{len(ids)} class ids for {len(vectors)} vectors")
+            order = np.argsort(ids, kind="stable")
+            bounds = np.flatnonzero(np.diff(ids[order])) + 1
+            for rows in np.split(order, bounds):
+                if len(rows) >= EXACT_BELOW:
+                    graphs.append(ClassGraph(rows, _graph(vectors[rows])))
+        return cls(index, graphs)
 
     @property
     def kind(self) -> str:
-        if isinstance(self._index, faiss.IndexHNSW):
-            return "hnsw-sq8"
-        return "sq8" if isinstance(self._index, faiss.IndexScalarQuantizer) else "flat"
+        scan = "sq8" if isinstance(self._index, faiss.IndexScalarQuantizer) else "flat"
+        return f"{scan}+hnsw" if self._graphs else scan
+
+    @property
+    def graphs(self) -> int:
+        """How many access classes have a graph."""
+        return len(self._graphs)
 
     def save(self, path: Path) -> None:
+        """The scan at `path`; the graphs, if any, beside it (`graphs_path`)."""
         faiss.write_index(self._index, str(path))
+        if self._graphs:
+            arrays: dict[str, Any] = {}
+            for i, g in enumerate(self._graphs):
+                arrays[f"rows{i}"], arrays[f"graph{i}"] = g.rows, faiss.serialize_index(g.index)
+            with graphs_path(path).open("wb") as f:
+                np.savez(f, **arrays)
 
     @classmethod
     def load(cls, path: Path) -> DenseIndex:
-        return cls(faiss.read_index(str(path)))
-
-    def _exact(self, query: np.ndarray, allowed: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
-        """The best k allowed rows by an exact scan of the allowed rows' 8-bit codes in the
-        graph's own storage (no second copy of the vectors). With per-dimension ranges, a code
-        decodes as vmin + (c + 0.5) / 255 * vdiff, so a row's inner product with q is
-        q . vmin + (c + 0.5) . (q * vdiff) / 255: one small matrix product over the scope."""
-        codes, vmin, vdiff = self._codes()
-        rows = np.flatnonzero(allowed).astype(np.int64)
-        weights = (query[0] * vdiff / 255.0).astype(np.float32)
-        scores = np.empty(len(rows), dtype=np.float32)
-        for start in range(0, len(rows), 32_768):
-            block = rows[start : start + 32_768]
-            scores[start : start + len(block)] = codes[block].astype(np.float32) @ weights
-        scores += float(query[0] @ vmin) + 0.5 * float(weights.sum())
-        best = np.argpartition(-scores, k - 1)[:k] if len(rows) > k else np.arange(len(rows))
-        best = best[np.argsort(-scores[best], kind="stable")]
-        return rows[best], scores[best]
-
-    def _codes(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """(codes as an N x d uint8 view, vmin, vdiff) of the graph's 8-bit storage."""
-        cached = getattr(self, "_codes_view", None)
-        if cached is None:
-            storage = faiss.downcast_index(self._index.storage)  # type: ignore[attr-defined]
-            n, d = int(storage.ntotal), int(storage.d)
-            codes = faiss.rev_swig_ptr(storage.codes.data(), n * d).reshape(n, d)  # type: ignore[attr-defined]
-            trained = faiss.vector_to_array(storage.sq.trained).astype(np.float32)  # type: ignore[attr-defined]
-            cached = self._codes_view = (codes, trained[:d], trained[d:])
-        return cached
+        graphs = []
+        if graphs_path(path).is_file():
+            with np.load(graphs_path(path)) as stored:
+                graphs = [ClassGraph(stored[f"rows{i}"], faiss.deserialize_index(stored[f"graph{i}"]))
+                          for i in range(len(stored.files) // 2)]
+        return cls(faiss.read_index(str(path)), graphs)
 
     def vectors(self, rows: np.ndarray) -> np.ndarray:
         """Stored vectors of some rows (to score known hits against a query)."""
@@ -115,27 +152,131 @@ class DenseIndex:
               order: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
         """Best k allowed rows by cosine similarity (fewer only when fewer are allowed), equal
         scores ordered by `order` (per row) when given."""
-        n_allowed = int(allowed.sum())
+        n_allowed = int(np.count_nonzero(allowed))
         k = min(k, n_allowed)
         if k <= 0:
             return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.float32)
         query = np.ascontiguousarray(vector, dtype=np.float32).reshape(1, -1)
-        graph = isinstance(self._index, faiss.IndexHNSW)
-        if graph and n_allowed <= EXACT_BELOW:
-            found, cosines = self._exact(query, allowed, k)
+        if self._graphs:
+            found = self._walk(query, allowed, k)
+            cosines = self.vectors(found) @ query[0]
         else:
             bits = np.packbits(allowed, bitorder="little")
-            selector = faiss.IDSelectorBitmap(self.size, faiss.swig_ptr(bits))
-            params: Any = faiss.SearchParametersHNSW() if graph else faiss.SearchParameters()  # type: ignore[attr-defined]
-            params.sel = selector  # SearchParameters(sel=selector), in the form faiss's stubs declare
-            if graph:  # a selective filter skips most of what the walk visits: widen it to match
-                params.efSearch = int(min(EF_MAX, max(EF_SEARCH, k, EF_SEARCH * self.size / n_allowed)))
+            params: Any = faiss.SearchParameters()
+            params.sel = faiss.IDSelectorBitmap(self.size, faiss.swig_ptr(bits))  # in the form faiss's stubs declare
             scores, rows = self._index.search(query, k, params=params)
             keep = rows[0] >= 0  # FAISS pads with -1 when fewer rows pass the selector
             found, cosines = rows[0][keep].astype(np.int64), scores[0][keep]
-            if graph and len(found) < k:
-                found, cosines = self._exact(query, allowed, k)
-        if order is not None and len(found) > 1:
-            ranked = np.lexsort((order[found], -cosines))
-            found, cosines = found[ranked], cosines[ranked]
-        return found, cosines
+        ties = found if order is None else order[found]
+        ranked = np.lexsort((ties, -cosines))[:k]
+        return found[ranked], cosines[ranked].astype(np.float32)
+
+    def _walk(self, query: np.ndarray, allowed: np.ndarray, k: int) -> np.ndarray:
+        """Candidate rows (at least the best k allowed, approximately) from the readable
+        classes' graphs and an exact scan of what they leave."""
+        walks, pile = self._plan(allowed)
+        ef = max(EF_SEARCH, EF_BUDGET // max(1, len(walks)))
+        if len(walks) > 1:
+            found = list(_walkers().map(lambda w: _search(w[0], w[1], w[2], query, k, ef), walks))
+        else:
+            found = [_search(g, mask, count, query, k, ef) for g, mask, count in walks]
+        for i, (g, mask, count) in enumerate(walks):
+            if len(found[i][0]) < min(k, count):  # a starved walk: scan that class's allowed rows
+                found[i] = self._exact(query, g.rows if mask is None else g.rows[mask], k)
+        if len(pile):
+            found.append(self._exact(query, pile, k))
+        return np.unique(np.concatenate([rows for rows, _ in found]))
+
+    def _plan(self, allowed: np.ndarray) -> tuple[list[Walk], np.ndarray]:
+        """The walks and the exact scan for a mask: reading a million-row mask at each graph's
+        rows costs milliseconds, so it is kept while the mask lives (the access layer caches
+        one read-only mask per scope and filters; a view of one, as a segment's share, counts)."""
+        owner = allowed
+        while isinstance(owner.base, np.ndarray):
+            owner = owner.base
+        key = (allowed.__array_interface__["data"][0], len(allowed), allowed.strides[0])
+        cacheable = not owner.flags.writeable and owner.base is None
+        if cacheable:
+            hit = self._plans.get(key)
+            if hit is not None and hit.owner() is owner:
+                return hit.walks, hit.pile
+        local = allowed[self._perm]
+        counts: Any = np.add.reduceat(local, self._starts, dtype=np.int64) if len(local) else []
+        scanned = [np.flatnonzero(allowed & self._outside)]
+        walks: list[Walk] = []
+        for g, start, count in zip(self._graphs, self._starts, counts, strict=True):
+            if count == 0:
+                continue
+            mask = local[start : start + len(g.rows)]
+            if count <= EXACT_BELOW:
+                scanned.append(g.rows[mask])
+            else:
+                walks.append((g, None if count == len(g.rows) else mask, int(count)))
+        pile = np.concatenate(scanned)
+        if cacheable:
+            self._plans.put(key, _Plan(weakref.ref(owner), walks, pile, local.nbytes + pile.nbytes))
+        return walks, pile
+
+    def _exact(self, query: np.ndarray, rows: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+        """The best k of `rows` by an exact scan of their stored codes (or floats): costs what
+        the rows hold, not the corpus. With per-dimension ranges, an 8-bit code decodes as
+        vmin + (c + 0.5) / 255 * vdiff, so a row's inner product with q is
+        q . vmin + (c + 0.5) . (q * vdiff) / 255: one small matrix product over the rows."""
+        stored, offset, weights = self._scan_view(query[0])
+        scores = np.empty(len(rows), dtype=np.float32)
+        for start in range(0, len(rows), 32_768):
+            block = rows[start : start + 32_768]
+            scores[start : start + len(block)] = stored[block].astype(np.float32) @ weights
+        scores += offset
+        best = np.argpartition(-scores, k - 1)[:k] if len(rows) > k else np.arange(len(rows))
+        return rows[best], scores[best]
+
+    def _scan_view(self, q: np.ndarray) -> tuple[np.ndarray, float, np.ndarray]:
+        """(stored rows as an N x d array, score offset, per-dimension weights) for `q`."""
+        n, d = self.size, self.dim
+        if isinstance(self._index, faiss.IndexScalarQuantizer):
+            codes = faiss.rev_swig_ptr(self._index.codes.data(), n * d).reshape(n, d)
+            trained = faiss.vector_to_array(self._index.sq.trained).astype(np.float32)
+            vmin, vdiff = trained[:d], trained[d:]
+            weights = (q * vdiff / 255.0).astype(np.float32)
+            return codes, float(q @ vmin) + 0.5 * float(weights.sum()), weights
+        floats = faiss.rev_swig_ptr(self._index.get_xb(), n * d).reshape(n, d)  # type: ignore[attr-defined]
+        return floats, 0.0, q
+
+
+def graphs_path(path: Path) -> Path:
+    """Where the graphs of the dense index at `path` are stored."""
+    return path.with_name(path.stem + "-graphs.npz")
+
+
+_pool: list[ThreadPoolExecutor] = []
+
+
+def _walkers() -> ThreadPoolExecutor:
+    """The threads shared by every search that walks more than one graph."""
+    if not _pool:
+        _pool.append(ThreadPoolExecutor(WALKERS, thread_name_prefix="quarry-dense"))
+    return _pool[0]
+
+
+def _graph(vectors: np.ndarray) -> Any:
+    index = faiss.IndexHNSWSQ(vectors.shape[1], faiss.ScalarQuantizer.QT_8bit,  # type: ignore[arg-type]
+                              HNSW_M, faiss.METRIC_INNER_PRODUCT)  # (faiss's stubs miss this overload)
+    index.hnsw.efConstruction = EF_CONSTRUCTION
+    index.train(vectors)
+    index.add(vectors)
+    return index
+
+
+def _search(g: ClassGraph, mask: np.ndarray | None, count: int, query: np.ndarray, k: int,
+            ef: int) -> tuple[np.ndarray, np.ndarray]:
+    """The walk of one class's graph: global rows and graph scores of up to k hits. A
+    selective filter skips most of what the walk visits, so the breadth widens to match."""
+    params: Any = faiss.SearchParametersHNSW()  # type: ignore[attr-defined]
+    params.efSearch = int(min(EF_MAX, max(ef, k, ef * len(g.rows) / count)))
+    if mask is not None:
+        bits = np.packbits(mask, bitorder="little")
+        params.sel = faiss.IDSelectorBitmap(len(g.rows), faiss.swig_ptr(bits))
+    scores, ids = g.index.search(query, k, params=params)
+    keep = ids[0] >= 0
+    return g.rows[ids[0][keep]], scores[0][keep]

@@ -23,6 +23,7 @@ import os
 import shutil
 import time
 import uuid
+from array import array
 from contextlib import closing, contextmanager
 from dataclasses import asdict, dataclass
 from datetime import datetime, timezone
@@ -63,7 +64,7 @@ class BuildOptions:
     reuse_embeddings: bool = True  # reuse vectors of unchanged chunk texts from the current snapshot
     reuse_from: Path | None = None  # another index directory to reuse vectors from (default: this one)
     answer_model: Path | None = None  # the answer model served beside this index (default: the shipped one)
-    dense_graph_from: int | None = None  # chunks from which the dense index is an HNSW graph (None: never)
+    dense_graph_from: int | None = 200_000  # chunks from which the dense index has HNSW graphs (None: never)
     embed_batch: int = 4096  # texts per embedding batch; each finished batch is journaled (indexes/embed_journal.py)
     document_batch: int = 32_768  # documents an ingest holds in memory at a time (at most BATCH_CHARS of text)
 
@@ -339,6 +340,8 @@ def _build_into(work: Path, name: str, digest: str, documents: Documents, n_docu
     finished). What stays in memory is per chunk (keys, term ids, vectors), never the corpus."""
     t_read = t_catalog = t_bm25 = 0.0
     keys: list[str] = []
+    readers: dict[frozenset[str], int] = {}  # access class of each distinct reader set
+    classes = array("i")  # per chunk row
     n_docs = 0
     bm25 = Bm25Builder(options.bm25)
     with CatalogWriter(work / "catalog.duckdb", copy_tables) as writer:
@@ -349,6 +352,8 @@ def _build_into(work: Path, name: str, digest: str, documents: Documents, n_docu
             writer.add([ld.doc for ld in batch], [ld.origin for ld in batch], chunks, batch_keys)
             t2 = time.perf_counter()
             bm25.add(texts)
+            acl = {ld.doc.id: readers.setdefault(frozenset(ld.doc.acl), len(readers)) for ld in batch}
+            classes.extend(acl[c.doc_id] for c in chunks)
             t_catalog, t_bm25 = t_catalog + t2 - t1, t_bm25 + time.perf_counter() - t2
             keys += batch_keys
             n_docs += len(batch)
@@ -411,7 +416,8 @@ def _build_into(work: Path, name: str, digest: str, documents: Documents, n_docu
     t_embed = time.perf_counter() - t1
 
     t1 = time.perf_counter()
-    DenseIndex.build(vectors, hnsw_from=options.dense_graph_from).save(work / "dense.faiss")
+    DenseIndex.build(vectors, hnsw_from=options.dense_graph_from, classes=np.frombuffer(classes, dtype=np.int32)
+                     ).save(work / "dense.faiss")
     t_faiss = time.perf_counter() - t1
 
     t1 = time.perf_counter()

@@ -142,9 +142,9 @@ class Settings(BaseSettings):
                                         "the last finished one.", "build", ge=1)
     reuse_embeddings: bool = setting(True, "Reuse the vectors of unchanged chunk texts from the current snapshot.",
                                      "build")
-    dense_graph_from: int = setting(0, "Chunks from which the dense index is an HNSW graph (approximate; scopes of at "
-                                    "most 10,000 chunks stay exact); 0: never, every query scans (see BENCHMARKS.md, "
-                                    "Scale).", "build", ge=0)
+    dense_graph_from: int = setting(200_000, "Chunks from which the dense index also holds HNSW graphs, one per "
+                                    "access class (approximate; a class or scope of at most 10,000 chunks is scanned "
+                                    "exactly); 0: never, every query scans (see BENCHMARKS.md, Scale).", "build", ge=0)
     bm25_method: Literal["lucene", "robertson"] = setting("lucene", "BM25 variant (idf): lucene, or robertson as "
                                                           "rank-bm25's BM25Okapi.", "build")
     bm25_k1: float = setting(1.5, "BM25 term-frequency saturation k1.", "build", ge=0)

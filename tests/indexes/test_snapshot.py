@@ -177,53 +177,6 @@ def test_an_ingest_killed_while_embedding_resumes_after_its_last_finished_batch(
         snapshot.close()
 
 
-def test_large_dense_index_uses_8bit_codes_and_still_returns_k_allowed_rows():
-    import numpy as np
-
-    from indexes.dense import DenseIndex
-
-    rng = np.random.default_rng(0)
-    vectors = rng.standard_normal((3000, 32)).astype(np.float32)
-    vectors /= np.linalg.norm(vectors, axis=1, keepdims=True)
-    flat, sq8 = DenseIndex.build(vectors), DenseIndex.build(vectors, sq8_from=1000)
-    assert (flat.kind, sq8.kind) == ("flat", "sq8")
-    allowed = rng.random(3000) < 0.01
-    for q in vectors[:20]:
-        rows, _ = sq8.top_k(q, allowed, 10)
-        assert len(rows) == min(10, int(allowed.sum())) and allowed[rows].all()
-        exact, _ = flat.top_k(q, allowed, 10)
-        assert len(set(rows) & set(exact)) >= 8
-
-
-def test_a_graph_index_returns_min_k_allowed_rows_for_any_scope_and_matches_the_exact_scan(tmp_path, monkeypatch):
-    import numpy as np
-
-    import indexes.dense as dense_module
-    from indexes.dense import DenseIndex
-
-    rng = np.random.default_rng(3)
-    centers = rng.standard_normal((40, 48)).astype(np.float32)
-    vectors = centers[rng.integers(0, 40, 6000)] + 0.4 * rng.standard_normal((6000, 48)).astype(np.float32)
-    vectors /= np.linalg.norm(vectors, axis=1, keepdims=True)
-    graph = DenseIndex.build(vectors, hnsw_from=1000)
-    assert graph.kind == "hnsw-sq8"
-    graph.save(tmp_path / "g.faiss")
-    graph = DenseIndex.load(tmp_path / "g.faiss")
-    flat = DenseIndex.build(vectors)
-    # Small scopes are scanned exactly, large ones walk the graph with the filter.
-    for share, exact_below in ((1.0, 10_000), (0.5, 100), (0.05, 100), (0.002, 100), (0.05, 10_000)):
-        monkeypatch.setattr(dense_module, "EXACT_BELOW", exact_below)
-        allowed = rng.random(6000) < share
-        overlap = []
-        for q in vectors[rng.integers(0, 6000, 25)]:
-            rows, scores = graph.top_k(q, allowed, 10)
-            assert len(rows) == min(10, int(allowed.sum())) and allowed[rows].all()
-            assert (np.diff(scores) <= 1e-6).all()
-            exact, _ = flat.top_k(q, allowed, 10)
-            overlap.append(len(set(rows) & set(exact)) / len(exact))
-        assert np.mean(overlap) >= 0.9, (share, exact_below, np.mean(overlap))
-
-
 def _garbage_vectors(index: Path) -> None:
     """Overwrite the current snapshot's vectors with large garbage ones (same file size)."""
     import numpy as np

@@ -12,7 +12,8 @@ from datetime import date
 
 import pytest
 
-from indexes.snapshot import build_snapshot
+import indexes.dense as dense_module
+from indexes.snapshot import BuildOptions, build_snapshot
 from retrieval.types import Principal
 from routes.engine import open_engine
 
@@ -75,20 +76,26 @@ def _write(docs: list[dict], folder, rows: list[dict] = ()) -> None:
     (folder / "orders.acl.json").write_text(json.dumps({"acl": ["public"]}))
 
 
-@pytest.fixture(scope="module")
-def scoped_engines(tmp_path_factory, embedder):
+@pytest.fixture(scope="module", params=["scan", "graphs"])
+def scoped_engines(request, tmp_path_factory, embedder):
+    """The full index and one per principal; with "graphs", every dense index holds an HNSW
+    graph per access class of at least 3 chunks (walked whenever a scope allows more)."""
     docs, rows = _corpus(random.Random(11)), _rows(random.Random(3))
-    root = tmp_path_factory.mktemp("scope-numbers")
-    _write(docs, root / "all", rows)
-    build_snapshot([root / "all"], root / "index-all", embedder)
-    full = open_engine(root / "index-all", embedder, today=TODAY)
-    alone = {}
-    for p in PRINCIPALS:
-        _write([d for d in docs if p.can_read(d["acl"])], root / f"only-{p.id}",
-               [r for r in rows if p.can_read([r["acl"]])])
-        build_snapshot([root / f"only-{p.id}"], root / f"index-{p.id}", embedder)
-        alone[p.id] = open_engine(root / f"index-{p.id}", embedder, today=TODAY)
-    yield full, alone, _questions(docs, random.Random(5))
+    root = tmp_path_factory.mktemp(f"scope-numbers-{request.param}")
+    options = BuildOptions(dense_graph_from=1 if request.param == "graphs" else None)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(dense_module, "EXACT_BELOW", 3)
+        _write(docs, root / "all", rows)
+        build_snapshot([root / "all"], root / "index-all", embedder, options)
+        full = open_engine(root / "index-all", embedder, today=TODAY)
+        alone = {}
+        for p in PRINCIPALS:
+            _write([d for d in docs if p.can_read(d["acl"])], root / f"only-{p.id}",
+                   [r for r in rows if p.can_read([r["acl"]])])
+            build_snapshot([root / f"only-{p.id}"], root / f"index-{p.id}", embedder, options)
+            alone[p.id] = open_engine(root / f"index-{p.id}", embedder, today=TODAY)
+        assert (full.snapshot.dense.graphs >= 4) == (request.param == "graphs")
+        yield full, alone, _questions(docs, random.Random(5))
     for e in [full, *alone.values()]:
         e.close()
 

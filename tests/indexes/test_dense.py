@@ -1,0 +1,108 @@
+"""The dense index: scans at every size, HNSW graphs per access class from `hnsw_from` rows."""
+
+from __future__ import annotations
+
+from contextlib import contextmanager
+from typing import Iterator
+
+import faiss
+import numpy as np
+import pytest
+
+import indexes.dense as dense_module
+from indexes.dense import DenseIndex, graphs_path
+
+
+def _clustered(n: int, dim: int, seed: int) -> np.ndarray:
+    rng = np.random.default_rng(seed)
+    centers = rng.standard_normal((40, dim)).astype(np.float32)
+    vectors = centers[rng.integers(0, 40, n)] + 0.4 * rng.standard_normal((n, dim)).astype(np.float32)
+    return vectors / np.linalg.norm(vectors, axis=1, keepdims=True)
+
+
+@contextmanager
+def _one_thread() -> Iterator[None]:
+    """FAISS inserts into a graph from several threads, in an order that varies run to run;
+    one thread makes two builds of the same vectors the same graph."""
+    before = faiss.omp_get_max_threads()
+    faiss.omp_set_num_threads(1)
+    try:
+        yield
+    finally:
+        faiss.omp_set_num_threads(before)
+
+
+def test_large_dense_index_uses_8bit_codes_and_still_returns_k_allowed_rows():
+    rng = np.random.default_rng(0)
+    vectors = rng.standard_normal((3000, 32)).astype(np.float32)
+    vectors /= np.linalg.norm(vectors, axis=1, keepdims=True)
+    flat, sq8 = DenseIndex.build(vectors), DenseIndex.build(vectors, sq8_from=1000)
+    assert (flat.kind, sq8.kind) == ("flat", "sq8")
+    allowed = rng.random(3000) < 0.01
+    for q in vectors[:20]:
+        rows, _ = sq8.top_k(q, allowed, 10)
+        assert len(rows) == min(10, int(allowed.sum())) and allowed[rows].all()
+        exact, _ = flat.top_k(q, allowed, 10)
+        assert len(set(rows) & set(exact)) >= 8
+
+
+@pytest.mark.parametrize("sq8_from", [None, 1000])
+def test_graphs_return_min_k_allowed_rows_for_any_scope_and_match_the_exact_scan(tmp_path, monkeypatch, sq8_from):
+    monkeypatch.setattr(dense_module, "EXACT_BELOW", 400)
+    rng = np.random.default_rng(3)
+    vectors = _clustered(6000, 48, 3)
+    classes = rng.choice(4, 6000, p=[0.5, 0.3, 0.15, 0.05])  # the last class (about 300 rows) gets no graph
+    graph = DenseIndex.build(vectors, sq8_from=sq8_from, hnsw_from=1000, classes=classes)
+    assert graph.graphs == 3 and graph.kind.endswith("+hnsw")
+    graph.save(tmp_path / "g.faiss")
+    assert graphs_path(tmp_path / "g.faiss").is_file()
+    loaded = DenseIndex.load(tmp_path / "g.faiss")
+    flat = DenseIndex.build(vectors)
+    scopes = {
+        "every class": np.ones(6000, bool),
+        "one class": classes == 0,
+        "two classes and the graphless one": np.isin(classes, [1, 2, 3]),
+        "half of a class (a filter)": (classes == 0) & (rng.random(6000) < 0.5),
+        "a few rows of a class, scanned": (classes == 1) & (rng.random(6000) < 0.05),
+        "2 rows": np.isin(np.arange(6000), [17, 4000]),
+        "the graphless class": classes == 3,
+    }
+    for name, allowed in scopes.items():
+        overlap = []
+        for q in vectors[rng.integers(0, 6000, 25)]:
+            rows, scores = loaded.top_k(q, allowed, 10)
+            again, again_scores = graph.top_k(q, allowed, 10)
+            assert np.array_equal(rows, again) and np.array_equal(scores, again_scores), name
+            assert len(rows) == min(10, int(allowed.sum())) and allowed[rows].all(), name
+            assert (np.diff(scores) <= 1e-6).all(), name
+            np.testing.assert_allclose(scores, loaded.vectors(rows) @ q, atol=1e-5)
+            exact, _ = flat.top_k(q, allowed, 10)
+            overlap.append(len(set(rows) & set(exact)) / len(exact))
+        assert np.mean(overlap) >= 0.95, (name, np.mean(overlap))
+
+
+def test_what_a_principal_finds_does_not_depend_on_the_vectors_of_classes_it_cannot_read(monkeypatch):
+    monkeypatch.setattr(dense_module, "EXACT_BELOW", 200)
+    rng = np.random.default_rng(5)
+    readable = _clustered(2000, 32, 5)
+    queries = readable[rng.integers(0, 2000, 40)] + 0.3 * rng.standard_normal((40, 32)).astype(np.float32)
+    # Two versions of the forbidden class: unrelated vectors, then vectors right beside the
+    # questions (a forbidden document written to sit on every route a walk could take).
+    far = _clustered(2000, 32, 6)
+    near = np.repeat(queries, 50, axis=0) + 0.05 * rng.standard_normal((2000, 32)).astype(np.float32)
+    near /= np.linalg.norm(near, axis=1, keepdims=True)
+    classes = np.repeat([0, 1], 2000)
+    allowed = classes == 0
+    with _one_thread():
+        builds = {(name, partitioned): DenseIndex.build(np.vstack([readable, other]), hnsw_from=0,
+                                                         classes=classes if partitioned else None)
+                  for name, other in (("far", far), ("near", near)) for partitioned in (True, False)}
+    differs = 0
+    for q in queries:
+        rows, scores = builds["far", True].top_k(q, allowed, 10)
+        rows2, scores2 = builds["near", True].top_k(q, allowed, 10)
+        assert np.array_equal(rows, rows2) and np.array_equal(scores, scores2)
+        one_graph = [builds[name, False].top_k(q, allowed, 10)[0] for name in ("far", "near")]
+        differs += not np.array_equal(*one_graph)
+    # The test can tell: one graph over every row routes readable searches through forbidden rows.
+    assert differs > 0
