@@ -42,6 +42,7 @@ import numpy as np
 from benchmarks.common import CACHE, RESULTS, machine, make_embedder, peak_rss_mb, timed
 from benchmarks.scale_corpus import GROUPS, KINDS, StandInEncoder, StaticEncoder, documents, real_questions, write
 from retrieval.access import top_k
+from retrieval.errors import RetrievalError
 from retrieval.metrics import percentile
 from retrieval.types import Filters, Principal
 
@@ -105,15 +106,17 @@ def reference_vectors(root: Path, index: Path, encoder: Any, n: int, kind: str) 
     saved = root / "reference.npy"
     if saved.exists():
         return np.load(saved)
-    if isinstance(encoder, (StandInEncoder, StaticEncoder)):  # cheap: encode the index's chunk texts again
+    if isinstance(encoder, (StandInEncoder, StaticEncoder)):  # encode the index's chunk texts again
         from indexes.snapshot_build import titled
 
         catalog = Catalog(current_snapshot_path(index) / "catalog.duckdb")
         try:
             table = catalog.chunk_table()
-            return encoder.encode([titled(t, x) for t, x in zip(table.titles, table.texts, strict=True)])
+            vectors = encoder.encode([titled(t, x) for t, x in zip(table.titles, table.texts, strict=True)])
         finally:
             catalog.close()
+        np.save(saved, vectors)
+        return vectors
     if not isinstance(encoder, Recorder):
         raise SystemExit(f"{root}: no saved reference vectors; run benchmarks/scale.py on it first")
     catalog = Catalog(current_snapshot_path(index) / "catalog.duckdb")
@@ -322,8 +325,20 @@ def main() -> None:
             exact = [timed(lambda: dense._exact(encoder.encode_query(q), rows, 10))[1] for q in qs]  # noqa: B023
             figures["dense_exact_scan_p50_ms"] = round(percentile(exact, 50), 2)
         figures["dense_calls_short_of_min_k_authorized"] = short
-        lat = [timed(lambda: engine.query(q, principal, max_attempts=1, deadline_ms=30_000))[1] for q in qs]  # noqa: B023
+        try:  # first use of the loop's parts (models, backgrounds), untimed, on a question not timed
+            engine.query("What does this cover?", principal, max_attempts=1, deadline_ms=30_000)
+        except RetrievalError:
+            pass
+        lat, failed = [], 0
+        for q in qs:  # a failed question (a retrieval call past its timeout) is counted, and its time kept
+            t0 = time.perf_counter()
+            try:
+                engine.query(q, principal, max_attempts=1, deadline_ms=30_000)
+            except RetrievalError:
+                failed += 1
+            lat.append((time.perf_counter() - t0) * 1000)
         figures["loop_p50_ms"], figures["loop_p95_ms"] = round(percentile(lat, 50), 2), round(percentile(lat, 95), 2)
+        figures["loop_failed"] = failed
         per_scope[scope] = figures
         print(f"{scope:>5} ({readable:,} readable): " + "  ".join(f"{k} {v}" for k, v in figures.items() if k.endswith("p50_ms")
                                                                  or k.startswith("dense_recall")), flush=True)

@@ -314,6 +314,7 @@ class StaticEncoder:
     def __init__(self) -> None:
         self.dim = 384
         self._parts: tuple[Any, np.ndarray, np.ndarray] | None = None
+        self._queries: dict[str, np.ndarray] = {}
         self._lock = Lock()
 
     def load(self) -> StaticEncoder:
@@ -351,7 +352,12 @@ class StaticEncoder:
         return out
 
     def encode_query(self, text: str) -> np.ndarray:
-        return self.encode([text])
+        """One query vector, kept (as the Embedder keeps its last queries) so a scale run times
+        the search, not the encoding."""
+        hit = self._queries.get(text)
+        if hit is None:
+            hit = self._queries[text] = self.encode([text])
+        return hit
 
 
 def _static_parts(sif_a: float) -> tuple[Any, np.ndarray, np.ndarray]:
