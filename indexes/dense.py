@@ -27,6 +27,7 @@ Every hit is scored from the scan's own codes, so the scores of graph and scan h
 from __future__ import annotations
 
 import weakref
+import zipfile
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -126,12 +127,12 @@ class DenseIndex:
     def save(self, path: Path) -> None:
         """The scan at `path`; the graphs, if any, beside it (`graphs_path`)."""
         faiss.write_index(self._index, str(path))
-        if self._graphs:
-            arrays: dict[str, Any] = {}
-            for i, g in enumerate(self._graphs):
-                arrays[f"rows{i}"], arrays[f"graph{i}"] = g.rows, faiss.serialize_index(g.index)
-            with graphs_path(path).open("wb") as f:
-                np.savez(f, **arrays)
+        if self._graphs:  # an .npz (np.load reads it) written one graph at a time, never all serialised at once
+            with zipfile.ZipFile(graphs_path(path), "w", zipfile.ZIP_STORED, allowZip64=True) as out:
+                for i, g in enumerate(self._graphs):
+                    for name, array in ((f"rows{i}", g.rows), (f"graph{i}", faiss.serialize_index(g.index))):
+                        with out.open(f"{name}.npy", "w", force_zip64=True) as f:
+                            np.lib.format.write_array(f, np.asarray(array), allow_pickle=False)
 
     @classmethod
     def load(cls, path: Path) -> DenseIndex:
