@@ -36,6 +36,7 @@ from typing import Any, Sequence
 import faiss
 import numpy as np
 
+from retrieval.errors import SnapshotError
 from retrieval.lru import Lru
 
 SQ8_FROM = 50_000  # rows from which the 8-bit scan is used
@@ -45,7 +46,7 @@ EXACT_BELOW = 10_000  # allowed rows of a class up to which it is scanned exactl
 PLAN_CACHE_MB = 16  # where each scope's mask meets the graphs, kept per cached (read-only) mask
 
 
-Walk = tuple["ClassGraph", "np.ndarray | None", int]  # a graph, its share of the mask (None: all), allowed rows
+Walk = tuple["ClassGraph", "np.ndarray | None", int]  # a graph, its allowed rows as packed bits (None: all), their count
 
 
 @dataclass(frozen=True)
@@ -69,13 +70,18 @@ class ClassGraph:
 class DenseIndex:
     """Row i of the scan is chunk row i of the snapshot; graphs cover classes of rows."""
 
-    def __init__(self, index: faiss.Index, graphs: Sequence[ClassGraph] = ()) -> None:
+    def __init__(self, index: faiss.Index, graphs: Sequence[ClassGraph] = (), stale: np.ndarray | None = None) -> None:
+        """`stale` (per graph) marks graphs that hold rows no longer live (see `without`)."""
         self._index = index
         self._graphs = list(graphs)
         n = int(index.ntotal)
         self._outside = np.ones(n, dtype=bool)  # rows no graph covers
         for g in self._graphs:
+            if len(g.rows) != int(g.index.ntotal) or (len(g.rows) and (g.rows[0] < 0 or g.rows[-1] >= n)) \
+                    or (np.diff(g.rows) <= 0).any() or not self._outside[g.rows].all():
+                raise SnapshotError("the dense index's graphs do not match its rows; rebuild the index")
             self._outside[g.rows] = False
+        self._stale = np.zeros(len(self._graphs), dtype=bool) if stale is None else stale
         self._perm = np.concatenate([g.rows for g in self._graphs]) if self._graphs else np.zeros(0, dtype=np.int64)
         self._starts = np.cumsum([0] + [len(g.rows) for g in self._graphs])[:-1]
         self._plans: Lru[tuple[int, int, int], _Plan] = Lru(256, PLAN_CACHE_MB << 20, lambda _, p: p.nbytes)
@@ -110,7 +116,7 @@ class DenseIndex:
             order = np.argsort(ids, kind="stable")
             bounds = np.flatnonzero(np.diff(ids[order])) + 1
             for rows in np.split(order, bounds):
-                if len(rows) >= EXACT_BELOW:
+                if len(rows) > EXACT_BELOW:  # a smaller class is always scanned
                     graphs.append(ClassGraph(rows, _graph(vectors[rows])))
         return cls(index, graphs)
 
@@ -124,6 +130,16 @@ class DenseIndex:
         """How many access classes have a graph."""
         return len(self._graphs)
 
+    def without(self, dead: np.ndarray) -> DenseIndex:
+        """This index where rows `dead` (per row) are gone: deleted, replaced, or given other
+        readers since the build, until a compaction rebuilds the graphs. A graph holding one
+        is scanned, not walked, since a walk would pass through it (and a row whose readers
+        changed may now be one the caller cannot read)."""
+        stale = np.asarray([bool(dead[g.rows].any()) for g in self._graphs], dtype=bool)
+        if not stale.any():
+            return self
+        return DenseIndex(self._index, self._graphs, stale)
+
     def save(self, path: Path) -> None:
         """The scan at `path`; the graphs, if any, beside it (`graphs_path`)."""
         faiss.write_index(self._index, str(path))
@@ -135,13 +151,14 @@ class DenseIndex:
                             np.lib.format.write_array(f, np.asarray(array), allow_pickle=False)
 
     @classmethod
-    def load(cls, path: Path) -> DenseIndex:
-        graphs = []
-        if graphs_path(path).is_file():
+    def load(cls, path: Path, graphs: bool = True) -> DenseIndex:
+        """The index saved at `path`; with `graphs` False the scan only (enough to read vectors)."""
+        parts = []
+        if graphs and graphs_path(path).is_file():
             with np.load(graphs_path(path)) as stored:
-                graphs = [ClassGraph(stored[f"rows{i}"], faiss.deserialize_index(stored[f"graph{i}"]))
-                          for i in range(len(stored.files) // 2)]
-        return cls(faiss.read_index(str(path)), graphs)
+                parts = [ClassGraph(stored[f"rows{i}"].astype(np.int64), faiss.deserialize_index(stored[f"graph{i}"]))
+                         for i in range(len(stored.files) // 2)]
+        return cls(faiss.read_index(str(path)), parts)
 
     def vectors(self, rows: np.ndarray) -> np.ndarray:
         """Stored vectors of some rows (to score known hits against a query)."""
@@ -165,9 +182,14 @@ class DenseIndex:
             bits = np.packbits(allowed, bitorder="little")
             params: Any = faiss.SearchParameters()
             params.sel = faiss.IDSelectorBitmap(self.size, faiss.swig_ptr(bits))  # in the form faiss's stubs declare
-            scores, rows = self._index.search(query, k, params=params)
-            keep = rows[0] >= 0  # FAISS pads with -1 when fewer rows pass the selector
-            found, cosines = rows[0][keep].astype(np.int64), scores[0][keep]
+            want = k
+            while True:  # widened while the last hit ties with the k-th: the tiebreak, not FAISS, picks among them
+                scores, rows = self._index.search(query, want, params=params)
+                keep = rows[0] >= 0  # FAISS pads with -1 when fewer rows pass the selector
+                found, cosines = rows[0][keep].astype(np.int64), scores[0][keep]
+                if order is None or len(found) < want or want >= n_allowed or cosines[-1] < cosines[k - 1]:
+                    break
+                want = min(n_allowed, 2 * want)
         ties = found if order is None else order[found]
         ranked = np.lexsort((ties, -cosines))[:k]
         return found[ranked], cosines[ranked].astype(np.float32)
@@ -183,7 +205,8 @@ class DenseIndex:
             found = [_search(g, mask, count, query, k, ef) for g, mask, count in walks]
         for i, (g, mask, count) in enumerate(walks):
             if len(found[i][0]) < min(k, count):  # a starved walk: scan that class's allowed rows
-                found[i] = self._exact(query, g.rows if mask is None else g.rows[mask], k)
+                rows = g.rows if mask is None else g.rows[np.unpackbits(mask, count=len(g.rows), bitorder="little") > 0]
+                found[i] = self._exact(query, rows, k)
         if len(pile):
             found.append(self._exact(query, pile, k))
         return np.unique(np.concatenate([rows for rows, _ in found]))
@@ -205,17 +228,18 @@ class DenseIndex:
         counts: Any = np.add.reduceat(local, self._starts, dtype=np.int64) if len(local) else []
         scanned = [np.flatnonzero(allowed & self._outside)]
         walks: list[Walk] = []
-        for g, start, count in zip(self._graphs, self._starts, counts, strict=True):
+        for g, start, count, stale in zip(self._graphs, self._starts, counts, self._stale, strict=True):
             if count == 0:
                 continue
             mask = local[start : start + len(g.rows)]
-            if count <= EXACT_BELOW:
+            if count <= EXACT_BELOW or stale:
                 scanned.append(g.rows[mask])
             else:
-                walks.append((g, None if count == len(g.rows) else mask, int(count)))
+                walks.append((g, None if count == len(g.rows) else np.packbits(mask, bitorder="little"), int(count)))
         pile = np.concatenate(scanned)
         if cacheable:
-            self._plans.put(key, _Plan(weakref.ref(owner), walks, pile, local.nbytes + pile.nbytes))
+            nbytes = pile.nbytes + sum(0 if bits is None else bits.nbytes for _, bits, _ in walks)
+            self._plans.put(key, _Plan(weakref.ref(owner), walks, pile, nbytes))
         return walks, pile
 
     def _exact(self, query: np.ndarray, rows: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
@@ -229,7 +253,11 @@ class DenseIndex:
             block = rows[start : start + 32_768]
             scores[start : start + len(block)] = stored[block].astype(np.float32) @ weights
         scores += offset
-        best = np.argpartition(-scores, k - 1)[:k] if len(rows) > k else np.arange(len(rows))
+        if len(rows) > k:  # every row tied with the k-th stays, for the caller's tiebreak to choose
+            kth = np.partition(scores, len(rows) - k)[len(rows) - k]
+            best = np.flatnonzero(scores >= kth)
+        else:
+            best = np.arange(len(rows))
         return rows[best], scores[best]
 
     def _scan_view(self, q: np.ndarray) -> tuple[np.ndarray, float, np.ndarray]:
@@ -269,15 +297,19 @@ def _graph(vectors: np.ndarray) -> Any:
     return index
 
 
-def _search(g: ClassGraph, mask: np.ndarray | None, count: int, query: np.ndarray, k: int,
+def _search(g: ClassGraph, bits: np.ndarray | None, count: int, query: np.ndarray, k: int,
             ef: int) -> tuple[np.ndarray, np.ndarray]:
     """The walk of one class's graph: global rows and graph scores of up to k hits. A
     selective filter skips most of what the walk visits, so the breadth widens to match."""
     params: Any = faiss.SearchParametersHNSW()  # type: ignore[attr-defined]
     params.efSearch = int(min(EF_MAX, max(ef, k, ef * len(g.rows) / count)))
-    if mask is not None:
-        bits = np.packbits(mask, bitorder="little")
+    if bits is not None:
         params.sel = faiss.IDSelectorBitmap(len(g.rows), faiss.swig_ptr(bits))
-    scores, ids = g.index.search(query, k, params=params)
-    keep = ids[0] >= 0
-    return g.rows[ids[0][keep]], scores[0][keep]
+    want = k
+    while True:  # widened while the last hit ties with the k-th, so the caller's tiebreak picks among them
+        scores, ids = g.index.search(query, want, params=params)
+        keep = ids[0] >= 0
+        found, cosines = g.rows[ids[0][keep]], scores[0][keep]
+        if len(found) < want or want >= count or cosines[-1] < cosines[k - 1]:
+            return found, cosines
+        want = min(count, 2 * want)

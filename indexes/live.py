@@ -267,7 +267,7 @@ def live_view(base: Snapshot, state: LiveState, mask_cache_size: int = 512) -> S
         chunk_table = view_chunks(base.chunks, delta_chunks, dead, mask_cache_size)
         alive = np.concatenate([~dead, np.ones(len(chunks), dtype=bool)])
         bm25 = SegmentedBm25([base.bm25, Bm25Index.build(texts, params, storage="lucene")], alive)
-        dense = SegmentedDense([base.dense, DenseIndex.build(vectors, sq8_from=1 << 62)])
+        dense = SegmentedDense([base.dense.without(dead), DenseIndex.build(vectors, sq8_from=1 << 62)])
         catalog = LiveCatalog(base.catalog, delta_catalog, by_id, frozenset(removed), dead, n)
         counts = catalog.counts()
     except BaseException:
@@ -314,7 +314,8 @@ def compact(index_dir: Path, embedder: Any, progress: Any = None, through: int |
         if state.seq <= int(base.manifest.get("wal_seq", 0)):
             return None
         max_chars, default_acl, params = options_of(base)
-        options = BuildOptions(default_acl=default_acl, max_chars=max_chars, bm25=params)
+        graph_from = (base.manifest.get("options") or {}).get("dense_graph_from", BuildOptions.dense_graph_from)
+        options = BuildOptions(default_acl=default_acl, max_chars=max_chars, bm25=params, dense_graph_from=graph_from)
         return compact_snapshot(index_dir, live_documents(base, state), base.path, embedder, options, state.seq, progress)
     finally:
         base.close()

@@ -140,7 +140,7 @@ class SegmentedDense:
         for i, part in enumerate(self.parts):
             mask = allowed[self._at[i] : self._at[i + 1]]
             if part.size and mask.any():
-                rows, scores = part.top_k(vector, mask, k)
+                rows, scores = part.top_k(vector, mask, k, None if order is None else order[self._at[i] : self._at[i + 1]])
                 found.append(rows + self._at[i])
                 cosines.append(scores)
         if not found:

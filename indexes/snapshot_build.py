@@ -310,7 +310,7 @@ def previous_vectors(index_dir: Path, model_id: str) -> dict[str, np.ndarray]:
             keys = catalog.embed_keys()
         finally:
             catalog.close()
-        dense = DenseIndex.load(path / "dense.faiss")
+        dense = DenseIndex.load(path / "dense.faiss", graphs=False)
     except Exception:  # noqa: BLE001 - an unreadable or altered old snapshot only means nothing to reuse
         log.warning("previous snapshot %s fails its checks; every vector is computed again", path.name)
         return {}
@@ -431,7 +431,8 @@ def _build_into(work: Path, name: str, digest: str, documents: Documents, n_docu
         "embeddings": {"computed": len(todo), "reused": len(keys) - len(todo) - resumed, "resumed": resumed},
         "tables": {t.name: {"rows": t.rows, "acl": list(t.acl), "row_acl": t.row_acl} for t in infos},
         "content_hash": digest,
-        "options": {"default_acl": list(options.default_acl), "max_chars": options.max_chars, "bm25": asdict(options.bm25)},
+        "options": {"default_acl": list(options.default_acl), "max_chars": options.max_chars, "bm25": asdict(options.bm25),
+                    "dense_graph_from": options.dense_graph_from},
         "files": _snapshot_files(work),
     }
     manifest["timings_s"] = {

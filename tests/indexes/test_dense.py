@@ -83,6 +83,8 @@ def test_graphs_return_min_k_allowed_rows_for_any_scope_and_match_the_exact_scan
 
 def test_what_a_principal_finds_does_not_depend_on_the_vectors_of_classes_it_cannot_read(monkeypatch):
     monkeypatch.setattr(dense_module, "EXACT_BELOW", 200)
+    for name in ("EF_SEARCH", "EF_BUDGET"):  # narrow walks, where the path a walk takes shows in what it finds
+        monkeypatch.setattr(dense_module, name, 16)
     rng = np.random.default_rng(5)
     readable = _clustered(2000, 32, 5)
     queries = readable[rng.integers(0, 2000, 40)] + 0.3 * rng.standard_normal((40, 32)).astype(np.float32)
@@ -106,3 +108,52 @@ def test_what_a_principal_finds_does_not_depend_on_the_vectors_of_classes_it_can
         differs += not np.array_equal(*one_graph)
     # The test can tell: one graph over every row routes readable searches through forbidden rows.
     assert differs > 0
+
+
+@pytest.mark.parametrize("graphs", [False, True])
+def test_rows_tied_at_the_kth_score_are_chosen_by_the_tiebreak(monkeypatch, graphs):
+    monkeypatch.setattr(dense_module, "EXACT_BELOW", 100)
+    vectors = _clustered(600, 16, 8)
+    vectors[100:130] = vectors[0]  # 31 equal vectors: a query on them ties at every place of its top 10
+    index = DenseIndex.build(vectors, hnsw_from=0 if graphs else None, classes=np.arange(600) // 300)
+    order = np.arange(600)[::-1].copy()  # the tiebreak prefers high rows
+    allowed = np.ones(600, bool)
+    for scope in (allowed, np.arange(600) < 300):
+        rows, _ = index.top_k(vectors[0], scope, 10, order)
+        assert sorted(rows.tolist()) == list(range(120, 130))
+
+
+def test_a_live_view_scans_the_graphs_that_hold_rows_no_longer_live(monkeypatch):
+    monkeypatch.setattr(dense_module, "EXACT_BELOW", 100)
+    for name in ("EF_SEARCH", "EF_BUDGET"):  # narrow walks, where the path a walk takes shows in what it finds
+        monkeypatch.setattr(dense_module, name, 8)
+    rng = np.random.default_rng(9)
+    vectors = _clustered(3000, 32, 9)
+    classes = np.arange(3000) % 3
+    queries = vectors[rng.integers(0, 3000, 40)] + 0.3 * rng.standard_normal((40, 32)).astype(np.float32)
+    dead = np.zeros(3000, bool)
+    dead[rng.choice(np.flatnonzero(classes == 0), 400, replace=False)] = True  # deleted, or given other readers
+    moved = vectors.copy()  # the gone rows moved beside the questions; nothing else differs
+    moved[dead] = np.repeat(queries, 10, axis=0) + 0.05 * rng.standard_normal((400, 32)).astype(np.float32)
+    moved /= np.linalg.norm(moved, axis=1, keepdims=True)
+    with _one_thread():
+        base, other = (DenseIndex.build(v, hnsw_from=0, classes=classes) for v in (vectors, moved))
+    assert base.graphs == 3 and base.without(np.zeros(3000, bool)) is base
+    allowed = (classes <= 1) & ~dead
+    for views, alike in (((base, other), False), ((base.without(dead), other.without(dead)), True)):
+        same = [np.array_equal(views[0].top_k(q, allowed, 10)[0], views[1].top_k(q, allowed, 10)[0]) for q in queries]
+        assert all(same) if alike else not all(same)  # walked, the gone rows show; scanned, they cannot
+
+
+def test_graphs_that_do_not_match_the_scan_are_refused(tmp_path, monkeypatch):
+    monkeypatch.setattr(dense_module, "EXACT_BELOW", 100)
+    from retrieval.errors import SnapshotError
+
+    vectors = _clustered(500, 16, 10)
+    good = DenseIndex.build(vectors, hnsw_from=0, classes=np.zeros(500, int))
+    assert good.graphs == 1
+    good.save(tmp_path / "d.faiss")
+    DenseIndex.build(vectors[:400]).save(tmp_path / "d.faiss")  # the scan of another index beside these graphs
+    with pytest.raises(SnapshotError):
+        DenseIndex.load(tmp_path / "d.faiss")
+    assert DenseIndex.load(tmp_path / "d.faiss", graphs=False).size == 400

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+import indexes.dense as dense_module
 from indexes.corpus import make_document
 from indexes.live import Delete, Put, SetAcl
 from indexes.snapshot import BuildOptions, build_snapshot
@@ -58,20 +59,20 @@ def _rankings(engine: Engine, queries: list[str]) -> dict:
     return out
 
 
-def _index(tmp: Path, corpus: dict[str, dict], embedder) -> Path:
+def _index(tmp: Path, corpus: dict[str, dict], embedder, graph_from: int | None = None) -> Path:
     """A base snapshot of `corpus` in tmp/ix."""
     src = tmp / "base.jsonl"
     src.write_text("".join(json.dumps(r) + "\n" for r in corpus.values()))
-    build_snapshot([src], tmp / "ix", embedder)
+    build_snapshot([src], tmp / "ix", embedder, BuildOptions(dense_graph_from=graph_from))
     return tmp / "ix"
 
 
-def _rebuild(tmp: Path, corpus: dict[str, dict], embedder) -> Engine:
+def _rebuild(tmp: Path, corpus: dict[str, dict], embedder, graph_from: int | None = None) -> Engine:
     src = tmp / "final"
     src.mkdir(exist_ok=True)
     (src / "docs.jsonl").write_text("".join(json.dumps(r) + "\n" for r in corpus.values()))
     index = tmp / f"rebuild-{len(list(tmp.glob('rebuild-*')))}"
-    build_snapshot([src / "docs.jsonl"], index, embedder, BuildOptions(reuse_embeddings=False))
+    build_snapshot([src / "docs.jsonl"], index, embedder, BuildOptions(reuse_embeddings=False, dense_graph_from=graph_from))
     return open_engine(index, embedder, plugins=False)
 
 
@@ -86,11 +87,14 @@ def _compare(live: dict, rebuilt: dict) -> None:
         assert scores_a == pytest.approx(scores_b, abs=2e-3), key
 
 
-@pytest.mark.parametrize("seed", [3, 11])
-def test_random_writes_and_compactions_rank_like_a_full_rebuild(tmp_path, embedder, seed):
+@pytest.mark.parametrize(("seed", "graph_from"), [(3, None), (11, None), (3, 1)])
+def test_random_writes_and_compactions_rank_like_a_full_rebuild(tmp_path, embedder, seed, graph_from, monkeypatch):
+    """With `graph_from` 1 every index has a dense graph per access class of more than 2
+    chunks: a live view scans the graphs its writes made stale, a compaction builds new ones."""
+    monkeypatch.setattr(dense_module, "EXACT_BELOW", 2)
     rng = random.Random(seed)
     corpus = {f"d{i:02d}": _record(rng, f"d{i:02d}") for i in range(24)}
-    index = _index(tmp_path, corpus, embedder)
+    index = _index(tmp_path, corpus, embedder, graph_from)
     generations = Generations(open_engine(index, embedder, plugins=False), owned=True)
     writer = Writer(index, generations)
     queries = _queries(rng)
@@ -128,7 +132,7 @@ def test_random_writes_and_compactions_rank_like_a_full_rebuild(tmp_path, embedd
             out = writer.write(changes, None)
             assert out["status"] == "applied"
             if step in (4, 9, 13):
-                rebuilt = _rebuild(tmp_path, corpus, embedder)
+                rebuilt = _rebuild(tmp_path, corpus, embedder, graph_from)
                 try:
                     with generations.lease() as served:
                         _compare(_rankings(served.engine, queries), _rankings(rebuilt, queries))
@@ -140,9 +144,11 @@ def test_random_writes_and_compactions_rank_like_a_full_rebuild(tmp_path, embedd
         generations.close()
     # A restart replays the log onto the last base: the same corpus again.
     reopened = open_engine(index, embedder, plugins=False)
-    rebuilt = _rebuild(tmp_path, corpus, embedder)
+    rebuilt = _rebuild(tmp_path, corpus, embedder, graph_from)
     try:
         _compare(_rankings(reopened, queries), _rankings(rebuilt, queries))
+        dense = reopened.snapshot.dense
+        assert (getattr(dense, "parts", [dense])[0].graphs > 0) == (graph_from is not None)  # the compactions kept them
     finally:
         reopened.close()
         rebuilt.close()
