@@ -21,7 +21,10 @@ allowed, e.g. by a date constraint or a deleted document) and keeps the best k o
 search spends a breadth of EF_BUDGET over its walks, at least EF_SEARCH each, widened by how
 selective a filter is; the walks of one search share WALKERS threads. A class with at most EXACT_BELOW
 allowed rows, and any walk that returns fewer than k rows, is scanned exactly instead.
-Every hit is scored from the scan's own codes, so the scores of graph and scan hits compare.
+Every hit is scored from the scan's own codes, so the scores of graph and scan hits compare,
+and rows tied with the k-th score all reach the caller's tiebreak. A live view (`without`)
+scans the graphs that hold rows deleted or given other readers since the build, until a
+compaction builds new ones.
 """
 
 from __future__ import annotations
