@@ -61,8 +61,9 @@ def _operators(node: dict):
         yield from _operators(child)
 
 
+@pytest.mark.parametrize("stored", [False, True])
 @pytest.mark.parametrize("phrases, patterns", [((), (r"(?:^|[^\w])INC-2041(?:$|[^\w])",)), (("ledger",), ())])
-def test_the_exact_scan_evaluates_patterns_only_on_readable_rows(mini_index, tmp_path, phrases, patterns):
+def test_the_exact_scan_evaluates_patterns_only_on_readable_rows(mini_index, tmp_path, phrases, patterns, stored):
     """Read from DuckDB's own profile of the statement: the pattern filter's input is the
     readable rows, and no table scan evaluates a pattern (a forbidden chunk is never matched,
     so it cannot change the time an exact search takes)."""
@@ -83,7 +84,7 @@ def test_the_exact_scan_evaluates_patterns_only_on_readable_rows(mini_index, tmp
         profile = tmp_path / "profile.json"
         con.execute("PRAGMA enable_profiling='json'")
         con.execute(f"PRAGMA profiling_output='{profile}'")
-        sql, params = match_sql(phrases, patterns, ["release"])
+        sql, params = match_sql(phrases, patterns, ["release"], stored)
         con.execute(sql, params).fetchall()
         con.execute("PRAGMA disable_profiling")
     finally:
@@ -96,3 +97,38 @@ def test_the_exact_scan_evaluates_patterns_only_on_readable_rows(mini_index, tmp
     for scan in chunk_scans:  # ...but never by the scan of the chunks, which emits readable rows only
         assert needle not in json.dumps(scan["extra_info"])
         assert scan["intermediate_rows"] <= len(readable) < n
+
+
+def test_the_stored_search_text_matches_what_each_row_computed(mini_index):
+    """quarry.document_search (each document's title and metadata, normalised once at
+    ingest) gives every phrase the rows and scores the per-row expression gave."""
+    import random
+
+    import numpy as np
+
+    from indexes.catalog import Catalog
+
+    catalog = Catalog(current_snapshot_path(mini_index) / "catalog.duckdb")
+    try:
+        assert catalog._stored_search()
+        docs = catalog.cursor().execute("SELECT title, CAST(metadata AS VARCHAR), text FROM quarry.documents").fetchall()
+        rng = random.Random(4)
+        phrases = []
+        for title, meta, text in docs:
+            for source in (title or "", meta, text):
+                words = source.replace('"', " ").split()
+                if len(words) >= 2:
+                    at = rng.randrange(len(words) - 1)
+                    phrases.append(" ".join(words[at : at + rng.randint(1, 2)]))
+        title, meta, _ = next(d for d in docs if d[0] and d[1] != "{}")
+        phrases.append(f"{title.split()[-1]} {meta.split()[0]}".lower())  # across the title and the metadata
+        allowed = np.ones(len(catalog.chunk_table()), dtype=bool)
+        for phrase in phrases:
+            stored = catalog.match_rows([phrase], [], ["the"], allowed)
+            catalog._has_search = False
+            computed = catalog.match_rows([phrase], [], ["the"], allowed)
+            catalog._has_search = True
+            assert sorted(stored) == sorted(computed), phrase
+        assert sum(bool(catalog.match_rows([p], [], [], allowed)) for p in phrases) >= len(phrases) // 2
+    finally:
+        catalog.close()
