@@ -32,6 +32,13 @@ def _one_thread() -> Iterator[None]:
         faiss.omp_set_num_threads(before)
 
 
+def _narrow_walks(monkeypatch: pytest.MonkeyPatch, exact_below: int, ef: int) -> None:
+    """Graphs for small classes, and narrow walks: where the path a walk takes shows in what it finds."""
+    monkeypatch.setattr(dense_module, "EXACT_BELOW", exact_below)
+    for name in ("EF_SEARCH", "EF_BUDGET"):
+        monkeypatch.setattr(dense_module, name, ef)
+
+
 def test_large_dense_index_uses_8bit_codes_and_still_returns_k_allowed_rows():
     rng = np.random.default_rng(0)
     vectors = rng.standard_normal((3000, 32)).astype(np.float32)
@@ -82,9 +89,7 @@ def test_graphs_return_min_k_allowed_rows_for_any_scope_and_match_the_exact_scan
 
 
 def test_what_a_principal_finds_does_not_depend_on_the_vectors_of_classes_it_cannot_read(monkeypatch):
-    monkeypatch.setattr(dense_module, "EXACT_BELOW", 200)
-    for name in ("EF_SEARCH", "EF_BUDGET"):  # narrow walks, where the path a walk takes shows in what it finds
-        monkeypatch.setattr(dense_module, name, 16)
+    _narrow_walks(monkeypatch, exact_below=200, ef=16)
     rng = np.random.default_rng(5)
     readable = _clustered(2000, 32, 5)
     queries = readable[rng.integers(0, 2000, 40)] + 0.3 * rng.standard_normal((40, 32)).astype(np.float32)
@@ -124,9 +129,7 @@ def test_rows_tied_at_the_kth_score_are_chosen_by_the_tiebreak(monkeypatch, grap
 
 
 def test_a_live_view_scans_the_graphs_that_hold_rows_no_longer_live(monkeypatch):
-    monkeypatch.setattr(dense_module, "EXACT_BELOW", 100)
-    for name in ("EF_SEARCH", "EF_BUDGET"):  # narrow walks, where the path a walk takes shows in what it finds
-        monkeypatch.setattr(dense_module, name, 8)
+    _narrow_walks(monkeypatch, exact_below=100, ef=8)
     rng = np.random.default_rng(9)
     vectors = _clustered(3000, 32, 9)
     classes = np.arange(3000) % 3
