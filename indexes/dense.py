@@ -10,17 +10,18 @@ min(k, allowed) results.
 A scan grows with the corpus. From `hnsw_from` rows (the `dense_graph_from` setting) the
 index also holds HNSW graphs (`IndexHNSWSQ`), one per access class: the rows whose documents
 have the same readers. A principal who may read a class may read every row of its graph, so
-a walk never passes through a row the principal may not read, and what a principal gets
-depends on readable rows only: adding, changing or removing a forbidden document cannot
-change a readable result or where a search goes (one graph over every row would route
-readable searches through forbidden rows). A class smaller than EXACT_BELOW rows has no
+a walk never passes through a row the principal may not read: adding, changing or removing
+a forbidden document cannot change where a search goes or which rows it returns (one graph
+over every row would route readable searches through forbidden rows). Scores come from the
+8-bit scan, whose per-dimension ranges are trained on every row (README's documented
+exception: scores move by up to about 8e-4). A class of at most EXACT_BELOW rows has no
 graph; its rows are scanned exactly with the rest of the scope that no graph covers.
 
 A search walks each readable class's graph (with the filter when only part of the class is
-allowed, e.g. by a date constraint or a deleted document) and keeps the best k of all. A
-search spends a breadth of EF_BUDGET over its walks, at least EF_SEARCH each, widened by how
-selective a filter is; the walks of one search share WALKERS threads. A class with at most EXACT_BELOW
-allowed rows, and any walk that returns fewer than k rows, is scanned exactly instead.
+allowed, e.g. by a date constraint) and keeps the best k of all. It spends a breadth of
+EF_BUDGET over its walks, at least EF_SEARCH each, widened by how selective a filter is; the
+walks of one search share WALKERS threads. A class with at most EXACT_BELOW allowed rows,
+and any walk that returns fewer than k rows, is scanned exactly instead.
 Every hit is scored from the scan's own codes, so the scores of graph and scan hits compare,
 and rows tied with the k-th score all reach the caller's tiebreak. A live view (`without`)
 scans the graphs that hold rows deleted or given other readers since the build, until a
