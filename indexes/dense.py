@@ -11,7 +11,7 @@ A scan grows with the corpus. From `hnsw_from` rows (the `dense_graph_from` sett
 index also holds HNSW graphs (`IndexHNSWSQ`), one per access class: the rows whose documents
 have the same readers. A principal who may read a class may read every row of its graph, so
 a walk never passes through a row the principal may not read: adding, changing or removing
-a forbidden document cannot change where a search goes or which rows it returns (one graph
+a forbidden document cannot change where a search goes or which rows it considers (one graph
 over every row would route readable searches through forbidden rows). Scores come from the
 8-bit scan, whose per-dimension ranges are trained on every row (README's documented
 exception: scores move by up to about 8e-4). A class of at most EXACT_BELOW rows has no
