@@ -121,11 +121,16 @@ def _real_sources() -> Iterator[tuple[str, str]]:
                 yield article["title"].replace("_", " "), paragraph["context"]
 
 
+def _sentences(text: str) -> list[str]:
+    """A source text's sentences, without fragments of 20 characters or fewer."""
+    return [s for s in _SENTENCE.split(text) if len(s) > 20]
+
+
 def real_chunks() -> list[tuple[str, str]]:
     """(title, text) of the `real` kind's chunks: sentences, then consecutive pairs, shuffled."""
     singles, pairs = [], []
     for title, text in _real_sources():
-        sentences = [s for s in _SENTENCE.split(text) if len(s) > 20]
+        sentences = _sentences(text)
         singles += [(title, s) for s in sentences]
         # (an odd last sentence stays single)
         pairs += [(title, f"{a} {b}") for a, b in zip(sentences[::2], sentences[1::2], strict=False)]
@@ -206,7 +211,7 @@ def _remix_documents(n: int) -> Iterator[dict]:
     real = real_chunks()
     for i, (title, text) in enumerate(real[:n]):
         yield _record(i, n, title, text)
-    sources = [(t, ss) for t, x in _real_sources() if (ss := [s for s in _SENTENCE.split(x) if len(s) > 20])]
+    sources = [(t, ss) for t, x in _real_sources() if (ss := _sentences(x))]
     tfidf = TfidfVectorizer(sublinear_tf=True, stop_words="english").fit_transform([" ".join(ss) for _, ss in sources])
     near = np.zeros((len(sources), 10), dtype=np.int64)
     for start in range(0, len(sources), 2_000):
@@ -380,7 +385,7 @@ def _static_parts(sif_a: float) -> tuple[Any, np.ndarray, np.ndarray]:
                                torch.full_like(ids, tokenizer.sep_token_id)], dim=1)
             table[start : start + len(ids)] = transformer(input_ids=frame, attention_mask=torch.ones_like(frame)
                                                           ).last_hidden_state.mean(dim=1).numpy()
-    texts = [" ".join(ss) for _, x in _real_sources() if (ss := [s for s in _SENTENCE.split(x) if len(s) > 20])]
+    texts = [" ".join(ss) for _, x in _real_sources() if (ss := _sentences(x))]
     ids = tokenizer(texts, add_special_tokens=False)["input_ids"]
     freq = np.bincount(np.concatenate([np.asarray(x, dtype=np.int64) for x in ids]), minlength=vocab).astype(np.float64)
     p = (freq + 1) / (freq.sum() + vocab)
