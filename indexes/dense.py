@@ -186,12 +186,12 @@ class DenseIndex:
             bits = np.packbits(allowed, bitorder="little")
             params: Any = faiss.SearchParameters()
             params.sel = faiss.IDSelectorBitmap(self.size, faiss.swig_ptr(bits))  # in the form faiss's stubs declare
-            want = k
-            while True:  # widened while the last hit ties with the k-th: the tiebreak, not FAISS, picks among them
+            want = k if order is None else min(n_allowed, k + 1)
+            while True:  # one past the k-th, widened while it ties: the tiebreak, not FAISS, picks among them
                 scores, rows = self._index.search(query, want, params=params)
                 keep = rows[0] >= 0  # FAISS pads with -1 when fewer rows pass the selector
                 found, cosines = rows[0][keep].astype(np.int64), scores[0][keep]
-                if order is None or len(found) < want or want >= n_allowed or cosines[-1] < cosines[k - 1]:
+                if want == k or len(found) < want or want >= n_allowed or cosines[-1] < cosines[k - 1]:
                     break
                 want = min(n_allowed, 2 * want)
         ties = found if order is None else order[found]
@@ -309,11 +309,11 @@ def _search(g: ClassGraph, bits: np.ndarray | None, count: int, query: np.ndarra
     params.efSearch = int(min(EF_MAX, max(ef, k, ef * len(g.rows) / count)))
     if bits is not None:
         params.sel = faiss.IDSelectorBitmap(len(g.rows), faiss.swig_ptr(bits))
-    want = k
-    while True:  # widened while the last hit ties with the k-th, so the caller's tiebreak picks among them
+    want = min(count, k + 1)
+    while True:  # one past the k-th, widened while it ties, so the caller's tiebreak picks among them
         scores, ids = g.index.search(query, want, params=params)
         keep = ids[0] >= 0
         found, cosines = g.rows[ids[0][keep]], scores[0][keep]
-        if len(found) < want or want >= count or cosines[-1] < cosines[k - 1]:
+        if len(found) < want or want >= count or len(found) <= k or cosines[-1] < cosines[k - 1]:
             return found, cosines
         want = min(count, 2 * want)
