@@ -415,21 +415,29 @@ def match_sql(phrases: Sequence[str], patterns: Sequence[str], terms: Sequence[s
     """The exact scan's statement and parameters (see Catalog.match_rows); it reads the
     caller's readable rows from a registered relation `quarry_allowed_rows(r)`, and with
     `stored` the documents' searchable text from quarry.document_search (catalogs written
-    before it existed compute it per row)."""
+    before it existed compute it per row).
+
+    With stored text and no pattern, the document's text and the chunk's are searched apart
+    rather than joined per row: a normalised needle holds no newline, so it can never span
+    the ' \n ' that joins them, and a match or count over the two parts equals one over the
+    joined string (building that string for every row was most of a million-row scan)."""
     needles = [normalize(p) for p in phrases]
-    where = ["contains(norm, ?)"] * len(needles) + ["regexp_matches(text, ?, 'i')"] * len(patterns)
-    score = (
-        ["(length(norm) - length(replace(norm, ?, ''))) / length(?)"] * len(needles)
-        + ["len(regexp_extract_all(text, ?, 0, 'i'))"] * len(patterns)
-        + ["0.1 * CAST(contains(norm, ?) AS INTEGER)"] * len(terms)
-    )
-    params: list[Any] = [x for n in needles for x in (n, n)] + list(patterns) + [normalize(t) for t in terms]
-    params += needles + list(patterns)
+    split = stored and not patterns
+    parts = ("mnorm", "cnorm") if split else ("norm",)
+    has = "(" + " OR ".join(f"contains({c}, ?)" for c in parts) + ")"
+    count = "(" + " + ".join(f"(length({c}) - length(replace({c}, ?, '')))" for c in parts) + ") / length(?)"
+    where = [has] * len(needles) + ["regexp_matches(text, ?, 'i')"] * len(patterns)
+    score = [count] * len(needles) + ["len(regexp_extract_all(text, ?, 0, 'i'))"] * len(patterns) \
+        + [f"0.1 * CAST({has} AS INTEGER)"] * len(terms)
+    width = len(parts)
+    params: list[Any] = [x for n in needles for x in [n] * (width + 1)] + list(patterns)
+    params += [t for t in (normalize(t) for t in terms) for _ in range(width)]
+    params += [x for n in needles for x in [n] * width] + list(patterns)
     # Title and metadata are lower-cased with single spaces, as `norm` is (see normalize()).
     meta, join = ("m.norm", "JOIN quarry.document_search m USING (doc_id)") if stored else (SEARCH_META, "")
-    if stored and not patterns:  # nothing reads the raw text: the documents table stays out of the scan
+    if split:  # nothing reads the raw text: the documents table stays out of the scan
         searchable = f"""WITH s AS (
-        SELECT c."row", a.r AS readable, concat_ws(' \n ', m.norm, c.norm) AS norm
+        SELECT c."row", a.r AS readable, coalesce(m.norm, '') AS mnorm, coalesce(c.norm, '') AS cnorm
         FROM quarry.chunks c JOIN quarry_allowed_rows a ON a.r = c."row" {join})"""
     else:
         searchable = f"""WITH s AS (
