@@ -62,8 +62,8 @@ def main() -> None:
     for q in asked:
         spec = exact_query(q)
         terms = [] if spec.regex else _ranking_terms(q)
-        new = match_sql(spec.phrases, spec.patterns, terms, stored=True)
-        old = match_sql(spec.phrases, spec.patterns, terms, stored=False)
+        new = match_sql(spec.phrases, spec.patterns, terms, True, spec.identifiers)
+        old = match_sql(spec.phrases, spec.patterns, terms, False, spec.identifiers)
         a_ms, b_ms = [], []
         for _ in range(args.repeat):
             ms, a = run(catalog, *new, rows)

@@ -214,12 +214,12 @@ class LiveCatalog:
         return None if doc_id in self._removed else base
 
     def match_rows(self, phrases: Sequence[str], patterns: Sequence[str], terms: Sequence[str],
-                   allowed: np.ndarray) -> list[tuple[int, float]]:
+                   allowed: np.ndarray, identifiers: Sequence[str] = ()) -> list[tuple[int, float]]:
         """The exact scan of each catalog over its own rows of the mask (the same statement)."""
         in_delta = allowed.copy()
         in_delta[: self._n] = False
-        return (self.base.match_rows(phrases, patterns, terms, allowed[: self._n])
-                + self.delta.match_rows(phrases, patterns, terms, in_delta))
+        return (self.base.match_rows(phrases, patterns, terms, allowed[: self._n], identifiers)
+                + self.delta.match_rows(phrases, patterns, terms, in_delta, identifiers))
 
 
 def view_chunks(base: ChunkTable, delta: ChunkTable, dead: np.ndarray, cache_size: int) -> ChunkTable:

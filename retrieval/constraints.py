@@ -69,11 +69,13 @@ def identifier_pattern(identifier: str) -> str:
 
 @dataclass(frozen=True)
 class ExactQuery:
-    """What the exact retriever looks for: literal phrases and/or RE2 patterns."""
+    """What the exact retriever looks for: literal phrases and identifiers (each a whole
+    token: `identifier_pattern`), or one RE2 pattern the caller wrote (`regex`)."""
 
     phrases: tuple[str, ...]
     patterns: tuple[str, ...]
     regex: bool = False
+    identifiers: tuple[str, ...] = ()
 
 
 def exact_query(query: str) -> ExactQuery:
@@ -85,7 +87,7 @@ def exact_query(query: str) -> ExactQuery:
     idents = identifiers(q)
     if not phrases and not idents:
         return ExactQuery((" ".join(q.split()),), ())
-    return ExactQuery(tuple(phrases), tuple(identifier_pattern(i) for i in idents))
+    return ExactQuery(tuple(phrases), (), identifiers=tuple(idents))
 
 
 @dataclass(frozen=True)

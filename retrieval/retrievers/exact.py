@@ -21,7 +21,7 @@ MAX_RANKING_TERMS = 16
 
 class TextScanner(Protocol):
     def match_rows(self, phrases: Sequence[str], patterns: Sequence[str], terms: Sequence[str],
-                   allowed: np.ndarray) -> list[tuple[int, float]]: ...
+                   allowed: np.ndarray, identifiers: Sequence[str] = ()) -> list[tuple[int, float]]: ...
 
 
 class ExactRetriever:
@@ -37,7 +37,8 @@ class ExactRetriever:
             return []
         spec = exact_query(query)
         terms = [] if spec.regex else _ranking_terms(query)
-        matches = self._scanner.match_rows(spec.phrases, spec.patterns, terms, allowed)  # the mask applies inside the scan
+        matches = self._scanner.match_rows(spec.phrases, spec.patterns, terms, allowed,  # the mask applies inside the scan
+                                           identifiers=spec.identifiers)
         if not matches:
             return []
         rows = np.fromiter((r for r, _ in matches), dtype=np.int64, count=len(matches))

@@ -62,8 +62,9 @@ def _operators(node: dict):
 
 
 @pytest.mark.parametrize("stored", [False, True])
-@pytest.mark.parametrize("phrases, patterns", [((), (r"(?:^|[^\w])INC-2041(?:$|[^\w])",)), (("ledger",), ())])
-def test_the_exact_scan_evaluates_patterns_only_on_readable_rows(mini_index, tmp_path, phrases, patterns, stored):
+@pytest.mark.parametrize("phrases, patterns, idents", [((), (r"(?:^|[^\w])INC-2041(?:$|[^\w])",), ()),
+                                                        (("ledger",), (), ()), ((), (), ("INC-2041",))])
+def test_the_exact_scan_evaluates_patterns_only_on_readable_rows(mini_index, tmp_path, phrases, patterns, idents, stored):
     """Read from DuckDB's own profile of the statement: the pattern filter's input is the
     readable rows, and no table scan evaluates a pattern (a forbidden chunk is never matched,
     so it cannot change the time an exact search takes)."""
@@ -84,13 +85,13 @@ def test_the_exact_scan_evaluates_patterns_only_on_readable_rows(mini_index, tmp
         profile = tmp_path / "profile.json"
         con.execute("PRAGMA enable_profiling='json'")
         con.execute(f"PRAGMA profiling_output='{profile}'")
-        sql, params = match_sql(phrases, patterns, ["release"], stored)
+        sql, params = match_sql(phrases, patterns, ["release"], stored, idents)
         con.execute(sql, params).fetchall()
         con.execute("PRAGMA disable_profiling")
     finally:
         con.close()
     ops = [op for root in json.loads(profile.read_text())["operator"] for op in _operators(root)]
-    needle = "regexp_matches" if patterns else "contains"
+    needle = "regexp_matches" if patterns or idents else "contains"
     assert any(needle in json.dumps(op["extra_info"]) for op in ops)  # the pattern is evaluated somewhere...
     chunk_scans = [op for op in ops if op["type"] == "TABLE_SCAN" and "quarry.chunks" in json.dumps(op["extra_info"])]
     assert chunk_scans
@@ -101,7 +102,7 @@ def test_the_exact_scan_evaluates_patterns_only_on_readable_rows(mini_index, tmp
 
 def test_the_stored_search_text_matches_what_each_row_computed(mini_index):
     """quarry.document_search (each document's title and metadata, normalised once at
-    ingest) gives every phrase the rows and scores the per-row expression gave."""
+    ingest) gives every phrase and identifier the rows and scores the per-row expression gave."""
     import random
 
     import numpy as np
@@ -130,5 +131,19 @@ def test_the_stored_search_text_matches_what_each_row_computed(mini_index):
             catalog._has_search = True
             assert sorted(stored) == sorted(computed), phrase
         assert sum(bool(catalog.match_rows([p], [], [], allowed)) for p in phrases) >= len(phrases) // 2
+        # Identifiers: whole tokens of the normalised parts, behind a literal test, against the
+        # pattern over each row's raw joined text; some are only parts of longer tokens.
+        texts = [t for d in docs for t in (d[0] or "", d[1], d[2])]
+        idents = sorted({w.strip(".,;:()[]{}'\"") for t in texts for w in t.split() if any(c.isdigit() for c in w)})
+        idents = [i for i in rng.sample(idents, min(40, len(idents))) if i] + ["INC-20", "2041", "E40"]
+        assert len(idents) >= 20
+        for ident in idents:
+            stored = catalog.match_rows([], [], ["the"], allowed, [ident])
+            catalog._has_search = False
+            computed = catalog.match_rows([], [], ["the"], allowed, [ident])
+            catalog._has_search = True
+            assert sorted(stored) == sorted(computed), ident
+        assert sum(bool(catalog.match_rows([], [], [], allowed, [i])) for i in idents) >= len(idents) // 2
+        assert catalog.match_rows(["ledger"], [], [], allowed, ["INC-20"]) == []  # a prefix is not the identifier
     finally:
         catalog.close()
