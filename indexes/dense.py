@@ -181,7 +181,7 @@ class DenseIndex:
         query = np.ascontiguousarray(vector, dtype=np.float32).reshape(1, -1)
         if self._graphs:
             found = self._walk(query, allowed, k)
-            cosines = self.vectors(found) @ query[0]
+            cosines = self._scores(query[0], found)
         else:
             bits = np.packbits(allowed, bitorder="little")
             params: Any = faiss.SearchParameters()
@@ -213,7 +213,7 @@ class DenseIndex:
                 found[i] = self._exact(query, rows, k)
         if len(pile):
             found.append(self._exact(query, pile, k))
-        return np.unique(np.concatenate([rows for rows, _ in found]))
+        return np.concatenate([rows for rows, _ in found])  # disjoint: a row is in one graph or in the pile
 
     def _plan(self, allowed: np.ndarray) -> tuple[list[Walk], np.ndarray]:
         """The walks and the exact scan for a mask: reading a million-row mask at each graph's
@@ -251,18 +251,22 @@ class DenseIndex:
         the rows hold, not the corpus. With per-dimension ranges, an 8-bit code decodes as
         vmin + (c + 0.5) / 255 * vdiff, so a row's inner product with q is
         q . vmin + (c + 0.5) . (q * vdiff) / 255: one small matrix product over the rows."""
-        stored, offset, weights = self._scan_view(query[0])
-        scores = np.empty(len(rows), dtype=np.float32)
-        for start in range(0, len(rows), 32_768):
-            block = rows[start : start + 32_768]
-            scores[start : start + len(block)] = stored[block].astype(np.float32) @ weights
-        scores += offset
+        scores = self._scores(query[0], rows)
         if len(rows) > k:  # every row tied with the k-th stays, for the caller's tiebreak to choose
             kth = np.partition(scores, len(rows) - k)[len(rows) - k]
             best = np.flatnonzero(scores >= kth)
         else:
             best = np.arange(len(rows))
         return rows[best], scores[best]
+
+    def _scores(self, q: np.ndarray, rows: np.ndarray) -> np.ndarray:
+        """Inner products of `q` with the stored rows `rows`, read from the scan's codes."""
+        stored, offset, weights = self._scan_view(q)
+        scores = np.empty(len(rows), dtype=np.float32)
+        for start in range(0, len(rows), 32_768):
+            block = rows[start : start + 32_768]
+            scores[start : start + len(block)] = stored[block].astype(np.float32) @ weights
+        return scores + np.float32(offset)
 
     def _scan_view(self, q: np.ndarray) -> tuple[np.ndarray, float, np.ndarray]:
         """(stored rows as an N x d array, score offset, per-dimension weights) for `q`."""
