@@ -4,8 +4,8 @@ statement (what catalogs written before quarry.document_search run), same proces
     .venv/bin/python benchmarks/exact_scan.py --index var/bench/scale-remix-static-1000000/index [--questions 100] [--repeat 3]
 
 The questions are the datasets' own (benchmarks/scale_corpus.py `real_questions`, as
-`scale.py --corpus real/remix` asks them); those with a quoted phrase or an identifier are
-the ones the router sends to the exact route, and only they are timed. The caller reads
+`scale.py --corpus real/remix` asks them); only those with a quoted phrase or an identifier
+are timed, since only they give the exact route something to scan for. The caller reads
 every chunk (the widest scan). Each statement runs `--repeat` times per question, alternating,
 and the median per question is kept; the table gives the median over questions and checks
 that both statements return the same rows and scores.
