@@ -47,7 +47,6 @@ from retrieval.metrics import percentile
 from retrieval.types import Filters, Principal
 
 ROUTES = ("bm25", "dense", "hybrid")
-GRAPH_FROM = 500_000  # the dense index has HNSW graphs from this size (the dense_graph_from setting)
 ENCODERS = ("standin", "static", "model")
 PRINCIPALS = {
     "100%": Principal("reader-all", tuple(f"g{g:02d}" for g in range(GROUPS))),
@@ -132,7 +131,7 @@ def reference_vectors(root: Path, index: Path, encoder: Any, n: int, kind: str) 
 
 
 def build(n: int, rebuild: bool, encoder: Any, kind: str = "zipf",
-          graph_from: int = GRAPH_FROM, encoder_name: str = "standin") -> tuple[Path, dict]:
+          graph_from: int | None = None, encoder_name: str = "standin") -> tuple[Path, dict]:
     from indexes.snapshot import BuildOptions, build_snapshot, current_snapshot_path, read_manifest
 
     root = root_of(n, kind, encoder_name)
@@ -149,6 +148,10 @@ def build(n: int, rebuild: bool, encoder: Any, kind: str = "zipf",
         pass
     peak_rss_mb(reset=True)
     t0 = time.perf_counter()
+    if graph_from is None:  # what an ingest with the default settings builds
+        from routes.settings import Settings
+
+        graph_from = int(Settings.model_fields["dense_graph_from"].default)
     manifest = build_snapshot([corpus], index, encoder, BuildOptions(reuse_embeddings=False, dense_graph_from=graph_from),
                               progress=lambda stage, done, total: None)
     manifest["timings_s"]["wall_total"] = round(time.perf_counter() - t0, 2)
@@ -251,7 +254,8 @@ def main() -> None:
     ap.add_argument("--rebuild", action="store_true")
     ap.add_argument("--out", type=Path, default=None)
     ap.add_argument("--corpus", choices=KINDS, default="zipf", help="benchmarks/scale_corpus.py's kinds")
-    ap.add_argument("--graph-from", type=int, default=GRAPH_FROM, help="dense_graph_from of the build")
+    ap.add_argument("--graph-from", type=int, default=None,
+                    help="dense_graph_from of the build (default: the setting's own default, as `quarry ingest` builds)")
     ap.add_argument("--encoder", choices=ENCODERS, default="standin",
                     help="a stand-in encoder (random word projections, or the model's static token vectors), "
                          "or the real embedding model (with --corpus real)")

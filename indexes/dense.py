@@ -47,6 +47,7 @@ SQ8_FROM = 50_000  # rows from which the 8-bit scan is used
 HNSW_M, EF_CONSTRUCTION, EF_SEARCH, EF_BUDGET, EF_MAX = 32, 128, 64, 512, 1024
 WALKERS = 2  # threads that walk the graphs of one search (FAISS releases the GIL while it walks)
 EXACT_BELOW = 10_000  # allowed rows of a class up to which it is scanned exactly, and no graph is built below
+PILE_SCAN_SHARE = 0.125  # rows outside the walked graphs, as a share of all rows, from which FAISS's scan reads them
 PLAN_CACHE_MB = 16  # where each scope's mask meets the graphs, kept per cached (read-only) mask
 
 
@@ -183,17 +184,7 @@ class DenseIndex:
             found = self._walk(query, allowed, k)
             cosines = self._scores(query[0], found)
         else:
-            bits = np.packbits(allowed, bitorder="little")
-            params: Any = faiss.SearchParameters()
-            params.sel = faiss.IDSelectorBitmap(self.size, faiss.swig_ptr(bits))  # in the form faiss's stubs declare
-            want = k if order is None else min(n_allowed, k + 1)
-            while True:  # one past the k-th, widened while it ties: the tiebreak, not FAISS, picks among them
-                scores, rows = self._index.search(query, want, params=params)
-                keep = rows[0] >= 0  # FAISS pads with -1 when fewer rows pass the selector
-                found, cosines = rows[0][keep].astype(np.int64), scores[0][keep]
-                if want == k or len(found) < want or want >= n_allowed or cosines[-1] < cosines[k - 1]:
-                    break
-                want = min(n_allowed, 2 * want)
+            found, cosines = self._scan(query, allowed, k, n_allowed, ties=order is not None)
         ties = found if order is None else order[found]
         ranked = np.lexsort((ties, -cosines))[:k]
         return found[ranked], cosines[ranked].astype(np.float32)
@@ -211,9 +202,30 @@ class DenseIndex:
             if len(found[i][0]) < min(k, count):  # a starved walk: scan that class's allowed rows
                 rows = g.rows if mask is None else g.rows[np.unpackbits(mask, count=len(g.rows), bitorder="little") > 0]
                 found[i] = self._exact(query, rows, k)
-        if len(pile):
+        if len(pile) > PILE_SCAN_SHARE * self.size:  # FAISS's own scan beats gathering that many codes
+            outside = np.zeros(self.size, dtype=bool)
+            outside[pile] = True
+            found.append(self._scan(query, outside, k, len(pile), ties=True))
+        elif len(pile):
             found.append(self._exact(query, pile, k))
         return np.concatenate([rows for rows, _ in found])  # disjoint: a row is in one graph or in the pile
+
+    def _scan(self, query: np.ndarray, allowed: np.ndarray, k: int, n_allowed: int,
+              ties: bool) -> tuple[np.ndarray, np.ndarray]:
+        """The best k allowed rows by FAISS's scan of every row (a bitmap selector: a row not
+        allowed is never scored); with `ties`, one past the k-th, widened while it ties, so
+        that the caller's tiebreak, not FAISS, picks among rows tied with the k-th."""
+        bits = np.packbits(allowed, bitorder="little")
+        params: Any = faiss.SearchParameters()
+        params.sel = faiss.IDSelectorBitmap(self.size, faiss.swig_ptr(bits))  # in the form faiss's stubs declare
+        want = min(n_allowed, k + 1) if ties else k
+        while True:
+            scores, rows = self._index.search(query, want, params=params)
+            keep = rows[0] >= 0  # FAISS pads with -1 when fewer rows pass the selector
+            found, cosines = rows[0][keep].astype(np.int64), scores[0][keep]
+            if want == k or len(found) < want or want >= n_allowed or cosines[-1] < cosines[k - 1]:
+                return found, cosines
+            want = min(n_allowed, 2 * want)
 
     def _plan(self, allowed: np.ndarray) -> tuple[list[Walk], np.ndarray]:
         """The walks and the exact scan for a mask: reading a million-row mask at each graph's

@@ -53,9 +53,13 @@ def test_large_dense_index_uses_8bit_codes_and_still_returns_k_allowed_rows():
         assert len(set(rows) & set(exact)) >= 8
 
 
+@pytest.mark.parametrize("pile_share", [dense_module.PILE_SCAN_SHARE, 0.0])
 @pytest.mark.parametrize("sq8_from", [None, 1000])
-def test_graphs_return_min_k_allowed_rows_for_any_scope_and_match_the_exact_scan(tmp_path, monkeypatch, sq8_from):
+def test_graphs_return_min_k_allowed_rows_for_any_scope_and_match_the_exact_scan(tmp_path, monkeypatch, sq8_from,
+                                                                                  pile_share):
+    """`pile_share` 0: rows outside the walked graphs are read by FAISS's scan, not gathered."""
     monkeypatch.setattr(dense_module, "EXACT_BELOW", 400)
+    monkeypatch.setattr(dense_module, "PILE_SCAN_SHARE", pile_share)
     rng = np.random.default_rng(3)
     vectors = _clustered(6000, 48, 3)
     classes = rng.choice(4, 6000, p=[0.5, 0.3, 0.15, 0.05])  # the last class (about 300 rows) gets no graph
@@ -115,12 +119,18 @@ def test_what_a_principal_finds_does_not_depend_on_the_vectors_of_classes_it_can
     assert differs > 0
 
 
-@pytest.mark.parametrize("graphs", [False, True])
+@pytest.mark.parametrize("graphs", ["none", "walked", "scanned by FAISS beside a graph"])
 def test_rows_tied_at_the_kth_score_are_chosen_by_the_tiebreak(monkeypatch, graphs):
     monkeypatch.setattr(dense_module, "EXACT_BELOW", 100)
+    classes = np.arange(600) // 300
+    if graphs == "scanned by FAISS beside a graph":  # the tied rows sit in a class too small for a graph
+        monkeypatch.setattr(dense_module, "EXACT_BELOW", 300)
+        monkeypatch.setattr(dense_module, "PILE_SCAN_SHARE", 0.0)
+        classes = (np.arange(600) >= 200).astype(np.int64)
     vectors = _clustered(600, 16, 8)
     vectors[100:130] = vectors[0]  # 31 equal vectors: a query on them ties at every place of its top 10
-    index = DenseIndex.build(vectors, hnsw_from=0 if graphs else None, classes=np.arange(600) // 300)
+    index = DenseIndex.build(vectors, hnsw_from=None if graphs == "none" else 0, classes=classes)
+    assert index.graphs == (0 if graphs == "none" else 1 if graphs.startswith("scanned") else 2)
     order = np.arange(600)[::-1].copy()  # the tiebreak prefers high rows
     allowed = np.ones(600, bool)
     for scope in (allowed, np.arange(600) < 300):
