@@ -56,11 +56,13 @@ Walk = tuple["ClassGraph", "np.ndarray | None", int]  # a graph, its allowed row
 
 @dataclass(frozen=True)
 class _Plan:
-    """How one mask meets the graphs: the walks to take and the rows to scan exactly."""
+    """How one mask meets the graphs: the walks to take and the rows to scan exactly (as
+    packed bits too, when FAISS's scan reads them: see `_pile_bits`)."""
 
     owner: weakref.ref[np.ndarray]
     walks: list[Walk]
     pile: np.ndarray
+    pile_bits: np.ndarray | None
     nbytes: int
 
 
@@ -184,7 +186,8 @@ class DenseIndex:
             found = self._walk(query, allowed, k)
             cosines = self._scores(query[0], found)
         else:
-            found, cosines = self._scan(query, allowed, k, n_allowed, ties=order is not None)
+            bits = np.packbits(allowed, bitorder="little")
+            found, cosines = self._scan(query, bits, k, n_allowed, ties=order is not None)
         ties = found if order is None else order[found]
         ranked = np.lexsort((ties, -cosines))[:k]
         return found[ranked], cosines[ranked].astype(np.float32)
@@ -192,7 +195,7 @@ class DenseIndex:
     def _walk(self, query: np.ndarray, allowed: np.ndarray, k: int) -> np.ndarray:
         """Candidate rows (at least the best k allowed, approximately) from the readable
         classes' graphs and an exact scan of what they leave."""
-        walks, pile = self._plan(allowed)
+        walks, pile, pile_bits = self._plan(allowed)
         ef = max(EF_SEARCH, EF_BUDGET // max(1, len(walks)))
         if len(walks) > 1:
             found = list(_walkers().map(lambda w: _search(w[0], w[1], w[2], query, k, ef), walks))
@@ -202,20 +205,18 @@ class DenseIndex:
             if len(found[i][0]) < min(k, count):  # a starved walk: scan that class's allowed rows
                 rows = g.rows if mask is None else g.rows[np.unpackbits(mask, count=len(g.rows), bitorder="little") > 0]
                 found[i] = self._exact(query, rows, k)
-        if len(pile) > PILE_SCAN_SHARE * self.size:  # FAISS's own scan beats gathering that many codes
-            outside = np.zeros(self.size, dtype=bool)
-            outside[pile] = True
-            found.append(self._scan(query, outside, k, len(pile), ties=True))
+        if pile_bits is not None:
+            found.append(self._scan(query, pile_bits, k, len(pile), ties=True))
         elif len(pile):
             found.append(self._exact(query, pile, k))
         return np.concatenate([rows for rows, _ in found])  # disjoint: a row is in one graph or in the pile
 
-    def _scan(self, query: np.ndarray, allowed: np.ndarray, k: int, n_allowed: int,
+    def _scan(self, query: np.ndarray, bits: np.ndarray, k: int, n_allowed: int,
               ties: bool) -> tuple[np.ndarray, np.ndarray]:
-        """The best k allowed rows by FAISS's scan of every row (a bitmap selector: a row not
-        allowed is never scored); with `ties`, one past the k-th, widened while it ties, so
-        that the caller's tiebreak, not FAISS, picks among rows tied with the k-th."""
-        bits = np.packbits(allowed, bitorder="little")
+        """The best k of the `n_allowed` rows set in `bits` (packed, little-endian) by FAISS's
+        scan of every row (a bitmap selector: a row not allowed is never scored); with `ties`,
+        one past the k-th, widened while it ties, so that the caller's tiebreak, not FAISS,
+        picks among rows tied with the k-th."""
         params: Any = faiss.SearchParameters()
         params.sel = faiss.IDSelectorBitmap(self.size, faiss.swig_ptr(bits))  # in the form faiss's stubs declare
         want = min(n_allowed, k + 1) if ties else k
@@ -227,7 +228,7 @@ class DenseIndex:
                 return found, cosines
             want = min(n_allowed, 2 * want)
 
-    def _plan(self, allowed: np.ndarray) -> tuple[list[Walk], np.ndarray]:
+    def _plan(self, allowed: np.ndarray) -> tuple[list[Walk], np.ndarray, np.ndarray | None]:
         """The walks and the exact scan for a mask: reading a million-row mask at each graph's
         rows costs milliseconds, so it is kept while the mask lives (the access layer caches
         one read-only mask per scope and filters; a view of one, as a segment's share, counts)."""
@@ -239,7 +240,7 @@ class DenseIndex:
         if cacheable:
             hit = self._plans.get(key)
             if hit is not None and hit.owner() is owner:
-                return hit.walks, hit.pile
+                return hit.walks, hit.pile, hit.pile_bits
         local = allowed[self._perm]
         counts: Any = np.add.reduceat(local, self._starts, dtype=np.int64) if len(local) else []
         scanned = [np.flatnonzero(allowed & self._outside)]
@@ -253,10 +254,20 @@ class DenseIndex:
             else:
                 walks.append((g, None if count == len(g.rows) else np.packbits(mask, bitorder="little"), int(count)))
         pile = np.concatenate(scanned)
+        pile_bits = self._pile_bits(pile)
         if cacheable:
-            nbytes = pile.nbytes + sum(0 if bits is None else bits.nbytes for _, bits, _ in walks)
-            self._plans.put(key, _Plan(weakref.ref(owner), walks, pile, nbytes))
-        return walks, pile
+            nbytes = sum(0 if bits is None else bits.nbytes for bits in [pile, pile_bits, *(w[1] for w in walks)])
+            self._plans.put(key, _Plan(weakref.ref(owner), walks, pile, pile_bits, nbytes))
+        return walks, pile, pile_bits
+
+    def _pile_bits(self, pile: np.ndarray) -> np.ndarray | None:
+        """The pile as packed bits when FAISS's own scan should read it (past PILE_SCAN_SHARE
+        of the index, gathering that many codes in numpy is slower), else None."""
+        if len(pile) <= PILE_SCAN_SHARE * self.size:
+            return None
+        outside = np.zeros(self.size, dtype=bool)
+        outside[pile] = True
+        return np.packbits(outside, bitorder="little")
 
     def _exact(self, query: np.ndarray, rows: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
         """The best k of `rows` by an exact scan of their stored codes (or floats): costs what

@@ -74,20 +74,23 @@ class ExactQuery:
 
     phrases: tuple[str, ...]
     patterns: tuple[str, ...]
-    regex: bool = False
     identifiers: tuple[str, ...] = ()
+
+    @property
+    def regex(self) -> bool:
+        return bool(self.patterns)
 
 
 def exact_query(query: str) -> ExactQuery:
     """`/regex/` is a regular expression; else quoted phrases and identifiers; else the whole text."""
     q = query.strip()
     if len(q) > 2 and q.startswith("/") and q.endswith("/") and q.count("/") >= 2 and not _IDENTIFIER.fullmatch(q):
-        return ExactQuery((), (q[1:-1],), regex=True)
+        return ExactQuery((), (q[1:-1],))
     phrases = quoted_phrases(q)
     idents = identifiers(q)
     if not phrases and not idents:
         return ExactQuery((" ".join(q.split()),), ())
-    return ExactQuery(tuple(phrases), (), identifiers=tuple(idents))
+    return ExactQuery(tuple(phrases), (), tuple(idents))
 
 
 @dataclass(frozen=True)
