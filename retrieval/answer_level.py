@@ -156,7 +156,7 @@ class AnswerGrader:
         hits, question = evidence.hits, evidence.question
         top = list(hits[: self.cheap.link_passages])
         verdict = grade(question, evidence.constraints, hits, self.cheap, evidence.today, rows_sql=evidence.rows_sql,
-                        linked=lambda: evidence.linked(top),
+                        linked=lambda: evidence.linked(top), rescore=evidence.rescore,
                         decide=lambda score, _: self.verdict(score, lambda: self.answer_probabilities(question, hits)))
         used = verdict.features.get("answer_model")
         if used is None:

@@ -26,6 +26,14 @@ evidence points at it), never a reason to call the set insufficient.
 - literal_share: the share of the question's content terms that sit in its identifiers and
   quoted phrases (when those are met, a question that is mostly an identifier is answered
   by the passages that carry it).
+
+Every signal above is a maximum over single passages, so a set that answers a multi-part
+question one part per passage ("Alice led a sev1 on 13 June 2024. In the release that fixed
+it, at what queue depth ...?") looks weak: no passage holds most of it. Where the whole
+question falls short, a question of several parts (retrieval/parts.py) is also judged part by
+part against the same set, each part scored exactly as a question of its own, and the set
+scores what its weakest part scores (every part must be answered); the grade keeps the
+better of the two. A question of one part is judged as before.
 """
 
 from __future__ import annotations
@@ -40,6 +48,7 @@ from typing import Any, Callable, Literal, Mapping, Sequence
 from retrieval.calibration import Calibration
 from retrieval.constraints import Constraints, literal_share
 from retrieval.dates import dates_in
+from retrieval.parts import question_parts
 from retrieval.text import normalize, term_set
 from retrieval.types import Hit
 
@@ -49,6 +58,8 @@ Reason = Literal["no_authorized_evidence", "constraint_unmet", "insufficient_evi
 # (cheap score, its features) -> (sufficient, p_sufficient, more features): a relevance decision
 # other than the threshold on the cheap score (an answer-level model's, retrieval/answer_level.py)
 Decide = Callable[[float, Mapping[str, float]], tuple[bool, float, Mapping[str, float]]]
+# a text -> the same hits with their signals computed against that text (a part of the question)
+Rescore = Callable[[str], Sequence[Hit]]
 
 
 @dataclass(frozen=True)
@@ -181,15 +192,26 @@ def pending_links(hits: Sequence[Hit], linked: Sequence[tuple[str, float, bool]]
     return [d for d, q in pending if q], [d for d, q in pending if not q]
 
 
+def part_score(question: str, constraints: Constraints, rescore: Rescore, config: GraderConfig) -> tuple[float, int]:
+    """(the score of the weakest part, number of parts) of a multi-part question judged
+    against one set; (0.0, 0) for a question of one part."""
+    parts = question_parts(question)
+    if not parts:
+        return 0.0, 0
+    return min(relevance(evidence_features(p, rescore(p), constraints), config) for p in parts), len(parts)
+
+
 def grade(question: str, constraints: Constraints, hits: Sequence[Hit], config: GraderConfig, today: date,
           rows_sql: str | None = None, linked: Callable[[], Sequence[tuple[str, float, bool]]] = tuple,
-          decide: Decide | None = None) -> Grade:
+          decide: Decide | None = None, rescore: Rescore | None = None) -> Grade:
     """Verdict on one evidence set. Rows from a confident SQL translation (`rows_sql` is its
     statement) are relevant by construction: only their presence and the constraints are
     checked, against the rows and the statement (which carries the date predicates).
     `linked()` gives the documents the set points to; it is asked only of a set that passes
     everything else. `decide` replaces the threshold on the cheap score (it sees that score
-    and its features); unmet constraints and named documents stay hard either way."""
+    and its features); unmet constraints and named documents stay hard either way.
+    `rescore` lets a multi-part question be judged part by part (module docstring); it is
+    called only when the whole question falls short."""
     if not hits:
         return Grade(False, "no_authorized_evidence", tuple(constraints.labels()), p_sufficient=0.0)
     if rows_sql is not None:
@@ -201,6 +223,11 @@ def grade(question: str, constraints: Constraints, hits: Sequence[Hit], config: 
     score = relevance(feats, config)
     if missing:
         return Grade(False, "constraint_unmet", tuple(missing), score, feats, p_sufficient=0.0)
+    if rescore is not None and score < config.threshold:
+        parts, n = part_score(question, constraints, rescore, config)
+        if n:
+            feats = {**feats, "parts": float(n), "part_min": parts}
+            score = max(score, parts)
     if decide is None:
         sufficient, p = score >= config.threshold, config.calibration(score)
     else:

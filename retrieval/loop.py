@@ -209,12 +209,15 @@ def run_loop(question: str, principal: Principal, budget: Budget, deps: LoopDeps
             evidence = _evidence(plan, hits, previous, budget.k)
             if rows is None and not plan.merge_previous:
                 evidence = dated_first(evidence, constraints.dates)
+            rescore = None
             if rows is None:
+                rescore = _rescorer(deps, evidence, principal)
                 evidence = deps.signals.annotate(question, evidence, principal)
             follow = rows is None and not plan.merge_previous
             verdict = policy.grader.grade(Evidence(
                 question, constraints, evidence, today, rows_sql=rows.sql if rows is not None else None,
-                linked=(lambda top: deps.linker.linked_docs(top, question, principal)) if follow else (lambda top: ())))
+                linked=(lambda top: deps.linker.linked_docs(top, question, principal)) if follow else (lambda top: ()),
+                rescore=rescore))
             hits = evidence
         attempts.append(Attempt(len(attempts) + 1, plan, tuple(hits), verdict, (clock() - t0) * 1000, error, rows))
         history.append(Tried(plan, tuple(hits), verdict))
@@ -234,6 +237,11 @@ def run_loop(question: str, principal: Principal, budget: Budget, deps: LoopDeps
 
     elapsed = (clock() - started) * 1000
     return _result(question, constraints, decision, attempts, stop, elapsed, elapsed - in_calls * 1000, trace_id)
+
+
+def _rescorer(deps: LoopDeps, hits: Sequence[Hit], principal: Principal) -> Callable[[str], Sequence[Hit]]:
+    """The set scored against another text (a part of the question), for the grader."""
+    return lambda text: deps.signals.annotate(text, hits, principal, fresh=True)
 
 
 def _wait(deps: LoopDeps, future: Future[Any], timeout_s: float, what: str, trace_id: str) -> tuple[Any, str | None]:

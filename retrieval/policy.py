@@ -44,6 +44,8 @@ class Evidence:
     today: date
     rows_sql: str | None = None  # the statement, when the hits are rows of a confident translation
     linked: Callable[[Sequence[Hit]], Sequence[LinkedDoc]] = lambda hits: ()  # documents the passages name
+    # the same hits with their signals computed against another text (a part of the question); None: not offered
+    rescore: Callable[[str], Sequence[Hit]] | None = None
 
 
 @runtime_checkable
@@ -107,7 +109,7 @@ class SignalGrader:
     def grade(self, evidence: Evidence) -> Grade:
         top = list(evidence.hits[: self.config.link_passages])
         return grade(evidence.question, evidence.constraints, evidence.hits, self.config, evidence.today,
-                     rows_sql=evidence.rows_sql, linked=lambda: evidence.linked(top))
+                     rows_sql=evidence.rows_sql, linked=lambda: evidence.linked(top), rescore=evidence.rescore)
 
 
 class StrategyRewriter:

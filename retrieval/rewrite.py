@@ -26,13 +26,13 @@ filters) key must not have been tried.
 
 from __future__ import annotations
 
-import re
 from collections import Counter
 from dataclasses import dataclass, field, replace
 from typing import Callable, Iterator, Sequence
 
 from retrieval.constraints import Constraints, is_lookup, missing_from_queries
 from retrieval.grader import Grade
+from retrieval.parts import split_question
 from retrieval.registry import FUSES, ROW_ROUTES, TEXT_ROUTES, TOPIC_ROUTES
 from retrieval.router import RouteDecision
 from retrieval.text import STOPWORDS, content_terms, normalize, stem, term_set
@@ -181,42 +181,6 @@ def _date_filter(ctx: RewriteContext, history: Sequence[Tried], last: Tried | No
     filters = replace(base, date_from=start, date_to=end)
     route = last.plan.route if last and last.plan.route in TEXT_ROUTES else "hybrid"
     yield Plan("date_filter", route, (ctx.question,), filters, reason="documents dated inside the question's range")
-
-
-_LAST_ALTERNATIVE = re.compile(r"^(?P<head>.+)\s+(?:or|and|vs\.?|versus)\s+(?P<b>[^,?]+?)\s*\??$", re.I)
-_COMPARE = re.compile(r"\b(compare|compared|difference between|which|who|whose|both|either)\b", re.I)
-_ITEM_START = re.compile(r".*(?:[,:;]\s*|\bbetween\s+)", re.I | re.S)  # what precedes the first item, when marked
-_FILLER = {"which", "who", "whose", "compare", "between"}
-
-
-def split_question(question: str) -> tuple[str, ...]:
-    """Sub-queries of a comparison or conjunction; () when the question is not multi-part."""
-    q = question.strip()
-    halves = re.split(r"\s+and\s+", q, maxsplit=1, flags=re.I)
-    if len(halves) == 2 and q.count("?") <= 1:
-        left, right = halves
-        if (len(content_terms(left)) >= 3 and len(content_terms(right)) >= 3
-                and re.match(r"(who|what|which|when|where|why|how|is|are|was|did|does)\b", right, re.I)):
-            return (left.rstrip(" ,"), right)
-    if not _COMPARE.search(q):
-        return ()
-    m = _LAST_ALTERNATIVE.match(q)
-    if not m:
-        return ()
-    head, b = m.group("head").strip(), m.group("b").strip()
-    marked = _ITEM_START.match(head)
-    if marked:  # "..., X or Y", "...: X or Y", "... between X and Y": the first item starts after the mark
-        base, a = head[: marked.end()], head[marked.end():]
-    else:  # unmarked: the first item is as long as the second ("compare the night shift and the day shift")
-        words = head.split()
-        base, a = " ".join(words[: -len(b.split())]), " ".join(words[-len(b.split()):])
-    a = a.strip()
-    if not a or not b or len(a.split()) > 8 or len(b.split()) > 8:
-        return ()
-    # the shared part word by word as written (an identifier such as 3.1.2 stays whole), without filler
-    shared = [w.strip(",:;?") for w in base.split()]
-    base_terms = " ".join(w for w in shared if w and w.lower() not in _FILLER)
-    return (f"{a} {base_terms}".strip(), f"{b} {base_terms}".strip())
 
 
 def _decompose(ctx: RewriteContext, history: Sequence[Tried], last: Tried | None) -> Iterator[Plan]:

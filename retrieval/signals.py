@@ -75,12 +75,13 @@ class HitScorer:
         read: a routing signal that no forbidden chunk can move."""
         return self._bm25.term_stats(question, self._chunks.mask(principal, Filters()))
 
-    def annotate(self, question: str, hits: Sequence[Hit], principal: Principal) -> list[Hit]:
+    def annotate(self, question: str, hits: Sequence[Hit], principal: Principal, fresh: bool = False) -> list[Hit]:
         """Add the `bm25` and `dense` scores, `qcov` (the idf-weighted share of the question's
         terms the passage contains), `tcov` (the plain share), and the mean and standard
         deviation of the question's cosine over all readable chunks (`bg_mean`, `bg_sd`) to
         each chunk hit. Statistics are ACL-scoped as in retrieval; term presence comes from
-        the BM25 postings."""
+        the BM25 postings. A retriever's own `bm25` / `dense` score is kept unless `fresh`
+        (the hits are scored against a text other than the query that found them)."""
         rows = [self._chunks.row_of(h.chunk_id) for h in hits]
         todo = [i for i, r in enumerate(rows) if r is not None]
         if not todo:
@@ -96,7 +97,7 @@ class HitScorer:
         out = list(hits)
         for j, i in enumerate(todo):
             h = out[i]
-            signals = dict(h.signals)
+            signals = {} if fresh else dict(h.signals)
             signals.setdefault("bm25", float(bm25[j]))
             signals.setdefault("dense", float(dense[j]))
             signals["qcov"] = float(qcov[j])

@@ -122,6 +122,60 @@ def test_an_unmet_constraint_is_reported_before_low_relevance():
     assert g.reason == "constraint_unmet"
 
 
+# -- multi-part questions: each part judged against the set ---------------------------------
+
+TWO_PARTS = ("The badge reader at the east entrance stopped accepting staff cards. "
+             "Per the visitor policy, when do visiting hours end?")
+WEAK = (("bm25", 1.0), ("dense", 0.2), ("qcov", 0.2), ("tcov", 0.2))
+
+
+class Rescorer:
+    """Signals of the set against each part, as the loop's HitScorer gives them; records
+    what it was asked."""
+
+    def __init__(self, by_part: dict[str, tuple[tuple[str, float], ...]]) -> None:
+        self.by_part = by_part
+        self.asked: list[str] = []
+
+    def __call__(self, part: str) -> list[Hit]:
+        self.asked.append(part)
+        signals = next(v for k, v in self.by_part.items() if k in part)
+        return [hit(0, "The badge reader was reset.", signals), hit(1, "Visiting hours end at 8 pm.", signals)]
+
+
+def test_a_multi_part_question_whose_every_part_the_set_answers_is_sufficient():
+    hits = [hit(0, "The badge reader was reset.", WEAK), hit(1, "Visiting hours end at 8 pm.", WEAK)]
+    assert not graded(TWO_PARTS, hits).sufficient  # judged whole, no passage holds most of it
+    rescore = Rescorer({"badge reader": STRONG, "visitor policy": STRONG, "visiting hours": STRONG})
+    g = graded(TWO_PARTS, hits, rescore=rescore)
+    assert g.sufficient and g.score >= CONFIG.threshold
+    assert g.features["parts"] == 3 and g.features["part_min"] == g.score
+    assert rescore.asked == ["The badge reader at the east entrance stopped accepting staff cards.",
+                             "Per the visitor policy", "when do visiting hours end?"]
+
+
+def test_a_multi_part_question_is_only_as_answered_as_its_weakest_part():
+    hits = [hit(0, "The badge reader was reset.", WEAK), hit(1, "Visiting hours end at 8 pm.", WEAK)]
+    whole = graded(TWO_PARTS, hits)
+    g = graded(TWO_PARTS, hits, rescore=Rescorer({"badge reader": STRONG, "visitor policy": STRONG,
+                                                   "visiting hours": WEAK}))
+    assert (g.sufficient, g.reason, g.missing) == (False, "insufficient_evidence", ("relevance",))
+    assert g.features["part_min"] < CONFIG.threshold
+    assert g.score == max(whole.score, g.features["part_min"])
+
+
+def test_parts_are_not_scored_when_the_whole_question_passes_or_has_one_part_or_a_constraint_is_unmet():
+    rescore = Rescorer({"": STRONG})
+    assert graded(TWO_PARTS, [hit(0, "The badge reader was reset; visiting hours end at 8 pm.")], rescore=rescore).sufficient
+    g = graded("Why did the ledger outage take four hours?", [hit(0, "The cafeteria opens at noon.", WEAK)],
+               rescore=rescore)
+    assert not g.sufficient and "parts" not in g.features
+    g = graded("Which release fixed INC-2041? Per the visitor policy, when do visiting hours end?",
+               [hit(0, "Visiting hours end at 8 pm.", WEAK)], rescore=rescore)
+    assert g.reason == "constraint_unmet"
+    assert rescore.asked == []
+
+
 def test_rows_of_a_confident_translation_are_sufficient_whatever_their_signals():
     question = "How many incidents did LEDGER_DB have in March 2025?"
     sql = ("SELECT count(*) FROM incidents WHERE service = 'LEDGER_DB' "

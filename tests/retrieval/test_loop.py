@@ -392,3 +392,23 @@ def test_an_unexpected_retriever_exception_is_logged_with_the_trace_id(engine, c
     assert result.attempts[0].error == "retrieval_unavailable"
     logged = [r for r in caplog.records if result.trace_id in r.getMessage()]
     assert logged and "index file vanished" in (logged[0].exc_text or "")
+
+
+def test_each_part_of_a_multi_part_question_is_judged_against_the_set_with_signals_for_that_part(trial_engine):
+    """With a threshold no whole question reaches, the parts decide: a set that holds a passage
+    for every part scores far above one that has nothing for its second part."""
+    deps = deps_with(trial_engine, grader=GraderConfig(threshold=0.99))
+    badge = "The badge reader at the east entrance stopped accepting staff cards."
+    answered = run_loop(f"{badge} Per the visitor policy, when do visiting hours end?", Principal("erin"),
+                        Budget(max_attempts=1, k=4), deps)
+    unanswered = run_loop(f"{badge} What brand of coffee machine does the cafeteria use?", Principal("erin"),
+                          Budget(max_attempts=1, k=4), deps)
+    (a,), (b,) = answered.attempts, unanswered.attempts
+    assert {"hit-1050", "policy-visitors"} <= {h.doc_id for h in a.hits}
+    assert a.grade.features["parts"] == 3 and b.grade.features["parts"] == 2
+    assert a.grade.features["part_min"] > b.grade.features["part_min"] + 0.3
+    # each part is scored with its own signals: the cafeteria part's are not the whole question's
+    scorer = trial_engine.deps.signals
+    part = scorer.annotate("What brand of coffee machine does the cafeteria use?", b.hits, Principal("erin"), fresh=True)
+    whole = scorer.annotate(unanswered.question, b.hits, Principal("erin"))
+    assert all(dict(p.signals)["dense"] < dict(w.signals)["dense"] for p, w in zip(part, whole, strict=True))
