@@ -73,6 +73,7 @@ def test_graphs_return_min_k_allowed_rows_for_any_scope_and_match_the_exact_scan
         "every class": np.ones(6000, bool),
         "one class": classes == 0,
         "two classes and the graphless one": np.isin(classes, [1, 2, 3]),
+        "every class with a graph (the whole graph)": classes < 3,
         "half of a class (a filter)": (classes == 0) & (rng.random(6000) < 0.5),
         "a few rows of a class, scanned": (classes == 1) & (rng.random(6000) < 0.05),
         "2 rows": np.isin(np.arange(6000), [17, 4000]),
@@ -170,3 +171,28 @@ def test_graphs_that_do_not_match_the_scan_are_refused(tmp_path, monkeypatch):
     with pytest.raises(SnapshotError):
         DenseIndex.load(tmp_path / "d.faiss")
     assert DenseIndex.load(tmp_path / "d.faiss", graphs=False).size == 400
+
+
+def test_only_a_caller_who_reads_every_class_graph_whole_walks_the_whole_graph(tmp_path, monkeypatch):
+    _narrow_walks(monkeypatch, exact_below=100, ef=16)
+    vectors = _clustered(2000, 32, 11)
+    classes = np.arange(2000) % 4  # four classes of 500 rows, each with a graph
+    index = DenseIndex.build(vectors, hnsw_from=0, classes=classes)
+    index.save(tmp_path / "w.faiss")
+    loaded = DenseIndex.load(tmp_path / "w.faiss")
+    one_class = DenseIndex.build(vectors, hnsw_from=0, classes=np.zeros(2000, int))  # one graph is already whole
+    assert (index.graphs, one_class.graphs) == (4, 1)
+    every = np.ones(2000, bool)
+    but_one = every.copy()
+    but_one[7] = False  # one row of one class not readable (or filtered out)
+    for ix in (index, loaded):
+        walks, pile, _ = ix._plan(every)
+        assert [len(w[0].rows) for w in walks] == [2000] and len(pile) == 0
+        walks, _, _ = ix._plan(but_one)
+        assert sorted(len(w[0].rows) for w in walks) == [500] * 4
+    for q in vectors[:10]:
+        assert np.array_equal(index.top_k(q, every, 10)[0], loaded.top_k(q, every, 10)[0])
+    dead = np.zeros(2000, bool)
+    dead[3] = True
+    walks, _, _ = index.without(dead)._plan(every)  # a stale class graph: the whole graph holds its rows too
+    assert 2000 not in [len(w[0].rows) for w in walks]
