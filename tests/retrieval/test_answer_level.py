@@ -90,6 +90,21 @@ def test_the_cascade_skips_the_model_where_the_cheap_grade_is_sure():
     assert scorer.asked == ["Carrier payouts run weekly."] and unsure.source == "answer"
 
 
+def test_the_cheap_score_the_cascade_reads_is_the_part_by_part_score_of_a_multi_part_question():
+    strong = (("bm25", 12.0), ("dense", 0.82), ("qcov", 0.9), ("tcov", 0.9))
+    question = "The badge reader at the east entrance stopped accepting cards. When do visiting hours end?"
+    hits = [hit(0, "The badge reader was reset."), hit(1, "Visiting hours end at 8 pm.")]
+    cascade = AnswerConfig(passages=2, w_cheap=0.0, w_answer=1.0, skip_below=0.05, skip_above=0.6)
+    scorer = TableScorer({})
+    grader = AnswerGrader(AnswerScores(scorer), GraderConfig(), cascade)
+    whole = grader.grade(evidence(question, hits))
+    assert not whole.sufficient and "parts" not in whole.features
+    by_parts = grader.grade(Evidence(question, extract(question, TODAY), hits, TODAY,
+                                     rescore=lambda part: [hit(0, "The badge reader was reset.", strong),
+                                                           hit(1, "Visiting hours end at 8 pm.", strong)]))
+    assert by_parts.sufficient and by_parts.features["parts"] == 2 and by_parts.source.startswith("answer (cascade")
+
+
 def test_scores_are_cached_per_question_and_the_cache_is_bounded():
     scorer = TableScorer({"x": 0.7})
     scores = AnswerScores(scorer, cache_size=2)
