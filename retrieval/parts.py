@@ -57,6 +57,7 @@ def split_question(question: str) -> tuple[str, ...]:
 
 
 MIN_PART_TERMS = 3  # a part shorter than this is not a question of its own: it stays with its neighbour
+MAX_PARTS = 6  # more than this is a pasted passage, not a question: judged whole (each part costs an embedding)
 _SENTENCE_END = re.compile(r"(?<=[.?!;])\s+(?=[\"'(\[]?[A-Z0-9])")
 # a wh-word within the first three words: "how long ...", "at what ...", "and above how many ..."
 _WH_START = re.compile(r"^(?:[\w'-]+\s+){0,2}?(?:who|whom|whose|what|which|when|where|why|how)\b", re.I)
@@ -91,11 +92,12 @@ def _context_clause(sentence: str) -> tuple[str, ...]:
 def question_parts(question: str) -> tuple[str, ...]:
     """The parts a sufficient set must answer one by one: its sentences, a leading context
     clause apart from the wh-question it leads into, and the items of a comparison or
-    conjunction. () for a question of one part (the usual case), which is judged whole."""
+    conjunction. () for a question of one part (the usual case) or of more than MAX_PARTS,
+    which is judged whole."""
     parts: list[str] = []
     for sentence in _sentences(question):
         for piece in _context_clause(sentence):
             # the comparison rules read one sentence (a merged short one is not: "..., which release and version?")
             items = split_question(piece) if not _SENTENCE_END.search(piece) else ()
             parts.extend(items if items and all(_sized(i) for i in items) else (piece,))
-    return tuple(parts) if len(parts) >= 2 else ()
+    return tuple(parts) if 2 <= len(parts) <= MAX_PARTS else ()

@@ -5,7 +5,7 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from retrieval.parts import question_parts
+from retrieval.parts import MAX_PARTS, question_parts
 from retrieval.text import content_terms
 
 
@@ -39,6 +39,12 @@ def test_a_short_sentence_stays_with_its_neighbour_and_is_not_read_as_a_comparis
     question = ("My notes mention a project whose first phase shipped after the double-assignment incident. "
                 "Which release and version was that?")
     assert question_parts(question) == ()
+
+
+def test_a_pasted_passage_of_many_sentences_is_judged_whole():
+    sentence = "The badge reader at the east entrance stopped accepting staff cards."
+    assert len(question_parts(" ".join([sentence] * MAX_PARTS))) == MAX_PARTS
+    assert question_parts(" ".join([sentence] * (MAX_PARTS + 1))) == ()
 
 
 def test_a_comparison_whose_items_are_too_short_to_stand_alone_stays_whole():
