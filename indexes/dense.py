@@ -116,9 +116,10 @@ class DenseIndex:
 
     @classmethod
     def build(cls, vectors: np.ndarray, sq8_from: int | None = None, hnsw_from: int | None = None,
-              classes: np.ndarray | None = None) -> DenseIndex:
+              classes: np.ndarray | None = None, whole: bool = True) -> DenseIndex:
         """`classes` (one id per row: rows with the same readers share it) partitions the
-        graphs; without it every row is one class (right only when everyone reads every row)."""
+        graphs; without it every row is one class (right only when everyone reads every row).
+        `whole`: the whole graph too, when there are two or more class graphs."""
         vectors = np.ascontiguousarray(vectors, dtype=np.float32)
         index: faiss.Index
         if len(vectors) >= (SQ8_FROM if sq8_from is None else sq8_from):
@@ -138,11 +139,11 @@ class DenseIndex:
             for rows in np.split(order, bounds):
                 if len(rows) > EXACT_BELOW:  # a smaller class is always scanned
                     graphs.append(ClassGraph(rows, _graph(vectors[rows])))
-        whole = None
-        if len(graphs) >= 2:
+        union = None
+        if whole and len(graphs) >= 2:
             rows = np.sort(np.concatenate([g.rows for g in graphs]))
-            whole = ClassGraph(rows, _graph(vectors[rows]))
-        return cls(index, graphs, whole=whole)
+            union = ClassGraph(rows, _graph(vectors[rows]))
+        return cls(index, graphs, whole=union)
 
     @property
     def kind(self) -> str:

@@ -314,8 +314,10 @@ def compact(index_dir: Path, embedder: Any, progress: Any = None, through: int |
         if state.seq <= int(base.manifest.get("wal_seq", 0)):
             return None
         max_chars, default_acl, params = options_of(base)
-        graph_from = (base.manifest.get("options") or {}).get("dense_graph_from", BuildOptions.dense_graph_from)
-        options = BuildOptions(default_acl=default_acl, max_chars=max_chars, bm25=params, dense_graph_from=graph_from)
+        built = base.manifest.get("options") or {}
+        options = BuildOptions(default_acl=default_acl, max_chars=max_chars, bm25=params,
+                               dense_graph_from=built.get("dense_graph_from", BuildOptions.dense_graph_from),
+                               dense_whole_graph=bool(built.get("dense_whole_graph", BuildOptions.dense_whole_graph)))
         return compact_snapshot(index_dir, live_documents(base, state), base.path, embedder, options, state.seq, progress)
     finally:
         base.close()

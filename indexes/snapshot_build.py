@@ -65,6 +65,7 @@ class BuildOptions:
     reuse_from: Path | None = None  # another index directory to reuse vectors from (default: this one)
     answer_model: Path | None = None  # the answer model served beside this index (default: the shipped one)
     dense_graph_from: int | None = 200_000  # chunks from which the dense index has HNSW graphs (None: never)
+    dense_whole_graph: bool = True  # with two or more class graphs, one more over all their rows (indexes/dense.py)
     embed_batch: int = 4096  # texts per embedding batch; each finished batch is journaled (indexes/embed_journal.py)
     document_batch: int = 32_768  # documents an ingest holds in memory at a time (at most BATCH_CHARS of text)
 
@@ -416,8 +417,8 @@ def _build_into(work: Path, name: str, digest: str, documents: Documents, n_docu
     t_embed = time.perf_counter() - t1
 
     t1 = time.perf_counter()
-    DenseIndex.build(vectors, hnsw_from=options.dense_graph_from, classes=np.frombuffer(classes, dtype=np.int32)
-                     ).save(work / "dense.faiss")
+    DenseIndex.build(vectors, hnsw_from=options.dense_graph_from, classes=np.frombuffer(classes, dtype=np.int32),
+                     whole=options.dense_whole_graph).save(work / "dense.faiss")
     t_faiss = time.perf_counter() - t1
 
     t1 = time.perf_counter()
@@ -432,7 +433,7 @@ def _build_into(work: Path, name: str, digest: str, documents: Documents, n_docu
         "tables": {t.name: {"rows": t.rows, "acl": list(t.acl), "row_acl": t.row_acl} for t in infos},
         "content_hash": digest,
         "options": {"default_acl": list(options.default_acl), "max_chars": options.max_chars, "bm25": asdict(options.bm25),
-                    "dense_graph_from": options.dense_graph_from},
+                    "dense_graph_from": options.dense_graph_from, "dense_whole_graph": options.dense_whole_graph},
         "files": _snapshot_files(work),
     }
     manifest["timings_s"] = {

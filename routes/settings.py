@@ -145,6 +145,10 @@ class Settings(BaseSettings):
     dense_graph_from: int = setting(200_000, "Chunks from which the dense index also holds HNSW graphs, one per "
                                     "access class (approximate; a class or scope of at most 10,000 chunks is scanned "
                                     "exactly); 0: never, every query scans (see BENCHMARKS.md, Scale).", "build", ge=0)
+    dense_whole_graph: bool = setting(True, "With two or more class graphs, also one graph over all their rows, "
+                                      "walked once by a caller who reads every class graph whole (an administrator) "
+                                      "instead of once per class; costs as much graph memory and build time again.",
+                                      "build")
     bm25_method: Literal["lucene", "robertson"] = setting("lucene", "BM25 variant (idf): lucene, or robertson as "
                                                           "rank-bm25's BM25Okapi.", "build")
     bm25_k1: float = setting(1.5, "BM25 term-frequency saturation k1.", "build", ge=0)
@@ -313,7 +317,8 @@ class Settings(BaseSettings):
                           stopwords=self.bm25_stopwords)
         return BuildOptions(default_acl=default_acl, max_chars=self.chunk_max_chars, bm25=bm25,
                             reuse_embeddings=self.reuse_embeddings, answer_model=self.answer_model_path,
-                            dense_graph_from=self.dense_graph_from or None, embed_batch=self.ingest_journal_batch)
+                            dense_graph_from=self.dense_graph_from or None, dense_whole_graph=self.dense_whole_graph,
+                            embed_batch=self.ingest_journal_batch)
 
     def embedder(self) -> Any:
         """The embedder these settings describe (model folder, query runtime, batch, cache)."""

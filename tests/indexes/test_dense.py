@@ -196,3 +196,6 @@ def test_only_a_caller_who_reads_every_class_graph_whole_walks_the_whole_graph(t
     dead[3] = True
     walks, _, _ = index.without(dead)._plan(every)  # a stale class graph: the whole graph holds its rows too
     assert 2000 not in [len(w[0].rows) for w in walks]
+    without_whole = DenseIndex.build(vectors, hnsw_from=0, classes=classes, whole=False)  # dense_whole_graph off
+    walks, _, _ = without_whole._plan(every)
+    assert sorted(len(w[0].rows) for w in walks) == [500] * 4

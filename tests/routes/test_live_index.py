@@ -154,6 +154,33 @@ def test_random_writes_and_compactions_rank_like_a_full_rebuild(tmp_path, embedd
         rebuilt.close()
 
 
+@pytest.mark.parametrize("whole", [True, False])
+def test_a_compaction_keeps_the_whole_dense_graph_setting_of_the_build(tmp_path, embedder, monkeypatch, whole):
+    monkeypatch.setattr(dense_module, "EXACT_BELOW", 2)
+    rng = random.Random(7)
+    corpus = {f"d{i:02d}": {**_record(rng, f"d{i:02d}"), "acl": ACLS[i % 2]} for i in range(16)}  # two classes
+    src = tmp_path / "base.jsonl"
+    src.write_text("".join(json.dumps(r) + "\n" for r in corpus.values()))
+    index = tmp_path / "ix"
+    build_snapshot([src], index, embedder, BuildOptions(dense_graph_from=1, dense_whole_graph=whole))
+    generations = Generations(open_engine(index, embedder, plugins=False), owned=True)
+    writer = Writer(index, generations)
+    try:
+        assert writer.write([Put(_doc(_record(rng, "fresh")), "test")], None)["status"] == "applied"
+        assert writer.compact(embedder)["status"] == "compacted"
+    finally:
+        writer.close()
+        generations.close()
+    reopened = open_engine(index, embedder, plugins=False)
+    try:
+        dense = reopened.snapshot.dense
+        dense = getattr(dense, "parts", [dense])[0]
+        assert reopened.snapshot.manifest["options"]["dense_whole_graph"] is whole
+        assert dense.graphs == 2 and (dense._whole is not None) is whole
+    finally:
+        reopened.close()
+
+
 def test_a_write_checks_the_whole_batch_and_applies_nothing_on_a_bad_change(tmp_path, embedder):
     rng = random.Random(5)
     corpus = {f"d{i}": _record(rng, f"d{i}") for i in range(6)}

@@ -236,3 +236,9 @@ def test_the_judge_grader_takes_its_endpoint_model_and_key_from_quarry_variables
                        "QUARRY_JUDGE_MODEL": "stand-in", "QUARRY_JUDGE_MAX_PASSAGES": "2", "QUARRY_JUDGE_API_KEY": "k"})
     grader = load_policy(s, demo_engine, demo_engine.deps.policy).grader
     assert grader.config == JudgeConfig("http://127.0.0.1:9/v1", "stand-in", 5.0, 2, "k")
+
+
+def test_the_whole_dense_graph_is_a_build_setting(monkeypatch):
+    monkeypatch.setenv("QUARRY_DENSE_WHOLE_GRAPH", "false")
+    assert Settings.load().build_options(()).dense_whole_graph is False
+    assert Settings().build_options(()).dense_whole_graph is True
