@@ -147,7 +147,8 @@ class Settings(BaseSettings):
                                     "exactly); 0: never, every query scans (see BENCHMARKS.md, Scale).", "build", ge=0)
     dense_whole_graph: bool = setting(True, "With two or more class graphs, also one graph over all their rows, "
                                       "walked once by a caller who reads every class graph whole (an administrator) "
-                                      "instead of once per class; costs as much graph memory and build time again.",
+                                      "instead of once per class; costs as much graph memory again and several "
+                                      "times the graphs' build time.",
                                       "build")
     bm25_method: Literal["lucene", "robertson"] = setting("lucene", "BM25 variant (idf): lucene, or robertson as "
                                                           "rank-bm25's BM25Okapi.", "build")
