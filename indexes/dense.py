@@ -185,8 +185,8 @@ class DenseIndex:
             with np.load(graphs_path(path)) as stored:
                 def read(key: str) -> ClassGraph:
                     return ClassGraph(stored[f"rows{key}"].astype(np.int64), faiss.deserialize_index(stored[f"graph{key}"]))
-                parts = [read(str(i)) for i in range(sum(1 for f in stored.files if f[4:].isdigit() and f.startswith("rows")))]
                 whole = read("whole") if "rowswhole" in stored.files else None
+                parts = [read(str(i)) for i in range(len(stored.files) // 2 - (whole is not None))]
         return cls(faiss.read_index(str(path)), parts, whole=whole)
 
     def vectors(self, rows: np.ndarray) -> np.ndarray:
@@ -264,20 +264,20 @@ class DenseIndex:
             if hit is not None and hit.owner() is owner:
                 return hit.walks, hit.pile, hit.pile_bits
         local = allowed[self._perm]
-        counts: Any = np.add.reduceat(local, self._starts, dtype=np.int64) if len(local) else []
         scanned = [np.flatnonzero(allowed & self._outside)]
         walks: list[Walk] = []
-        whole = self._whole if len(local) and local.all() else None  # a caller who reads every class graph whole
-        if whole is not None:
-            walks.append((whole, None, len(local)))
-        for g, start, count, stale in zip(self._graphs, self._starts, counts, self._stale, strict=True):
-            if count == 0 or whole is not None:
-                continue
-            mask = local[start : start + len(g.rows)]
-            if count <= EXACT_BELOW or stale:
-                scanned.append(g.rows[mask])
-            else:
-                walks.append((g, None if count == len(g.rows) else np.packbits(mask, bitorder="little"), int(count)))
+        if self._whole is not None and local.all():  # a caller who reads every class graph whole: one walk
+            walks.append((self._whole, None, len(local)))
+        elif len(local):
+            counts = np.add.reduceat(local, self._starts, dtype=np.int64)
+            for g, start, count, stale in zip(self._graphs, self._starts, counts, self._stale, strict=True):
+                if count == 0:
+                    continue
+                mask = local[start : start + len(g.rows)]
+                if count <= EXACT_BELOW or stale:
+                    scanned.append(g.rows[mask])
+                else:
+                    walks.append((g, None if count == len(g.rows) else np.packbits(mask, bitorder="little"), int(count)))
         pile = np.concatenate(scanned)
         pile_bits = self._pile_bits(pile)
         if cacheable:

@@ -20,10 +20,15 @@ import re
 
 from retrieval.text import content_terms
 
+MIN_PART_TERMS = 3  # a part shorter than this is not a question of its own: it stays with its neighbour
 _LAST_ALTERNATIVE = re.compile(r"^(?P<head>.+)\s+(?:or|and|vs\.?|versus)\s+(?P<b>[^,?]+?)\s*\??$", re.I)
 _COMPARE = re.compile(r"\b(compare|compared|difference between|which|who|whose|both|either)\b", re.I)
 _ITEM_START = re.compile(r".*(?:[,:;]\s*|\bbetween\s+)", re.I | re.S)  # what precedes the first item, when marked
 _FILLER = {"which", "who", "whose", "compare", "between"}
+
+
+def _sized(text: str) -> bool:
+    return len(content_terms(text)) >= MIN_PART_TERMS
 
 
 def split_question(question: str) -> tuple[str, ...]:
@@ -32,7 +37,7 @@ def split_question(question: str) -> tuple[str, ...]:
     halves = re.split(r"\s+and\s+", q, maxsplit=1, flags=re.I)
     if len(halves) == 2 and q.count("?") <= 1:
         left, right = halves
-        if (len(content_terms(left)) >= 3 and len(content_terms(right)) >= 3
+        if (_sized(left) and _sized(right)
                 and re.match(r"(who|what|which|when|where|why|how|is|are|was|did|does)\b", right, re.I)):
             return (left.rstrip(" ,"), right)
     if not _COMPARE.search(q):
@@ -56,15 +61,10 @@ def split_question(question: str) -> tuple[str, ...]:
     return (f"{a} {base_terms}".strip(), f"{b} {base_terms}".strip())
 
 
-MIN_PART_TERMS = 3  # a part shorter than this is not a question of its own: it stays with its neighbour
 MAX_PARTS = 6  # more than this is a pasted passage, not a question: judged whole (each part costs an embedding)
 _SENTENCE_END = re.compile(r"(?<=[.?!;])\s+(?=[\"'(\[]?[A-Z0-9])")
 # a wh-word within the first three words: "how long ...", "at what ...", "and above how many ..."
 _WH_START = re.compile(r"^(?:[\w'-]+\s+){0,2}?(?:who|whom|whose|what|which|when|where|why|how)\b", re.I)
-
-
-def _sized(text: str) -> bool:
-    return len(content_terms(text)) >= MIN_PART_TERMS
 
 
 def _sentences(question: str) -> list[str]:
