@@ -211,9 +211,11 @@ def _expand(ctx: RewriteContext, history: Sequence[Tried], last: Tried | None) -
     if not last or not last.hits:
         return
     q_terms = {stem(t) for t in content_terms(ctx.question)}
+    # Counted in reading order (not over a set, whose order follows PYTHONHASHSEED), so that
+    # terms tied in count are taken in the order the top passages hold them, in every process.
     counts: Counter[str] = Counter()
     for h in last.hits[:3]:
-        for t in set(content_terms(h.text)):
+        for t in dict.fromkeys(content_terms(h.text)):
             if stem(t) not in q_terms and not t.isdigit() and len(t) > 3 and t not in STOPWORDS:
                 counts[t] += 1
     extra = [t for t, n in counts.most_common(5) if n >= 2]
