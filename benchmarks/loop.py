@@ -34,25 +34,28 @@ from indexes.embedder import Embedder
 from indexes.snapshot import BuildOptions, build_snapshot
 from retrieval.metrics import all_found, doc_ranking, mean, ndcg_at_k, percentile
 from retrieval.types import Filters, Principal
-from routes.engine import open_engine
+from benchmarks.domains import PREVIOUS
+from retrieval.grader import GraderConfig
+from routes.engine import Policies, open_engine
 
 READER = Principal("bench")
 SEED = 13
 
 
-def hotpotqa(embedder: Embedder) -> dict:
+def hotpotqa(embedder: Embedder, grader: GraderConfig | None = None) -> dict:
     root = DATASETS / "hotpotqa"
     index, _ = build_or_reuse("hotpotqa", [root / "corpus.jsonl"], embedder, default_acl=("public",))
-    engine = open_engine(index, embedder)
+    engine = open_engine(index, embedder, policies=None if grader is None else Policies(grader=grader))
     queries, qrels = load_queries(root), load_qrels(root)
     k = 8
-    base_hits, loop_hits, attempts, strategies = 0, 0, [], {}
+    base_hits, loop_hits, complete_gaps, attempts, strategies = 0, 0, 0, [], {}
     for qid, rel in qrels.items():
         single = doc_ranking(engine.retrievers["hybrid"].search(queries[qid], READER, k, Filters()))
         base_hits += all_found(single, rel, k)
         result = engine.query(queries[qid], READER, k=k, max_attempts=3, deadline_ms=5000)
         ranked = doc_ranking(result.context)
-        loop_hits += all_found(ranked, rel, k)
+        loop_hits += all_found(ranked, rel, k)  # both gold paragraphs in the context, whatever the status
+        complete_gaps += all_found(ranked, rel, k) and result.status == "evidence_gap"
         attempts.append(len(result.attempts))
         for a in result.attempts:
             strategies[a.plan.strategy] = strategies.get(a.plan.strategy, 0) + 1
@@ -60,16 +63,18 @@ def hotpotqa(embedder: Embedder) -> dict:
     n = len(qrels)
     out = {"questions": n, "k": k, "single_shot_hybrid_full_support": round(base_hits / n, 4),
            "loop_full_support": round(loop_hits / n, 4), "gain_points": round(100 * (loop_hits - base_hits) / n, 1),
+           "complete_contexts_called_gaps": complete_gaps,
            "mean_attempts": round(mean(attempts), 3), "strategies": strategies}
     print(f"HotpotQA full support @8: single-shot hybrid {out['single_shot_hybrid_full_support']:.3f}, "
-          f"loop {out['loop_full_support']:.3f} ({out['gain_points']:+.1f} points), mean attempts {out['mean_attempts']}")
+          f"loop {out['loop_full_support']:.3f} ({out['gain_points']:+.1f} points), mean attempts {out['mean_attempts']}; "
+          f"contexts holding both gold paragraphs called gaps: {complete_gaps} of {loop_hits}")
     return out
 
 
-def scifact(embedder: Embedder) -> dict:
+def scifact(embedder: Embedder, grader: GraderConfig | None = None) -> dict:
     root = DATASETS / "scifact"
     index, _ = build_or_reuse("scifact", [root / "corpus.jsonl"], embedder, default_acl=("public",))
-    engine = open_engine(index, embedder)
+    engine = open_engine(index, embedder, policies=None if grader is None else Policies(grader=grader))
     queries, qrels = load_queries(root), load_qrels(root, "test")
     k = 10
     base, auto, attempts, one_attempt_ms, hybrid_ms, overhead, routes, strategies = [], [], [], [], [], [], {}, {}
@@ -181,6 +186,8 @@ def scifact_gaps(embedder: Embedder) -> dict:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--only", default="hotpotqa,scifact,demo-gaps,scifact-gaps")
+    ap.add_argument("--previous", action="store_true",
+                    help="also run hotpotqa and scifact with the previous release's grader (benchmarks/domains.py)")
     args = ap.parse_args()
     wanted = set(args.only.split(","))
     embedder = make_embedder().load()
@@ -188,6 +195,9 @@ def main() -> None:
     for name, fn in (("hotpotqa", hotpotqa), ("scifact", scifact), ("demo-gaps", demo_gaps), ("scifact-gaps", scifact_gaps)):  # noqa: E501
         if name in wanted:
             results[name] = fn(embedder)
+            if args.previous and name in ("hotpotqa", "scifact"):
+                print("  (previous grader)")
+                results[f"{name}-previous-grader"] = fn(embedder, PREVIOUS)  # type: ignore[operator]
     everything = {"hotpotqa", "scifact", "demo-gaps", "scifact-gaps"}
     write_json("loop" if wanted == everything else f"loop-{'-'.join(sorted(wanted))}", results)
 

@@ -74,6 +74,7 @@ class Understood:
     inputs: RouteInputs
     decision: RouteDecision
     translation: Translation | None
+    absent: tuple[str, ...] = ()  # names the question gives that no readable chunk holds (entity constraints)
 
 
 @dataclass
@@ -138,7 +139,11 @@ def understand(question: str, principal: Principal, deps: LoopDeps, filters: Fil
     bounds how long a new access scope's table profiles may be waited for (None: as long as
     they take)."""
     today = today or deps.today()
-    constraints = extract(question, today, deps.linker.entities(question, principal))
+    linked = deps.linker.entities(question, principal)
+    # A name no readable chunk holds is a constraint no evidence can meet: the question is about
+    # something the caller's documents never mention. Routing reads the question as before.
+    absent = tuple(deps.signals.absent_names(question, principal, linked))
+    constraints = extract(question, today, linked)
     # Tables answer questions about records, not documents: a call narrowed by document
     # filters (sources, dates, ids) stays on the text routes. A caller who can read no table
     # sees routing exactly as if the index had none.
@@ -150,7 +155,9 @@ def understand(question: str, principal: Principal, deps: LoopDeps, filters: Fil
     if decision.chosen in ROW_ROUTES and translation is None:
         rest = tuple(r for r in decision.ranked if r not in ROW_ROUTES)
         decision = RouteDecision(rest[0], decision.scores, rest, decision.reason)
-    return Understood(constraints, inputs, decision, translation)
+    if absent:
+        constraints = replace(constraints, entities=(*constraints.entities, *absent))
+    return Understood(constraints, inputs, decision, translation, absent)
 
 
 def run_loop(question: str, principal: Principal, budget: Budget, deps: LoopDeps, filters: Filters = Filters(),
@@ -223,6 +230,9 @@ def run_loop(question: str, principal: Principal, budget: Budget, deps: LoopDeps
         history.append(Tried(plan, tuple(hits), verdict))
         if plan.strategy in EXTENSIONS:  # the attempt it extended was sufficient already
             stop = "sufficient"
+            break
+        if verdict is not None and verdict.missing and set(verdict.missing) <= {f"entity:{n}" for n in read.absent}:
+            stop = "no_strategy_left"  # no rewrite finds a name that no readable document holds
             break
         if verdict is not None and verdict.sufficient:
             stop = "sufficient"

@@ -10,6 +10,7 @@ import numpy as np
 
 from retrieval.access import ChunkTable
 from retrieval.lru import Lru
+from retrieval.text import name_words
 from retrieval.types import Filters, Hit, Principal
 
 
@@ -74,6 +75,23 @@ class HitScorer:
         """(terms, known terms, rare terms) of the question over the chunks the principal may
         read: a routing signal that no forbidden chunk can move."""
         return self._bm25.term_stats(question, self._chunks.mask(principal, Filters()))
+
+    def absent_names(self, question: str, principal: Principal, known: Sequence[str] = ()) -> list[str]:
+        """Names the question writes (retrieval/text.py `name_words`) that no chunk the principal
+        may read contains, skipping those inside `known` (entities already linked). A question
+        about a name the readable documents never mention cannot be answered from them. Judged
+        on the readable chunks' terms alone, so a name that only forbidden documents hold is
+        absent, as it would be without them."""
+        names = [n for n in name_words(question) if not any(n.lower() in k.lower() for k in known)]
+        if not names:
+            return []
+        allowed = self._chunks.mask(principal, Filters())
+        out = []
+        for name in names:
+            terms, found, _ = self._bm25.term_stats(name, allowed)
+            if terms and not found:
+                out.append(name)
+        return out
 
     def annotate(self, question: str, hits: Sequence[Hit], principal: Principal, fresh: bool = False) -> list[Hit]:
         """Add the `bm25` and `dense` scores, `qcov` (the idf-weighted share of the question's

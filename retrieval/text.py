@@ -54,3 +54,40 @@ def stem(word: str) -> str:
 def term_set(text: str) -> frozenset[str]:
     """Stemmed content terms, for coverage: which of the question's terms a passage contains."""
     return frozenset(stem(w) for w in content_terms(text))
+
+
+_MONTHS_AND_DAYS = frozenset(
+    """january february march april may june july august september october november december
+    monday tuesday wednesday thursday friday saturday sunday""".split()
+)
+_NAME = re.compile(r"[^\W\d_](?:[^\W\d_]|['’&-](?=[^\W\d_]))*\Z")
+_OPENERS = "\"'“‘([*-•"
+
+
+def name_words(text: str) -> list[str]:
+    """Words the text writes as names: capitalised (or all capitals) where a sentence does not
+    start, letters only, outside quotes, not stopwords, month or day names (those are dates),
+    with a possessive 's dropped; in order, deduplicated. A text in title case or all capitals
+    (its small words capitalised too) names nothing by casing, so it gives none."""
+    unquoted = re.sub(r'"[^"\n]*"|“[^”\n]*”|`[^`\n]*`', " . ", text)
+    tokens = unquoted.split()
+    out: list[str] = []
+    small = small_capitalised = 0
+    for i, raw in enumerate(tokens):
+        word = re.sub(r"['’]s\Z", "", raw.strip(".,;:!?()[]{}\"'“”‘’*"))
+        if not word:
+            continue
+        starts = i == 0 or tokens[i - 1].endswith((".", "?", "!", ":", ";")) or tokens[i - 1][-1] in _OPENERS \
+            or raw[0] in _OPENERS
+        if word.lower() in STOPWORDS:
+            if not starts and word.lower() != "i":
+                small += 1
+                small_capitalised += word[0].isupper()
+            continue
+        if starts or not word[0].isupper() or not _NAME.match(word) or word.lower() in _MONTHS_AND_DAYS \
+                or word.lower().startswith(("i'", "i’")):
+            continue
+        out.append(word)
+    if small and small_capitalised * 2 >= small:
+        return []
+    return list(dict.fromkeys(out))

@@ -117,6 +117,60 @@ def fit_grader(rows: Sequence[Mapping[str, float]], sufficient: Sequence[bool], 
     return GraderFit(config, float(best))
 
 
+# Signals whose scale does not depend on the corpus: shares of the question's terms, overlaps,
+# and cosines in units of the scope's own spread (grader.py). Raw cosines and BM25 magnitudes
+# move with the corpus and the model, so a weight fitted on them does not travel.
+SCALE_FREE_FEATURES = ("z_top", "nqc", "z_spread", "top_coverage", "top_qcov", "agreement", "literal_share")
+
+
+@dataclass(frozen=True)
+class DomainRows:
+    """One labeled domain's first attempts: evidence features and whether each was sufficient."""
+
+    name: str
+    rows: Sequence[Mapping[str, float]]
+    sufficient: Sequence[bool]
+
+
+def fit_domains_grader(domains: Sequence[DomainRows], target_false_gap: float = 0.10,
+                       features: Sequence[str] = SCALE_FREE_FEATURES, c: float = 0.3, seed: int = 0,
+                       base: GraderConfig = GraderConfig()) -> GraderConfig:
+    """A grader meant for corpora it never saw, fitted across several labeled domains.
+
+    Every domain weighs the same however many questions it has (and within a domain both
+    verdicts weigh the same), so no corpus, nor the larger class, sets the fit alone; repeating
+    a domain's rows changes nothing. Logistic regression on `features` standardized with those
+    weights (the scaling folded back into the weights); the threshold is the score below which
+    `target_false_gap` of the sufficient examples fall, weighted the same way; Platt calibration
+    of the score into p_sufficient. Judge it leave-one-domain-out (benchmarks/domains.py):
+    fitted on all domains but one, scored on that one."""
+    from sklearn.linear_model import LogisticRegression
+
+    used = [d for d in domains if len(d.rows)]
+    x = np.array([[r.get(f, 0.0) for f in features] for d in used for r in d.rows], dtype=np.float64)
+    y = np.array([bool(s) for d in used for s in d.sufficient])
+    if not len(y) or y.all() or not y.any():
+        raise ValueError("fitting a grader across domains needs sufficient and insufficient examples")
+    weight = np.concatenate([
+        np.where(suff, 50.0 / max(1, int(suff.sum())), 50.0 / max(1, int((~suff).sum())))
+        for suff in (np.asarray(d.sufficient, dtype=bool) for d in used)])  # 100 per domain, 50 per verdict
+    mean = np.average(x, axis=0, weights=weight)
+    scale = np.sqrt(np.average((x - mean) ** 2, axis=0, weights=weight))
+    scale[scale == 0] = 1.0
+    model = LogisticRegression(C=c, max_iter=5000, random_state=seed).fit((x - mean) / scale, y, sample_weight=weight)
+    w = model.coef_[0] / scale
+    b = float(model.intercept_[0] - np.dot(w, mean))
+    scores = 1.0 / (1.0 + np.exp(-(x @ w + b)))
+    order = np.argsort(scores[y], kind="stable")
+    cumulative = np.cumsum(weight[y][order]) / weight[y].sum()
+    at = min(int(np.searchsorted(cumulative, target_false_gap, side="right")), len(order) - 1)
+    threshold = float(scores[y][order][at])
+    weights = {f: round(float(v), 6) for f, v in zip(features, w, strict=True)}
+    return GraderConfig(bias=round(b, 6), weights=weights, threshold=round(threshold, 6), link_passages=base.link_passages,
+                        source=f"fitted on {len(used)} domains ({', '.join(d.name for d in used)})",
+                        calibration=fit_platt(scores.tolist(), y.tolist()))
+
+
 def cascade_band(cheap_p: Sequence[float], sufficient: Sequence[bool], tolerance: float = 0.02,
                  min_share: float = 0.05, min_examples: int = 20) -> tuple[float, float]:
     """(skip_below, skip_above): the cheap grader's calibrated probabilities outside which

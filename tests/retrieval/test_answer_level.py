@@ -19,6 +19,12 @@ from retrieval.types import Hit, Principal
 TODAY = date(2025, 11, 1)
 WEAK = (("bm25", 1.0), ("dense", 0.35), ("qcov", 0.2), ("tcov", 0.2))  # the cheap grader alone calls this a gap
 READER = Principal("u")
+# The cheap grader these tests combine with the model: fixed here, not the shipped default, so
+# what they show does not move when the default is refitted (raw cosine and BM25 weights, the
+# identity calibration).
+CHEAP = GraderConfig(bias=-3.0, weights={"top_dense": 0.6, "dense_margin": 2.7, "top_coverage": 1.0, "top_bm25": 1.7,
+                                         "qcov_dense": 3.5, "literal_share": 3.0}, threshold=0.55,
+                    calibration=Calibration())
 
 
 class TableScorer:
@@ -46,7 +52,7 @@ CONFIG = AnswerConfig(passages=2, bias=0.0, w_cheap=0.0, w_answer=1.0, calibrati
 
 def test_the_model_turns_a_weak_cheap_score_into_an_answer_and_shows_its_probability():
     scorer = TableScorer({"payouts run on Monday": 0.93})
-    g = AnswerGrader(AnswerScores(scorer), GraderConfig(), CONFIG).grade(evidence(
+    g = AnswerGrader(AnswerScores(scorer), CHEAP, CONFIG).grade(evidence(
         "When do carriers get paid?", [hit(0, "Carrier payouts run on Monday and Friday."), hit(1, "Unrelated.")]))
     assert g.sufficient and g.reason is None and g.source == "answer"
     assert g.p_sufficient == pytest.approx(0.93, abs=1e-6)
@@ -56,7 +62,7 @@ def test_the_model_turns_a_weak_cheap_score_into_an_answer_and_shows_its_probabi
 
 def test_on_topic_passages_the_model_reads_as_not_answering_are_a_gap():
     scorer = TableScorer({})
-    g = AnswerGrader(AnswerScores(scorer), GraderConfig(), CONFIG).grade(evidence(
+    g = AnswerGrader(AnswerScores(scorer), CHEAP, CONFIG).grade(evidence(
         "What is the guest wifi password?", [hit(0, "The office wifi is managed by IT."), hit(1, "Ask IT.")]))
     assert (g.sufficient, g.reason, g.missing) == (False, "insufficient_evidence", ("relevance",))
     assert g.p_sufficient == pytest.approx(0.01)
@@ -65,13 +71,13 @@ def test_on_topic_passages_the_model_reads_as_not_answering_are_a_gap():
 def test_only_the_top_passages_are_read():
     scorer = TableScorer({"answer": 0.99})
     hits = [hit(0, "nothing"), hit(1, "nothing either"), hit(2, "the answer")]
-    g = AnswerGrader(AnswerScores(scorer), GraderConfig(), CONFIG).grade(evidence("a question?", hits))
+    g = AnswerGrader(AnswerScores(scorer), CHEAP, CONFIG).grade(evidence("a question?", hits))
     assert not g.sufficient and scorer.asked == ["nothing", "nothing either"]
 
 
 def test_unmet_constraints_stay_hard_and_the_model_is_not_asked():
     scorer = TableScorer({"Release": 0.99})
-    g = AnswerGrader(AnswerScores(scorer), GraderConfig(), CONFIG).grade(evidence(
+    g = AnswerGrader(AnswerScores(scorer), CHEAP, CONFIG).grade(evidence(
         "Which release fixed INC-2041?", [hit(0, "Release 4.2 fixed the ledger lock timeout.")]))
     assert (g.sufficient, g.reason, g.missing) == (False, "constraint_unmet", ("identifier:INC-2041",))
     assert scorer.asked == [] and g.p_sufficient == 0.0
@@ -81,7 +87,7 @@ def test_the_cascade_skips_the_model_where_the_cheap_grade_is_sure():
     strong = (("bm25", 12.0), ("dense", 0.82), ("qcov", 0.9), ("tcov", 0.9))
     scorer = TableScorer({})
     cascade = AnswerConfig(passages=2, w_cheap=0.0, w_answer=1.0, skip_below=0.05, skip_above=0.6)
-    grader = AnswerGrader(AnswerScores(scorer), GraderConfig(), cascade)
+    grader = AnswerGrader(AnswerScores(scorer), CHEAP, cascade)
     sure = grader.grade(evidence("Why did the ledger outage take four hours?",
                                  [hit(0, "The ledger outage took four hours because the replica lagged.", strong)]))
     assert sure.sufficient and scorer.asked == [] and sure.source.startswith("answer (cascade")
@@ -96,7 +102,7 @@ def test_the_cheap_score_the_cascade_reads_is_the_part_by_part_score_of_a_multi_
     hits = [hit(0, "The badge reader was reset."), hit(1, "Visiting hours end at 8 pm.")]
     cascade = AnswerConfig(passages=2, w_cheap=0.0, w_answer=1.0, skip_below=0.05, skip_above=0.6)
     scorer = TableScorer({})
-    grader = AnswerGrader(AnswerScores(scorer), GraderConfig(), cascade)
+    grader = AnswerGrader(AnswerScores(scorer), CHEAP, cascade)
     whole = grader.grade(evidence(question, hits))
     assert not whole.sufficient and "parts" not in whole.features
     by_parts = grader.grade(Evidence(question, extract(question, TODAY), hits, TODAY,
@@ -138,8 +144,8 @@ class Broken:
 
 def test_a_failing_model_leaves_the_cheap_grade_and_the_retrievers_order():
     hits = [hit(0, "Carrier payouts run weekly."), hit(1, "Unrelated.")]
-    g = AnswerGrader(AnswerScores(Broken()), GraderConfig(), CONFIG).grade(evidence("When do carriers get paid?", hits))
-    assert g.source == "answer (model failed: cheap grade)" and g.sufficient == (g.score >= GraderConfig().threshold)
+    g = AnswerGrader(AnswerScores(Broken()), CHEAP, CONFIG).grade(evidence("When do carriers get paid?", hits))
+    assert g.source == "answer (model failed: cheap grade)" and g.sufficient == (g.score >= CHEAP.threshold)
     assert AnswerReranker(AnswerScores(Broken()), RerankConfig(top_n=5)).rerank("q", hits, READER) == hits
 
 
@@ -198,7 +204,7 @@ def test_with_a_cascade_the_false_gap_target_holds_for_the_whole_decision():
     cheap, answer, y = _examples(11, 600, (0.35, 0.6), (0.3, 0.65), cheap_sd=0.18)
     config = fit_answer_grader(cheap, answer, y, GraderConfig(), target_false_gap=0.05)
     scorer = TableScorer({})
-    grader = AnswerGrader(AnswerScores(scorer), GraderConfig(), config)
+    grader = AnswerGrader(AnswerScores(scorer), CHEAP, config)
     gaps = [not grader.verdict(c, lambda a=a: [a])[0] for c, a in zip(cheap, answer, strict=True)]
     skipped = sum(v[2]["answer_model"] == 0.0 for v in (grader.verdict(c, lambda: [0.5]) for c in cheap))
     assert skipped > 0 and scorer.asked == []  # the band decides some examples without the model

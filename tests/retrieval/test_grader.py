@@ -15,8 +15,9 @@ from retrieval.types import Hit
 
 TODAY = date(2025, 11, 1)
 CONFIG = GraderConfig()
-# Signals of a passage on topic: high cosine, most of the question's terms, a good BM25 score.
-STRONG = (("bm25", 12.0), ("dense", 0.82), ("qcov", 0.9), ("tcov", 0.9))
+# Signals of a passage on topic: a cosine far above the scope's background, most of the
+# question's terms, a good BM25 score.
+STRONG = (("bm25", 12.0), ("dense", 0.82), ("qcov", 0.9), ("tcov", 0.9), ("bg_mean", 0.1), ("bg_sd", 0.1))
 
 
 def hit(n: int, text: str, signals: tuple[tuple[str, float], ...] = STRONG, doc: str | None = None, **kw) -> Hit:

@@ -397,7 +397,9 @@ def test_an_unexpected_retriever_exception_is_logged_with_the_trace_id(engine, c
 def test_each_part_of_a_multi_part_question_is_judged_against_the_set_with_signals_for_that_part(trial_engine):
     """With a threshold no whole question reaches, the parts decide: a set that holds a passage
     for every part scores far above one that has nothing for its second part."""
-    deps = deps_with(trial_engine, grader=GraderConfig(threshold=0.99))
+    raw = GraderConfig(bias=-3.0, weights={"top_dense": 0.6, "dense_margin": 2.7, "top_coverage": 1.0, "top_bm25": 1.7,
+                                           "qcov_dense": 3.5, "literal_share": 3.0}, threshold=0.99)  # reads raw cosines
+    deps = deps_with(trial_engine, grader=raw)
     badge = "The badge reader at the east entrance stopped accepting staff cards."
     answered = run_loop(f"{badge} Per the visitor policy, when do visiting hours end?", Principal("erin"),
                         Budget(max_attempts=1, k=4), deps)

@@ -1,0 +1,70 @@
+"""A question about a name that no document the caller may read mentions ends as a gap at
+once: no evidence can meet it. Judged on the caller's readable chunks alone, so a name only a
+forbidden document holds is absent exactly as it would be without that document."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from retrieval.limits import Limits
+from retrieval.types import Principal
+
+DOCS = [
+    {"id": "hours", "title": "Store hours", "acl": ["public"],
+     "text": "The Kettering Road store opens at 08:00 and closes at 20:00, Monday to Saturday. It is closed on Sundays."},
+    {"id": "returns", "title": "Returns", "acl": ["public"],
+     "text": "Customers may return unused goods within 30 days with a receipt; refunds go back to the card used."},
+    {"id": "parking", "title": "Staff parking", "acl": ["public"],
+     "text": "Staff park in the rear yard of each store; the front car park is for customers."},
+    {"id": "closure", "title": "Closure plan", "acl": ["group:exec"],
+     "text": "The Ravensholt store closes on 31 March 2026. Its opening hours until then stay 09:00 to 18:00."},
+]
+ERIN, EXEC = Principal("erin"), Principal("ada", ("exec",))
+QUESTION = "What are the opening hours of the Ravensholt store?"
+
+
+@pytest.fixture(scope="module")
+def engines(tmp_path_factory, embedder):
+    """The corpus, and the same corpus without the forbidden document."""
+    from indexes.snapshot import build_snapshot
+    from routes.engine import open_engine
+
+    root = tmp_path_factory.mktemp("absent-names")
+    out = {}
+    for name, docs in (("all", DOCS), ("readable", [d for d in DOCS if d["id"] != "closure"])):
+        (root / name).mkdir()
+        (root / name / "docs.jsonl").write_text("\n".join(json.dumps(d) for d in docs))
+        build_snapshot([root / name], root / f"index-{name}", embedder)
+        out[name] = open_engine(root / f"index-{name}", embedder, Limits(default_deadline_ms=30000))
+    yield out
+    for engine in out.values():
+        engine.close()
+
+
+def test_a_name_no_readable_document_holds_is_an_unmet_entity_after_one_attempt(engines):
+    result = engines["all"].query(QUESTION, ERIN)
+    assert result.status == "evidence_gap" and result.gap["reason"] == "constraint_unmet"
+    assert "entity:Ravensholt" in result.gap["missing"] and "Ravensholt" in result.constraints.entities
+    assert len(result.attempts) == 1 and result.stop_reason == "no_strategy_left"
+
+
+def test_a_name_only_a_forbidden_document_holds_changes_nothing_the_caller_sees(engines):
+    def seen(result):
+        return (result.status, result.gap, result.constraints.to_json(), result.stop_reason,
+                [(a.plan.route, a.plan.query_text(), [h.chunk_id for h in a.hits]) for a in result.attempts])
+
+    assert seen(engines["all"].query(QUESTION, ERIN)) == seen(engines["readable"].query(QUESTION, ERIN))
+
+
+def test_a_reader_of_the_document_that_names_it_gets_no_such_constraint(engines):
+    result = engines["all"].query(QUESTION, EXEC)
+    assert "Ravensholt" not in result.constraints.entities
+    assert "closure" in {h.doc_id for h in result.context}
+
+
+def test_names_the_readable_documents_hold_are_not_constraints(engines):
+    result = engines["all"].query("What are the opening hours of the Kettering Road store?", ERIN)
+    assert not {"Kettering", "Road"} & set(result.constraints.entities)
+    assert result.context[0].doc_id == "hours"
