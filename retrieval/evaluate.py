@@ -8,7 +8,8 @@ relative dates ("last quarter") refer to. Metrics:
   for a question labeled bm25 or dense (hybrid fuses both and is the default text route);
   route_accuracy_strict: the same route only (the confusion matrix is strict too);
 - gap_precision / gap_recall / gap_f1: positive = the label is not answerable, predicted
-  positive = the answer is an evidence gap;
+  positive = the answer is an evidence gap; false_gap_rate: answerable labels that ended as
+  an evidence gap;
 - ndcg@10, recall@k, mrr, full_support@k: over answerable labels with relevant documents,
   on the document ranking of the returned context;
 - sql_exact: labeled result rows equal the returned rows (extra columns allowed);
@@ -154,14 +155,28 @@ def _ratio(num: int, den: int) -> float | None:
 
 
 def _gap_scores(records: Sequence[Record]) -> dict[str, float | None]:
-    """Positive class: unanswerable. Without unanswerable labels every gap score is undefined
-    (None); precision is also undefined when no gap was predicted."""
+    """Positive class: unanswerable. Without unanswerable labels every gap score but the
+    false-gap rate (answerable labels that ended as gaps) is undefined (None); precision is
+    also undefined when no gap was predicted."""
     tp = sum(1 for r in records if r.status == "evidence_gap" and not r.label.answerable)
     fp = sum(1 for r in records if r.status == "evidence_gap" and r.label.answerable)
     fn = sum(1 for r in records if r.status != "evidence_gap" and not r.label.answerable)
+    false_gaps = {"false_gap_rate": _ratio(fp, sum(1 for r in records if r.label.answerable))}
     if tp + fn == 0:
-        return {"gap_precision": None, "gap_recall": None, "gap_f1": None}
-    return {"gap_precision": _ratio(tp, tp + fp), "gap_recall": _ratio(tp, tp + fn), "gap_f1": _ratio(2 * tp, 2 * tp + fp + fn)}
+        return {"gap_precision": None, "gap_recall": None, "gap_f1": None, **false_gaps}
+    return {"gap_precision": _ratio(tp, tp + fp), "gap_recall": _ratio(tp, tp + fn), "gap_f1": _ratio(2 * tp, 2 * tp + fp + fn),
+            **false_gaps}
+
+
+def gap_balance(summary: dict[str, Any]) -> float | None:
+    """The mean of gap recall and the share of answerable questions answered (1 - false-gap
+    rate): how well a run separates the two, whatever their proportions; with no unanswerable
+    label, the answered share alone. None when neither is defined."""
+    answered = None if summary.get("false_gap_rate") is None else 1.0 - float(summary["false_gap_rate"])
+    recall = None if summary.get("gap_recall") is None else float(summary["gap_recall"])
+    if recall is None:
+        return answered
+    return recall if answered is None else (recall + answered) / 2
 
 
 def summarize(records: Sequence[Record], k: int) -> dict[str, Any]:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 from retrieval.errors import InvalidRequest
 from retrieval.limits import check_k
@@ -86,11 +86,24 @@ def cmd_eval(args: argparse.Namespace, settings: Settings) -> int:
     return 0
 
 
+def _evaluate_with(engine: Any, index: Path, policies: Any, settings: Settings, test: Sequence[Any], k: int,
+                   progress: Any, pick: Callable[[dict[str, Any]], dict[str, Any]]) -> dict[str, Any]:
+    """The held-out questions through an engine with `policies` over the same index."""
+    from routes.engine import open_engine
+    from routes.evaluation import evaluate
+
+    tuned = open_engine(index, engine.embedder, policies=policies, settings=settings)
+    try:
+        return pick(evaluate(tuned, test, k, _questions_progress(progress, len(test))))
+    finally:
+        tuned.close()
+
+
 def cmd_tune(args: argparse.Namespace, settings: Settings) -> int:
     """Fit fusion, router and grader on the train split; report the test split before and after."""
     from routes.engine import open_engine
     from routes.evaluation import (TOP, ablate, ablated_index, beir_labels, evaluate, fit_policies, gap_accuracy,
-                                   save_policies, split_labels, unambiguous)
+                                   grader_got_worse, keep_grader, save_policies, split_labels, unambiguous)
 
     from routes.answer_policy import DEFAULT_PASSAGES, configured
 
@@ -134,11 +147,13 @@ def cmd_tune(args: argparse.Namespace, settings: Settings) -> int:
                     e.close()
         for warning in notes.get("warnings", ()):
             print(f"WARNING: {warning}", file=sys.stderr)
-        tuned = open_engine(index, engine.embedder, policies=policies, settings=settings)
-        try:
-            report["after"] = pick(evaluate(tuned, test, k, _questions_progress(progress, len(test))))
-        finally:
-            tuned.close()
+        report["after"] = _evaluate_with(engine, index, policies, settings, test, k, progress, pick)
+        if grader_got_worse(report):  # a grader fitted on few labels must not undo the default's
+            policies = keep_grader(policies, engine.policies)
+            notes["grader_kept"] = ("the tuned grader separated answerable from unanswerable held-out questions less "
+                                    "well than the one in use; it was kept, the rest of the fit saved")
+            print(f"WARNING: {notes['grader_kept']}", file=sys.stderr)
+            report["after"] = _evaluate_with(engine, index, policies, settings, test, k, progress, pick)
         report["notes"] = notes
         report["saved"] = str(save_policies(index, policies, notes, args.seed))
     finally:

@@ -21,13 +21,13 @@ from routes.beir_eval import READER, beir_index, beir_labels, ensure_beir_index
 from routes.engine import Engine
 from routes.reports import TOP, failure_lines, plot_grouping, report_markdown, write_report
 from routes.tuning import (FUSION_GRID, MIN_TRAIN_QUESTIONS, TUNED_BACKUP, first_attempt_evidence, fit_policies,
-                           question_features, save_policies, split_labels)
+                           grader_got_worse, keep_grader, question_features, save_policies, split_labels)
 
 __all__ = [
     "FUSION_GRID", "MIN_TRAIN_QUESTIONS", "READER", "TOP", "TUNED_BACKUP", "ablate", "ablated_index", "beir_index",
     "beir_labels", "ensure_beir_index", "evaluate", "failure_lines", "first_attempt_evidence", "fit_policies",
-    "gap_accuracy", "load_label_file", "plot_grouping", "question_features", "report_markdown", "run_labels",
-    "save_policies", "split_labels", "unambiguous", "write_report",
+    "gap_accuracy", "grader_got_worse", "keep_grader", "load_label_file", "plot_grouping", "question_features",
+    "report_markdown", "run_labels", "save_policies", "split_labels", "unambiguous", "write_report",
 ]
 
 

@@ -8,9 +8,9 @@ import json
 from pathlib import Path
 from typing import Any
 
-TOP = ("route_accuracy", "gap_precision", "gap_recall", "gap_f1", "leakage", "ndcg@10", "ndcg@10_self_removed", "recall@k",
-       "mrr", "full_support@k", "sql_exact", "constraint_preservation", "mean_attempts", "latency_p50_ms", "latency_p95_ms",
-       "wrong_questions")
+TOP = ("route_accuracy", "gap_precision", "gap_recall", "gap_f1", "false_gap_rate", "leakage", "ndcg@10",
+       "ndcg@10_self_removed", "recall@k", "mrr", "full_support@k", "sql_exact", "constraint_preservation", "mean_attempts",
+       "latency_p50_ms", "latency_p95_ms", "wrong_questions")
 
 
 def _cell(value: Any) -> str:

@@ -9,11 +9,11 @@ import shutil
 from dataclasses import dataclass, field, replace
 from datetime import date
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 from retrieval.answer_level import AnswerConfig, AnswerReranker, AnswerScores, RerankConfig
 from retrieval.constraints import Constraints
-from retrieval.evaluate import Label
+from retrieval.evaluate import Label, gap_balance
 from retrieval.fusion import DEFAULT_RRF_K, rrf, zscore_scores
 from retrieval.grader import GraderConfig, evidence_features, relevance, unmet_constraints
 from retrieval.metrics import doc_ranking, mean, ndcg_at_k
@@ -213,6 +213,23 @@ def fit_policies(engine: Engine, train: Sequence[Label], seed: int, tune_router:
         if config is not None:
             fitted = replace(fitted, answer=config, answer_model=answer.checksum)
     return fitted, notes
+
+
+def grader_got_worse(report: Mapping[str, Any]) -> bool:
+    """Whether the tuned policies separate answerable from unanswerable held-out questions
+    less well than the ones in use (`report` as `quarry tune` builds it: before/after
+    summaries of the test split, and for a BEIR folder the ablation's gap accuracy).
+    With few labels a refitted grader mostly fits noise; this is what keeps it from undoing
+    a default fitted on many domains. Undefined figures (no held-out questions) never count."""
+    if "gaps_before" in report and "gaps_after" in report:
+        return float(report["gaps_after"]["balanced_accuracy"]) < float(report["gaps_before"]["balanced_accuracy"])
+    before, after = gap_balance(dict(report.get("before") or {})), gap_balance(dict(report.get("after") or {}))
+    return before is not None and after is not None and after < before
+
+
+def keep_grader(fitted: Policies, current: Policies) -> Policies:
+    """The fitted policies with the grader (and answer grader) in use kept."""
+    return replace(fitted, grader=current.grader, answer=current.answer, answer_model=current.answer_model)
 
 
 def save_policies(index_dir: Path, policies: Policies, notes: dict[str, Any], seed: int) -> Path:

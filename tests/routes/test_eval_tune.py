@@ -282,3 +282,40 @@ def test_tune_features_resolve_relative_dates_against_the_labels_today(dated_tab
         engine.close()
     assert [(d.start, d.end) for d in constraints.dates] == [(date(2023, 1, 1), date(2023, 3, 31))]
     assert [(d.start, d.end) for d in default.dates] == [(date(2025, 10, 1), date(2025, 12, 31))]
+
+
+def test_gap_balance_and_grader_got_worse_compare_held_out_separation():
+    from retrieval.evaluate import gap_balance
+    from routes.evaluation import grader_got_worse
+
+    assert gap_balance({"gap_recall": 0.8, "false_gap_rate": 0.2}) == pytest.approx(0.8)
+    assert gap_balance({"gap_recall": None, "false_gap_rate": 0.25}) == pytest.approx(0.75)
+    assert gap_balance({}) is None
+    assert grader_got_worse({"before": {"gap_recall": 0.5, "false_gap_rate": 0.1},
+                             "after": {"gap_recall": 0.6, "false_gap_rate": 0.3}})
+    assert not grader_got_worse({"before": {"gap_recall": 0.5, "false_gap_rate": 0.1},
+                                 "after": {"gap_recall": 0.5, "false_gap_rate": 0.1}})
+    assert not grader_got_worse({"before": {}, "after": {"gap_recall": 0.1}})  # nothing held out to judge by
+    assert grader_got_worse({"gaps_before": {"balanced_accuracy": 0.7}, "gaps_after": {"balanced_accuracy": 0.6}})
+
+
+@pytest.mark.slow
+def test_tune_keeps_the_grader_in_use_when_its_fit_is_worse_on_the_held_out_split(index_copy, tmp_path):
+    """A few training labels that say the opposite of the truth (every answerable question
+    marked unanswerable and the other way round) fit a grader that undoes the default: the
+    held-out split shows it, and tune keeps the grader in use while saving the rest."""
+    from tests.conftest import MINI
+
+    public = [d["id"] for d in map(json.loads, (MINI / "docs.jsonl").read_text().splitlines()) if d.get("acl") == ["public"]]
+    flipped = tmp_path / "flipped.jsonl"
+    flipped.write_text("\n".join(json.dumps({
+        "id": i, "question": q, "principal": p, "groups": g, "route": r,
+        "relevant": ([] if a else public) if s == "train" else rel,
+        "answerable": (not a) if s == "train" else a, "tags": ["t"], "split": s}) for i, q, p, g, r, rel, a, s in LABELS) + "\n")
+    out = _cli("tune", flipped, "--index", index_copy, "--no-progress")
+    assert out.returncode == 0, out.stderr
+    report = json.loads(out.stdout)
+    assert "grader_kept" in report["notes"] and "WARNING: the tuned grader" in out.stderr
+    saved = json.loads((index_copy / TUNED_CONFIG).read_text())
+    assert saved["grader"] == Policies().grader.to_json()
+    assert report["after"]["false_gap_rate"] == report["before"]["false_gap_rate"]
