@@ -1,7 +1,7 @@
 """The untuned grader on domains it was not fitted on: leave one domain out.
 
     .venv/bin/python benchmarks/domains.py [--domains demo,waterworks,contracts,product,retail]
-                                           [--target 0.2] [--features z_top,...]
+                                           [--target 0.2] [--features z_top,...] [--sweep 0.05,0.1]
 
 Each domain is a folder of eval_data/ (documents, tables, labeled questions). For every
 domain D, a grader is fitted across all the other domains (retrieval.tune.fit_domains_grader
@@ -101,6 +101,7 @@ def main() -> None:
     ap.add_argument("--domains", default=",".join(DOMAINS))
     ap.add_argument("--target", type=float, default=0.2, help="false-gap rate the fit's threshold aims at")
     ap.add_argument("--features", default=",".join(SCALE_FREE_FEATURES))
+    ap.add_argument("--sweep", default="", help="more targets (comma-separated) to run leave-one-domain-out, pooled only")
     args = ap.parse_args()
     names = [d for d in args.domains.split(",") if d]
     features = [f for f in args.features.split(",") if f]
@@ -138,6 +139,12 @@ def main() -> None:
         p = result[f"pooled_{when}"]
         print(f"\npooled {when}: false-gap rate {p['false_gap_rate']}, gap recall {p['gap_recall']}, bait recall "
               f"{p['bait_recall']}, leakage {p['leakage']}")
+    result["sweep"] = {}
+    for target in (float(t) for t in args.sweep.split(",") if t):
+        p = pooled([run(held, fit_domains_grader([rows[d] for d in names if d != held], target, features)) for held in names])
+        result["sweep"][str(target)] = p
+        print(f"target {target}: pooled false-gap rate {p['false_gap_rate']}, gap recall {p['gap_recall']}, "
+              f"bait recall {p['bait_recall']}, leakage {p['leakage']}", flush=True)
     shipped = fit_domains_grader([rows[d] for d in names], args.target, features)
     result["fit_all"] = shipped.to_json()
     current = GraderConfig()
