@@ -332,7 +332,8 @@ def main() -> None:
         if args.save_defaults:
             target = default_path() / DEFAULTS_FILE
             target.write_text(json.dumps({"written_by": "benchmarks/answer_grader.py --only fit --save-defaults",
-                                          "model_sha256": scores.checksum, "fit": {
+                                          "model_sha256": scores.checksum, "cheap_grader": GraderConfig().to_json(),
+                                          "fit": {
                                               k: v for k, v in results["fit"].items() if k != "config"},
                                           "config": results["fit"]["config"]}, indent=2) + "\n")
             print(f"wrote {target.relative_to(ROOT)}")

@@ -17,7 +17,7 @@ import logging
 from dataclasses import replace
 from pathlib import Path
 from threading import Lock
-from typing import Sequence
+from typing import Any, Sequence
 
 from indexes.answer_model import AnswerModel, default_path
 from retrieval.answer_level import AnswerConfig, AnswerGrader, AnswerReranker, AnswerScores, RerankConfig
@@ -45,6 +45,16 @@ def shipped_defaults(folder: Path | None = None, checksum: str | None = None) ->
     if checksum is not None and data.get("model_sha256") != checksum:
         return None
     return AnswerConfig.from_json(data["config"])
+
+
+def shipped_cheap_grader(folder: Path | None = None) -> dict[str, Any] | None:
+    """The signal grader (as JSON) whose scores the shipped answer-grader defaults combine,
+    when the defaults file records it."""
+    path = (folder or default_path()) / DEFAULTS_FILE
+    if not path.is_file():
+        return None
+    recorded = json.loads(path.read_text(encoding="utf-8")).get("cheap_grader")
+    return dict(recorded) if isinstance(recorded, dict) else None
 
 
 class ModelScorer:
@@ -92,9 +102,9 @@ def answer_config(settings: Settings, engine: Engine, checksum: str | None) -> A
         if config is None:
             log.warning("no grader defaults fitted for this answer model; run `quarry tune` with QUARRY_GRADER=answer")
             config = AnswerConfig()
-        elif engine.policies.grader.source != "defaults":
-            log.warning("the answer grader's shipped defaults were fitted on the default signal grader's scores, "
-                        "this index's signal grader is tuned: run `quarry tune` with QUARRY_GRADER=answer")
+        elif shipped_cheap_grader(settings.answer_model_path) not in (None, engine.policies.grader.to_json()):
+            log.warning("the answer grader's shipped defaults were fitted on another signal grader's scores than "
+                        "this index uses: run `quarry tune` with QUARRY_GRADER=answer")
     if settings.answer_threshold is not None:
         config = replace(config, threshold=settings.answer_threshold)
     if settings.answer_passages is not None:
