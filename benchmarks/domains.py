@@ -34,12 +34,14 @@ from typing import Any, Sequence
 
 from benchmarks.common import ROOT, build_or_reuse, machine, make_embedder, write_json
 from retrieval.evaluate import Label, Record, summarize
-from retrieval.grader import GraderConfig
+from benchmarks.grader_signals import auc
+from retrieval.answer_level import AnswerScores
+from retrieval.grader import GraderConfig, relevance
 from retrieval.limits import Limits
 from retrieval.tune import SCALE_FREE_FEATURES, DomainRows, fit_domains_grader
 from routes.engine import Policies, open_engine
 from routes.evaluation import load_label_file, run_labels
-from routes.tuning import grade_rows
+from routes.tuning import GradeRows, grade_rows
 
 DOMAINS = ("demo", "waterworks", "contracts", "product", "retail")
 TODAY = date(2025, 11, 1)
@@ -96,17 +98,41 @@ def pooled(outs: Sequence[dict[str, Any]]) -> dict[str, Any]:
     return out
 
 
+def signal_aucs(names: Sequence[str], rows: dict[str, DomainRows], graded: dict[str, GradeRows], target: float,
+                features: Sequence[str]) -> dict[str, dict[str, float]]:
+    """AUC for "this first attempt was sufficient", per domain, of the previous default's score,
+    the score fitted on the other domains, and the answer model's best probability over the
+    top 3 passages (the shipped model, one pair per run)."""
+    from indexes.answer_model import AnswerModel
+    from routes.answer_policy import ModelScorer
+
+    scores = AnswerScores(ModelScorer(AnswerModel.load()))
+    out = {}
+    for held in names:
+        fitted = fit_domains_grader([rows[d] for d in names if d != held], target, features)
+        g = graded[held]
+        y = list(g.sufficient)
+        model = [max(scores.of(q, t[:3])) for q, t in zip(g.questions, g.tops, strict=True)]
+        out[held] = {"previous": round(auc([relevance(r, PREVIOUS) for r in g.rows], y), 4),
+                     "left_out_fit": round(auc([relevance(r, fitted) for r in g.rows], y), 4),
+                     "answer_model": round(auc(model, y), 4), "first_attempts": len(y)}
+        print(f"{held}: first-attempt AUC {out[held]}", flush=True)
+    return out
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--domains", default=",".join(DOMAINS))
     ap.add_argument("--target", type=float, default=0.2, help="false-gap rate the fit's threshold aims at")
     ap.add_argument("--features", default=",".join(SCALE_FREE_FEATURES))
     ap.add_argument("--sweep", default="", help="more targets (comma-separated) to run leave-one-domain-out, pooled only")
+    ap.add_argument("--auc", action="store_true", help="also the AUC of each signal on each domain's first attempts "
+                    "(previous score, left-out fit, answer model over the top 3 passages)")
     args = ap.parse_args()
     names = [d for d in args.domains.split(",") if d]
     features = [f for f in args.features.split(",") if f]
     embedder = make_embedder()
-    indexes, labels, rows = {}, {}, {}
+    indexes, labels, rows, graded = {}, {}, {}, {}
     for name in names:
         folder = ROOT / "eval_data" / name
         sources = [folder / "docs"] + ([folder / "tables"] if (folder / "tables").is_dir() else [])
@@ -118,6 +144,7 @@ def main() -> None:
         finally:
             engine.close()
         rows[name] = DomainRows(name, g.rows, g.sufficient)
+        graded[name] = g
         print(f"{name}: {len(labels[name])} questions, {len(g.rows)} first attempts, {sum(g.sufficient)} sufficient", flush=True)
 
     def run(name: str, config: GraderConfig) -> dict[str, Any]:
@@ -139,6 +166,8 @@ def main() -> None:
         p = result[f"pooled_{when}"]
         print(f"\npooled {when}: false-gap rate {p['false_gap_rate']}, gap recall {p['gap_recall']}, bait recall "
               f"{p['bait_recall']}, leakage {p['leakage']}")
+    if args.auc:
+        result["auc"] = signal_aucs(names, rows, graded, args.target, features)
     result["sweep"] = {}
     for target in (float(t) for t in args.sweep.split(",") if t):
         p = pooled([run(held, fit_domains_grader([rows[d] for d in names if d != held], target, features)) for held in names])
