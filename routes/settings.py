@@ -121,6 +121,12 @@ class Settings(BaseSettings):
     sql_max_concurrent: int = setting(2, "SQL statements running at once across the server; more wait for a slot.",
                                       "sql", ge=1)
     sql_max_result_bytes: int = setting(4_000_000, "Largest result one SQL statement may return, in bytes.", "sql", ge=1)
+    sql_value_bytes: int = setting(_SQL.value_bytes, "Bytes one row of a statement may build through its function calls "
+                                   "(concat, ||, regexp_replace, lpad, ...), shared by all its calls; a call past its "
+                                   "share is refused before it runs.", "sql", ge=64)
+    sql_memory_mb: int = setting(128, "Memory of the SQL route's own database (callers' SQL, table profiles, translated "
+                                 "questions, all together), in MB; a statement past it is refused as retryable.",
+                                 "sql", ge=16)
 
     # -- hybrid fusion (build `FusionParams`; a `quarry tune` result in the index wins) -----
     fusion_method: Literal["rrf", "zscore"] = setting(_FUSION.method, "How hybrid fuses BM25 and dense: rrf "
@@ -301,7 +307,7 @@ class Settings(BaseSettings):
 
     @property
     def sql_limits(self) -> SqlLimits:
-        return SqlLimits(max_rows=self.sql_max_rows, timeout_s=self.sql_timeout_s)
+        return SqlLimits(max_rows=self.sql_max_rows, timeout_s=self.sql_timeout_s, value_bytes=self.sql_value_bytes)
 
     @property
     def fusion(self) -> FusionParams:

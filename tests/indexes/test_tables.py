@@ -75,7 +75,8 @@ def test_parquet_files_become_tables_with_list_row_acls(tmp_path, embedder):
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    from indexes.catalog import Catalog, SqlRunner
+    from indexes.catalog import Catalog
+    from indexes.sql_runner import SqlRunner
     from retrieval.retrievers.sql import SqlRetriever
     from retrieval.types import Principal
 
@@ -97,7 +98,8 @@ def test_parquet_files_become_tables_with_list_row_acls(tmp_path, embedder):
 
 
 def test_a_row_acl_cell_with_one_bare_entry_is_a_list_of_one(tmp_path, embedder):
-    from indexes.catalog import Catalog, SqlRunner
+    from indexes.catalog import Catalog
+    from indexes.sql_runner import SqlRunner
     from retrieval.retrievers.sql import SqlLimits, SqlRetriever
     from retrieval.types import Principal
 
