@@ -87,6 +87,9 @@ class Settings(BaseSettings):
                                       "default: <index_dir>/report).", "server")
     compact_after: int = setting(1000, "Changed documents (puts, deletes, ACL changes) since the base snapshot that "
                                  "start a background compaction (0: only `quarry compact`).", "server", ge=0)
+    write_max_key_bytes: int = setting(4 * 1024 * 1024, "Bytes of document writes one principal may have queued or "
+                                       "running at once (PUT, batch, write tools; its keys share them); past it a "
+                                       "retryable 429.", "server", ge=1)
     write_batch_max: int = setting(100, "Most changes one `POST /v1/documents:batch` may carry.", "server", ge=1, le=10_000)
     reload_grace_s: float = setting(30.0, "After its last request, how long a replaced engine waits for retriever "
                                     "calls the loop gave up on before it is closed.", "server", ge=0)
