@@ -224,9 +224,12 @@ class Settings(BaseSettings):
     judge_url: str = setting("", "Base URL of the judge's OpenAI-compatible API (requests go to <url>/chat/completions).",
                              "judge")
     judge_model: str = setting("", "Model name the judge requests ask for.", "judge")
-    judge_timeout_s: float = setting(5.0, "Time limit of one judge request; past it the built-in grade stands.",
+    judge_timeout_s: float = setting(5.0, "Time limit of one judge request, the whole reply included (and never past the "
+                                     "question's deadline); past it the built-in grade stands.",
                                      "judge", gt=0)
     judge_max_passages: int = setting(4, "Top passages of an attempt the judge reads.", "judge", ge=1)
+    judge_max_reply_bytes: int = setting(256 * 1024, "Largest judge reply read; a longer one is cut off unread and "
+                                         "the built-in grade stands.", "judge", ge=1024)
     judge_api_key: str | None = setting(None, "Bearer key sent to the judge's endpoint (never shown).", "judge",
                                         secret=True)
 
