@@ -149,3 +149,44 @@ def test_the_watchdog_interrupts_again_until_the_statement_returns():
     stopped_at = cursor.interrupts
     time.sleep(0.2)
     assert watchdog.fired and cursor.interrupts == stopped_at
+
+
+@pytest.mark.slow
+def test_the_reported_statements_end_typed_and_another_callers_simple_sql_keeps_answering(tables_index):
+    """Two clients send the attack report's two statements again and again (they held both
+    slots for 85 s); each ends as a typed refusal, and a third caller's simple statement,
+    waiting for a slot within its own time limit, is answered every time."""
+    from indexes.catalog import Catalog
+    from indexes.snapshot import current_snapshot_path
+    from indexes.sql_runner import SqlRunner
+
+    catalog = Catalog(current_snapshot_path(tables_index) / "catalog.duckdb")
+    sql = SqlRetriever(SqlRunner(catalog), SqlLimits(timeout_s=5.0))
+    reported = [NESTED_REPLACE, "SELECT array_agg(a.cost_usd) FROM tickets a, tickets b, tickets c, tickets d"]
+    stop, outcomes, simple = threading.Event(), [], []
+
+    def attack(statement: str) -> None:
+        while not stop.is_set():
+            try:
+                sql.run_statement(statement, ALICE)
+                outcomes.append("rows")
+            except (SqlRejected, RetrievalUnavailable, RetrievalTimeout) as e:
+                outcomes.append(e.code)
+
+    threads = [threading.Thread(target=attack, args=(s,)) for s in reported]
+    try:
+        for t in threads:
+            t.start()
+        while len(outcomes) < 4:
+            time.sleep(0.01)
+        for _ in range(10):
+            simple.append(sql.run_statement("SELECT count(*) FROM tickets", Principal("bob", ("finance",),
+                                                                                         frozenset({"query", "sql"}))).rows)
+    finally:
+        stop.set()
+        for t in threads:
+            t.join(60)
+        sql.close()
+        catalog.close()
+    assert set(outcomes) <= {"sql_rejected", "retrieval_unavailable"} and "sql_rejected" in outcomes
+    assert len(simple) == 10 and all(rows[0][0] > 0 for rows in simple)
