@@ -13,7 +13,7 @@ what other callers see meanwhile.
    seconds, and the server's peak resident growth (sampled from /proc every 5 ms).
 3. The same statements two at a time (`--pairs` pairs) while another client polls `/healthz`
    every 20 ms: its latency (the baseline: the same polling with the server idle).
-4. The two statements of the attack report, each sent again and again by two clients for
+4. The two statements of the security review, each sent again and again by two clients for
    10 s, while a third caller (another key) sends a simple statement every 100 ms.
 
 Writes benchmarks/results/sql_hostile.json.
@@ -60,7 +60,7 @@ STATEMENTS = {
     "4 kB values x 1000 rows": "SELECT lpad(a.title, 4000, 'y') FROM incidents a, incidents b",
     "parentheses 42 deep": "SELECT " + "(" * 42 + "1" + ")" * 42,
 }
-# The attack report's two: regexp_replace nested twice, and a list of 6.25M elements (its
+# The security review's two: regexp_replace nested twice, and a list of 6.25M elements (its
 # `assets` table was 50 rows; tickets has 120).
 REPORTED = {
     "regexp_replace nested twice": "SELECT max(length(regexp_replace(regexp_replace(title, '', title, 'g'), '', "

@@ -56,9 +56,9 @@ class CatalogFile(Protocol):
     def acl_tokens(self) -> frozenset[str]: ...
 
 
-def statement_database(catalog_path: Path, memory_mb: int) -> duckdb.DuckDBPyConnection:
+def statement_database(catalog_path: Path, memory_mb: int, threads: int = 1) -> duckdb.DuckDBPyConnection:
     """An in-memory DuckDB with the catalog file attached read-only, locked down."""
-    con = duckdb.connect(":memory:", config={"memory_limit": f"{memory_mb}MB", "temp_directory": ""})
+    con = duckdb.connect(":memory:", config={"memory_limit": f"{memory_mb}MB", "temp_directory": "", "threads": threads})
     try:
         con.execute(f"ATTACH ? AS {ATTACHED} (READ_ONLY)", [str(catalog_path)])
         con.execute("SET TimeZone = 'UTC'")
@@ -100,9 +100,9 @@ class SqlRunner:
     """Runs guarded SELECTs (see the module docstring)."""
 
     def __init__(self, catalog: CatalogFile, max_concurrent: int = 2, max_bytes: int = 4_000_000, memory_mb: int = 128,
-                 connection: duckdb.DuckDBPyConnection | None = None) -> None:
+                 threads: int = 1, connection: duckdb.DuckDBPyConnection | None = None) -> None:
         self._catalog = catalog
-        self._con = connection if connection is not None else statement_database(catalog.path, memory_mb)
+        self._con = connection if connection is not None else statement_database(catalog.path, memory_mb, threads)
         self._use = None if connection is not None else f"USE {ATTACHED}"  # a given connection is used as it is
         self._slots = threading.BoundedSemaphore(max_concurrent)
         self._lock = threading.Lock()

@@ -127,6 +127,9 @@ class Settings(BaseSettings):
     sql_value_bytes: int = setting(_SQL.value_bytes, "Bytes one row of a statement may build through its function calls "
                                    "(concat, ||, regexp_replace, lpad, ...), shared by all its calls; a call past its "
                                    "share is refused before it runs.", "sql", ge=64)
+    sql_threads: int = setting(1, "Threads of the SQL route's DuckDB (1: each statement runs on its request thread "
+                               "alone, so the SQL slots take at most one core each and the server stays responsive).",
+                               "sql", ge=1)
     sql_memory_mb: int = setting(128, "Memory of the SQL route's own database (callers' SQL, table profiles, translated "
                                  "questions, all together), in MB; a statement past it is refused as retryable.",
                                  "sql", ge=16)

@@ -116,8 +116,9 @@ class Writer:
         """Apply `changes` as one record; the result names the new generation (the record's
         seq). The changes apply to the served generation's view (or to `engine`, without
         generations); `principal` None may change any document (the local operator, through
-        the CLI); `idempotency` is (scoped key, request bytes); `key` (the caller's key id)
-        is what the bytes in flight are counted against (None: not bounded)."""
+        the CLI); `idempotency` is (scoped key, request bytes); `key` is what the bytes in
+        flight are counted against (the caller's principal id, so its keys share the bound;
+        None: not bounded)."""
         if not changes:
             raise InvalidRequest("a write needs at least one change")
         if len(changes) > self.max_batch:

@@ -113,7 +113,7 @@ def test_a_large_result_is_refused_by_its_bytes_before_any_row_becomes_python(bo
 @pytest.mark.slow
 def test_generated_hostile_statements_end_typed_far_within_their_time_and_memory(bounded):
     """Nestings of the allowed string, regex, list and aggregate functions over self-joins (and
-    the two of the attack report): each ends with rows or a typed error. The bounds are loose,
+    the two of the security review): each ends with rows or a typed error. The bounds are loose,
     so a slow machine passes; before, the nested replace took 660 MB here and a list over a
     four-way self-join a gigabyte."""
     reported = [NESTED_REPLACE, "SELECT array_agg(a.resolution_hours) FROM incidents a, incidents b, incidents c, incidents d"]
@@ -153,7 +153,7 @@ def test_the_watchdog_interrupts_again_until_the_statement_returns():
 
 @pytest.mark.slow
 def test_the_reported_statements_end_typed_and_another_callers_simple_sql_keeps_answering(tables_index):
-    """Two clients send the attack report's two statements again and again (they held both
+    """Two clients send the security review's two statements again and again (they held both
     slots for 85 s); each ends as a typed refusal, and a third caller's simple statement,
     waiting for a slot within its own time limit, is answered every time."""
     from indexes.catalog import Catalog
