@@ -18,7 +18,8 @@ import time
 from datetime import date
 
 from benchmarks.common import CACHE, ROOT, machine, make_embedder, write_json
-from indexes.catalog import Catalog, SqlRunner
+from indexes.catalog import Catalog
+from indexes.sql_runner import SqlRunner
 from indexes.snapshot import build_snapshot, current_snapshot_path
 from retrieval.metrics import percentile
 from retrieval.retrievers.sql import SqlRetriever, compare_rows

@@ -13,7 +13,6 @@ from __future__ import annotations
 import json
 import logging
 import threading
-import time
 from pathlib import Path
 from typing import Any, Callable, Generator, Sequence
 
@@ -24,7 +23,7 @@ import pyarrow as pa
 from indexes.tables import TableSource, load_tables
 from retrieval.access import ChunkTable
 from retrieval.constraints import identifier_pattern
-from retrieval.errors import InvalidRequest, RetrievalTimeout, RetrievalUnavailable, ServerFault, SqlRejected
+from retrieval.errors import InvalidRequest
 from retrieval.sql.schema import ColumnInfo, TableInfo
 from retrieval.types import Chunk, Document
 from retrieval.text import normalize
@@ -464,94 +463,6 @@ def match_sql(phrases: Sequence[str], patterns: Sequence[str], terms: Sequence[s
     guarded = " AND ".join(f"CASE WHEN readable IS NOT NULL THEN {sql} ELSE false END" for sql, _ in where)
     sql = f'{searchable} SELECT "row", {" + ".join(sql for sql, _ in score)} AS s FROM s WHERE {guarded}'
     return sql, params
-
-
-# DuckDB errors a statement causes (bad names, types, values, unsupported or forbidden
-# features). Everything else DuckDB raises (I/O, out of memory, internal errors) is a
-# server fault, whatever statement was running.
-STATEMENT_ERRORS = (duckdb.ProgrammingError, duckdb.DataError, duckdb.NotSupportedError, duckdb.PermissionException)
-
-
-class SqlRunner:
-    """Runs guarded SELECTs on the read-only catalog within bounds that hold for any statement:
-    a row cap, a time limit (the statement is interrupted), a cap on the result's size in
-    bytes, and at most `max_concurrent` statements at once across the whole server (one
-    caller's heavy statements cannot take every core and all memory)."""
-
-    def __init__(self, catalog: Catalog, max_concurrent: int = 2, max_bytes: int = 4_000_000) -> None:
-        self._catalog = catalog
-        self._slots = threading.BoundedSemaphore(max_concurrent)
-        self._lock, self._running = threading.Lock(), 0
-        self.max_concurrent, self.max_bytes = max_concurrent, max_bytes
-
-    def tables(self) -> dict[str, TableInfo]:
-        return self._catalog.tables()
-
-    def acl_tokens(self) -> frozenset[str]:
-        return self._catalog.acl_tokens()
-
-    @property
-    def running(self) -> int:
-        """Statements running now (for metrics and tests)."""
-        with self._lock:
-            return self._running
-
-    def run(self, sql: str, timeout_s: float, max_rows: int) -> tuple[list[str], list[tuple[Any, ...]], bool]:
-        """(columns, rows, truncated). A statement still running at `timeout_s` is interrupted;
-        waiting for a free slot counts against the same time limit."""
-        started = time.monotonic()
-        if not self._slots.acquire(timeout=timeout_s):
-            raise RetrievalUnavailable(f"the SQL route is busy ({self.max_concurrent} statements running); retry shortly")
-        with self._lock:
-            self._running += 1
-        try:
-            return self._run(sql, max(0.001, timeout_s - (time.monotonic() - started)), timeout_s, max_rows)
-        finally:
-            with self._lock:
-                self._running -= 1
-            self._slots.release()
-
-    def _run(self, sql: str, left_s: float, timeout_s: float, max_rows: int) -> tuple[list[str], list[tuple[Any, ...]], bool]:
-        cur = self._catalog.new_cursor()
-        timer = threading.Timer(left_s, cur.interrupt)
-        timer.start()
-        try:
-            cur.execute(sql)
-            columns = [d[0] for d in cur.description or []]
-            rows: list[tuple[Any, ...]] = []
-            size = 0
-            while len(rows) <= max_rows:
-                batch = cur.fetchmany(min(256, max_rows + 1 - len(rows)))
-                if not batch:
-                    break
-                size += sum(_value_bytes(v) for r in batch for v in r)
-                if size > self.max_bytes:
-                    raise SqlRejected(f"the result is larger than {self.max_bytes:,} bytes; select fewer rows or "
-                                      "shorter values", reason="too_large", limit=self.max_bytes)
-                rows.extend(batch)
-        except duckdb.InterruptException:
-            raise RetrievalTimeout(f"SQL exceeded its time limit of {timeout_s:g} s and was interrupted") from None
-        except STATEMENT_ERRORS as e:
-            raise SqlRejected(f"the database refused the statement: {str(e).splitlines()[0]}") from None
-        except duckdb.OperationalError as e:  # I/O, out of memory, ...: the server's fault, maybe passing
-            log.error("SQL statement failed in the database: %s", str(e).splitlines()[0])
-            raise RetrievalUnavailable(f"the database could not run the statement ({type(e).__name__})") from None
-        except duckdb.Error as e:
-            log.error("SQL statement failed in the database: %s", str(e).splitlines()[0])
-            raise ServerFault(f"the database failed ({type(e).__name__})") from None
-        finally:
-            timer.cancel()
-            cur.close()
-        return columns, rows[:max_rows], len(rows) > max_rows
-
-
-def _value_bytes(v: Any) -> int:
-    """About what a value costs in the JSON answer."""
-    if isinstance(v, (str, bytes)):
-        return len(v) + 2
-    if isinstance(v, (list, tuple)):
-        return sum(_value_bytes(x) for x in v) + 2
-    return 8
 
 
 def _none_list(arr: np.ndarray) -> list[Any]:

@@ -20,14 +20,14 @@ from typing import Any, Iterator, Sequence
 import yaml
 
 from retrieval.errors import IngestError, InvalidRequest
-from retrieval.types import Document, check_acl
+from retrieval.types import Document, check_acl, check_doc_id
 
 ADMIN_ONLY: tuple[str, ...] = ("group:admin",)
 DOC_SUFFIXES = {".jsonl": "jsonl", ".md": "markdown", ".markdown": "markdown", ".txt": "text"}
 TABLE_SUFFIXES = {".csv", ".parquet"}
 FIELDS = {"id", "_id", "text", "title", "source", "date", "metadata", "acl"}
 MAX_TEXT_CHARS = 5_000_000
-_ID_RE = re.compile(r"[^\s#][^\s]{0,255}")
+_LOGGED_ID_RE = re.compile(r"[^\s#][^\s]{0,255}")  # the id rule before check_doc_id, for changes logged then
 _FRONT = re.compile(r"\A---[ \t]*\r?\n(.*?)\r?\n---[ \t]*\r?\n?", re.DOTALL)
 _HEADING = re.compile(r"^#\s+(.+?)\s*#*\s*$", re.MULTILINE)
 
@@ -147,7 +147,9 @@ def _load_markdown(path: Path, root: Path, text: str, default_acl: tuple[str, ..
         meta = parsed
         body = text[m.end() :]
     record = dict(meta)
-    record.setdefault("id", path.relative_to(root).with_suffix("").as_posix())
+    # Without an id, the path below the source folder names it, with ':' between folders (an
+    # id holds no '/': it is one segment of a URL).
+    record.setdefault("id", ":".join(path.relative_to(root).with_suffix("").parts))
     record["text"] = body
     if "title" not in record:
         h = _HEADING.search(body)
@@ -159,15 +161,21 @@ def _load_markdown(path: Path, root: Path, text: str, default_acl: tuple[str, ..
     return LoadedDocument(doc, f"{path}:1")
 
 
-def make_document(record: dict[str, Any], default_source: str | None, default_acl: tuple[str, ...]) -> Document:
-    """Validate one raw record into a Document; raises InvalidRequest naming the field."""
+def make_document(record: dict[str, Any], default_source: str | None, default_acl: tuple[str, ...],
+                  logged: bool = False) -> Document:
+    """Validate one raw record into a Document; raises InvalidRequest naming the field. The id
+    and ACL rules are retrieval/types.py's (`check_doc_id`, `check_acl`), the same for every
+    write path; `logged` reads a change the write-ahead log already holds, by the rules it was
+    accepted under (a log written before a rule was added must still open)."""
     unknown = set(record) - FIELDS
     if unknown:
         raise InvalidRequest(f"unknown fields {sorted(unknown)}; allowed: {sorted(FIELDS - {'_id'})}")
     doc_id = record.get("id", record.get("_id"))
     if isinstance(doc_id, int) and not isinstance(doc_id, bool):
         doc_id = str(doc_id)
-    if not isinstance(doc_id, str) or not _ID_RE.fullmatch(doc_id):
+    if not logged:
+        doc_id = check_doc_id(doc_id)
+    elif not isinstance(doc_id, str) or not _LOGGED_ID_RE.fullmatch(doc_id):
         raise InvalidRequest(f"id must be a non-empty string without spaces or '#', got {doc_id!r}")
     text = record.get("text")
     if not isinstance(text, str) or not text.strip():
@@ -193,7 +201,7 @@ def make_document(record: dict[str, Any], default_source: str | None, default_ac
         source=source,
         date=parse_date(record.get("date"), doc_id),
         metadata=metadata,
-        acl=check_acl(acl) if acl is not None else default_acl,
+        acl=check_acl(acl, keywords=not logged) if acl is not None else default_acl,
     )
 
 

@@ -183,7 +183,7 @@ def parse_record(record: Record, model_id: str, max_chars: int, encode: Encode |
         for op in ops:
             kind = op.get("op")
             if kind == "put":
-                doc = make_document(op["doc"], default_source=None, default_acl=default_acl)
+                doc = make_document(op["doc"], default_source=None, default_acl=default_acl, logged=True)
                 stored = op.get("vectors") or {}
                 vectors = None
                 if stored.get("model") == model_id and stored.get("max_chars") == max_chars:
@@ -196,7 +196,7 @@ def parse_record(record: Record, model_id: str, max_chars: int, encode: Encode |
             elif kind == "delete":
                 out.append((Delete(str(op["id"])), None))
             elif kind == "acl":
-                out.append((SetAcl(str(op["id"]), check_acl(op["acl"])), None))
+                out.append((SetAcl(str(op["id"]), check_acl(op["acl"], keywords=False)), None))
             else:
                 raise ServerFault(f"write-ahead log record {record.seq} holds an unknown change {kind!r}")
     except (KeyError, TypeError, ValueError, InvalidRequest) as e:

@@ -224,7 +224,7 @@ def run_loop(question: str, principal: Principal, budget: Budget, deps: LoopDeps
             verdict = policy.grader.grade(Evidence(
                 question, constraints, evidence, today, rows_sql=rows.sql if rows is not None else None,
                 linked=(lambda top: deps.linker.linked_docs(top, question, principal)) if follow else (lambda top: ()),
-                rescore=rescore))
+                rescore=rescore, time_left=lambda: deadline - clock()))
             hits = evidence
         attempts.append(Attempt(len(attempts) + 1, plan, tuple(hits), verdict, (clock() - t0) * 1000, error, rows))
         history.append(Tried(plan, tuple(hits), verdict))

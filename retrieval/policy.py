@@ -46,6 +46,8 @@ class Evidence:
     linked: Callable[[Sequence[Hit]], Sequence[LinkedDoc]] = lambda hits: ()  # documents the passages name
     # the same hits with their signals computed against another text (a part of the question); None: not offered
     rescore: Callable[[str], Sequence[Hit]] | None = None
+    # seconds left before the question's deadline (a grader that calls out must end by then); None: no deadline
+    time_left: Callable[[], float] | None = None
 
 
 @runtime_checkable

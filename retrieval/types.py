@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+import unicodedata
 from dataclasses import dataclass, field
 from datetime import date
 from typing import Any, Literal, Mapping
@@ -19,19 +20,56 @@ _GROUP_RE = re.compile(_NAME)
 _ACL_ENTRY_RE = re.compile(rf"public|group:{_NAME}|{_NAME}")
 
 
+# Words that read as "everyone" or "no one" (or as the admins) but, as ACL entries, would name
+# a principal of that id, so the documents they guard would silently reach no reader (not even
+# the admin who wrote them, who could then not see them to fix them).
+RESERVED_ACL_WORDS = frozenset({
+    "everyone", "everybody", "all", "any", "anyone", "anybody", "world", "none", "nobody", "noone", "private",
+    "public", "authenticated", "anonymous", "users", "admin", "admins",
+})
+MAX_DOC_ID_CHARS = 256
+# Characters a document id never holds: it is shown to people and agents and put into URLs, so
+# nothing invisible (controls, bidi and zero-width format characters, unassigned, private-use
+# and surrogate code points), no whitespace, and no path separators.
+_HIDDEN_CATEGORIES = frozenset({"Cc", "Cf", "Cs", "Co", "Cn", "Zs", "Zl", "Zp"})
+
+
 def valid_acl_entry(entry: object) -> bool:
     """True for `public`, `group:<name>` or a principal id (no spaces, no wildcards)."""
     return isinstance(entry, str) and _ACL_ENTRY_RE.fullmatch(entry) is not None
 
 
-def check_acl(acl: object) -> tuple[str, ...]:
-    """Validate an ACL list; an empty list would make a document unreadable by mistake."""
+def check_acl(acl: object, label: str = "acl entry", hint: str = "", keywords: bool = True) -> tuple[str, ...]:
+    """Validate an ACL list: the one rule of every write path, ingest and `--default-acl`. An
+    empty list would make a document unreadable by mistake, and a keyword-like word
+    (`everyone`, `all`, `Public`, ...) is refused rather than taken for a principal id.
+    `keywords=False` keeps only the syntax, for changes logged before the keyword rule."""
     if not isinstance(acl, (list, tuple)) or not acl:
         raise InvalidRequest("acl must be a non-empty list of strings")
     bad = [e for e in acl if not valid_acl_entry(e)]
     if bad:
         raise InvalidRequest(f"invalid acl entries {bad!r}: use 'public', 'group:NAME' or a principal id")
+    reserved = [e for e in acl if keywords and e != PUBLIC and e.lower() in RESERVED_ACL_WORDS]
+    if reserved:
+        raise InvalidRequest(f"{label} {reserved[0]!r} is not an ACL keyword: use 'public' (everyone), "
+                             f"'group:NAME' or principal ids{hint}")
     return tuple(dict.fromkeys(acl))
+
+
+def check_doc_id(doc_id: object) -> str:
+    """The one rule for document ids, at ingest and in every write path: 1 to 256 printable
+    characters, no whitespace, no `/` or `\\`, not `.` or `..`, no leading `#`, and nothing
+    invisible (controls, bidi and zero-width characters): an id is shown to people and agents,
+    where such characters hide or reorder it, and put into URLs, where separators and dot
+    segments change the path."""
+    if isinstance(doc_id, str) and 0 < len(doc_id) <= MAX_DOC_ID_CHARS and doc_id not in (".", "..") \
+            and not doc_id.startswith("#") and not any(c in "/\\" or c.isspace() for c in doc_id) \
+            and not any(unicodedata.category(c) in _HIDDEN_CATEGORIES for c in doc_id):
+        return doc_id
+    shown = doc_id.encode("unicode_escape").decode("ascii")[:100] if isinstance(doc_id, str) else repr(doc_id)
+    raise InvalidRequest(f"invalid document id \"{shown}\": use 1 to {MAX_DOC_ID_CHARS} printable characters without "
+                         "spaces, '/' or '\\', not '.' or '..', not starting with '#', with no control, bidi or "
+                         "zero-width characters")
 
 
 @dataclass(frozen=True)

@@ -250,7 +250,7 @@ def _open_writer(state: AppState) -> Any:
 
     try:
         writer = Writer(settings.index_dir, state.engines, settings.write_batch_max, compact_after=settings.compact_after,
-                        opener=None if settings.reload_interval_s > 0 else opener)
+                        opener=None if settings.reload_interval_s > 0 else opener, max_key_bytes=settings.write_max_key_bytes)
     except RetrievalError as e:
         if "writer_error" not in state.extra:
             log.warning("this server serves %s read-only: %s", state.settings.index_dir, e.message)

@@ -62,10 +62,14 @@ def cmd_query(args: argparse.Namespace, settings: Settings) -> int:
     try:
         result = engine.query(args.question, principal, k=args.k, max_attempts=args.max_attempts,
                               deadline_ms=args.deadline_ms, filters=_filters(args))
+        _print_answer(result_json(result), args.table)  # before closing: the answer is computed whatever closing meets
     finally:
-        engine.close()
-    payload = result_json(result)
-    if args.table:
+        engine.close()  # waits for (or stops) background work, such as a table profile the question did not wait for
+    return 0
+
+
+def _print_answer(payload: dict, table: bool) -> None:
+    if table:
         print(f"{payload['status']}  route={payload['route']['chosen']}  stop={payload['stop_reason']}  "
               f"{payload['elapsed_ms']} ms")
         for a in payload["attempts"]:
@@ -78,7 +82,7 @@ def cmd_query(args: argparse.Namespace, settings: Settings) -> int:
             print(f"  gap: {payload['gap']['reason']}: {payload['gap']['detail']}")
     else:
         _emit(payload)
-    return 0
+    sys.stdout.flush()
 
 
 def cmd_sql(args: argparse.Namespace, settings: Settings) -> int:

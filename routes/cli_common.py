@@ -70,28 +70,15 @@ def _progress_bar(show: bool | None = None) -> Callable[[str, int, int], None] |
     return report
 
 
-# Words that read as "everyone" or "no one" (or as the admins) but, as ACL entries, would name
-# a principal of that id, so the documents they guard would silently reach no reader.
-RESERVED_ACL_WORDS = frozenset({
-    "everyone", "everybody", "all", "any", "anyone", "anybody", "world", "none", "nobody", "noone", "private",
-    "public", "authenticated", "anonymous", "users", "admin", "admins",
-})
-
-
 def default_acl(entries: Sequence[str] | None) -> tuple[str, ...]:
-    """The ACL of documents and tables without one: `--default-acl`, checked, or admins only.
-    Besides the ACL syntax, a word that reads as a keyword (`everyone`, `all`, `Public`, ...)
-    is refused rather than taken for a principal id."""
+    """The ACL of documents and tables without one: `--default-acl`, checked by the rule every
+    ACL follows (retrieval/types.py: a keyword-like word is refused), or admins only."""
     from indexes.corpus import ADMIN_ONLY
-    from retrieval.types import PUBLIC, check_acl
+    from retrieval.types import check_acl
 
     if not entries:
         return ADMIN_ONLY
-    reserved = [e for e in entries if e != PUBLIC and e.lower() in RESERVED_ACL_WORDS]
-    if reserved:
-        raise InvalidRequest(f"--default-acl {reserved[0]!r} is not an ACL keyword: use 'public' (everyone), "
-                             f"'group:NAME' or principal ids; leave it out for admins only ('group:admin')")
-    return check_acl(list(entries))
+    return check_acl(list(entries), "--default-acl", "; leave it out for admins only ('group:admin')")
 
 
 # Command-line flags that set a setting: argparse dest -> setting name. A flag left out

@@ -11,7 +11,7 @@ from datetime import date
 from pathlib import Path
 from typing import Callable
 
-from indexes.catalog import SqlRunner
+from indexes.sql_runner import SqlRunner
 from indexes.embedder import Embedder
 from indexes.live import LiveState, Superseded, live_view, replay
 from indexes.snapshot import Snapshot, load_snapshot
@@ -50,7 +50,8 @@ def build_retrievers(snapshot: Snapshot, embedder: Embedder, fusion: FusionParam
     bm25 = Bm25Retriever(snapshot.bm25, snapshot.chunks)
     dense = DenseRetriever(snapshot.dense, embedder.encode_query, snapshot.chunks)
     if sql is None:
-        runner = SqlRunner(snapshot.catalog, settings.sql_max_concurrent, settings.sql_max_result_bytes)
+        runner = SqlRunner(snapshot.catalog, settings.sql_max_concurrent, settings.sql_max_result_bytes, settings.sql_memory_mb,
+                           settings.sql_threads)
         sql = SqlRetriever(runner, settings.sql_limits, today, settings.profile_cache_size, settings.profile_workers,
                            settings.profile_cache_mb << 20)
     return {

@@ -87,6 +87,9 @@ class Settings(BaseSettings):
                                       "default: <index_dir>/report).", "server")
     compact_after: int = setting(1000, "Changed documents (puts, deletes, ACL changes) since the base snapshot that "
                                  "start a background compaction (0: only `quarry compact`).", "server", ge=0)
+    write_max_key_bytes: int = setting(4 * 1024 * 1024, "Bytes of document writes one principal may have queued or "
+                                       "running at once (PUT, batch, write tools; its keys share them); past it a "
+                                       "retryable 429.", "server", ge=1)
     write_batch_max: int = setting(100, "Most changes one `POST /v1/documents:batch` may carry.", "server", ge=1, le=10_000)
     reload_grace_s: float = setting(30.0, "After its last request, how long a replaced engine waits for retriever "
                                     "calls the loop gave up on before it is closed.", "server", ge=0)
@@ -121,6 +124,15 @@ class Settings(BaseSettings):
     sql_max_concurrent: int = setting(2, "SQL statements running at once across the server; more wait for a slot.",
                                       "sql", ge=1)
     sql_max_result_bytes: int = setting(4_000_000, "Largest result one SQL statement may return, in bytes.", "sql", ge=1)
+    sql_value_bytes: int = setting(_SQL.value_bytes, "Bytes one row of a statement may build through its function calls "
+                                   "(concat, ||, regexp_replace, lpad, ...), shared by all its calls; a call past its "
+                                   "share is refused before it runs.", "sql", ge=64)
+    sql_threads: int = setting(1, "Threads of the SQL route's DuckDB (1: each statement runs on its request thread "
+                               "alone, so the SQL slots take at most one core each and the server stays responsive).",
+                               "sql", ge=1)
+    sql_memory_mb: int = setting(128, "Memory of the SQL route's own database (callers' SQL, table profiles, translated "
+                                 "questions, all together), in MB; a statement past it is refused as retryable.",
+                                 "sql", ge=16)
 
     # -- hybrid fusion (build `FusionParams`; a `quarry tune` result in the index wins) -----
     fusion_method: Literal["rrf", "zscore"] = setting(_FUSION.method, "How hybrid fuses BM25 and dense: rrf "
@@ -215,9 +227,12 @@ class Settings(BaseSettings):
     judge_url: str = setting("", "Base URL of the judge's OpenAI-compatible API (requests go to <url>/chat/completions).",
                              "judge")
     judge_model: str = setting("", "Model name the judge requests ask for.", "judge")
-    judge_timeout_s: float = setting(5.0, "Time limit of one judge request; past it the built-in grade stands.",
+    judge_timeout_s: float = setting(5.0, "Time limit of one judge request, the whole reply included (and never past the "
+                                     "question's deadline); past it the built-in grade stands.",
                                      "judge", gt=0)
     judge_max_passages: int = setting(4, "Top passages of an attempt the judge reads.", "judge", ge=1)
+    judge_max_reply_bytes: int = setting(256 * 1024, "Largest judge reply read; a longer one is cut off unread and "
+                                         "the built-in grade stands.", "judge", ge=1024)
     judge_api_key: str | None = setting(None, "Bearer key sent to the judge's endpoint (never shown).", "judge",
                                         secret=True)
 
@@ -301,7 +316,7 @@ class Settings(BaseSettings):
 
     @property
     def sql_limits(self) -> SqlLimits:
-        return SqlLimits(max_rows=self.sql_max_rows, timeout_s=self.sql_timeout_s)
+        return SqlLimits(max_rows=self.sql_max_rows, timeout_s=self.sql_timeout_s, value_bytes=self.sql_value_bytes)
 
     @property
     def fusion(self) -> FusionParams:

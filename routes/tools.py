@@ -145,20 +145,20 @@ def _upsert(writer: Any, principal: Principal, a: UpsertDocumentArgs) -> dict[st
     fields = {k: v for k, v in {"title": a.title, "source": a.source, "date": a.date, "acl": a.acl}.items() if v is not None}
     doc = make_document({"id": a.doc_id, "text": a.text, **fields}, default_source=None,
                         default_acl=options_of(served.base or served.snapshot)[1])
-    return dict(writer.write([Put(doc, "mcp")], principal))
+    return dict(writer.write([Put(doc, "mcp")], principal, key=principal.id))
 
 
 def _delete(writer: Any, principal: Principal, a: DeleteDocumentArgs) -> dict[str, Any]:
     from indexes.live import Delete
 
-    return dict(writer.write([Delete(a.doc_id)], principal))
+    return dict(writer.write([Delete(a.doc_id)], principal, key=principal.id))
 
 
 def _set_acl(writer: Any, principal: Principal, a: SetAclArgs) -> dict[str, Any]:
     from indexes.live import SetAcl
     from retrieval.types import check_acl
 
-    return dict(writer.write([SetAcl(a.doc_id, check_acl(a.acl))], principal))
+    return dict(writer.write([SetAcl(a.doc_id, check_acl(a.acl))], principal, key=principal.id))
 
 
 _STR = {"type": "string"}

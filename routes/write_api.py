@@ -18,7 +18,7 @@ from starlette.concurrency import run_in_threadpool
 from indexes.corpus import make_document
 from indexes.live import Change, Delete, Put, SetAcl, options_of
 from retrieval.errors import Conflict, Forbidden, InvalidRequest
-from retrieval.types import check_acl
+from retrieval.types import check_acl, check_doc_id
 from routes.api import _body, current_caller
 from routes.auth import Caller
 from routes.schemas import AclIn, DocumentIn, WriteOut, batch_model, error_responses
@@ -48,9 +48,6 @@ def _put(doc_id: str, body: DocumentIn, default_acl: tuple[str, ...]) -> Put:
     return Put(make_document({**fields, "id": doc_id}, default_source=None, default_acl=default_acl), "api")
 
 
-def _checked_id(doc_id: str) -> str:
-    make_document({"id": doc_id, "text": "x"}, None, ("public",))  # the same id rules as ingest
-    return doc_id
 
 
 async def _write(request: Request, caller: Caller, changes: Sequence[Change]) -> JSONResponse:
@@ -67,7 +64,8 @@ async def _write(request: Request, caller: Caller, changes: Sequence[Change]) ->
         scoped = hashlib.sha256(f"{caller.principal.id}\n{header}".encode()).hexdigest()  # the caller's own key space
         idempotency = (scoped, identity)
     with state.gate.enter(caller.key_id):
-        out = await run_in_threadpool(writer.write, list(changes), caller.principal, idempotency)
+        out = await run_in_threadpool(writer.write, list(changes), caller.principal, idempotency, None,
+                                      caller.principal.id)
     request.state.audit = {"outcome": "write", "route": "write", "trace_id": f"generation-{out['generation']}"}
     return JSONResponse(out)
 
@@ -92,13 +90,13 @@ def build_write_router(max_batch: int) -> APIRouter:
                    summary="Delete a document (write scope; 404 for one the caller cannot read, as for a missing one)")
     async def delete_document(doc_id: str, request: Request, caller: Caller = Depends(current_caller)) -> JSONResponse:
         require_write(caller)
-        return await _write(request, caller, [Delete(_checked_id(doc_id))])
+        return await _write(request, caller, [Delete(check_doc_id(doc_id))])
 
     @router.patch("/documents/{doc_id:path}/acl", response_model=WriteOut, responses=ERRORS,
                   summary="Replace a document's ACL (write scope); a revocation holds from the next request on")
     async def patch_acl(doc_id: str, body: AclIn, request: Request, caller: Caller = Depends(current_caller)) -> JSONResponse:
         require_write(caller)
-        return await _write(request, caller, [SetAcl(_checked_id(doc_id), check_acl(body.acl))])
+        return await _write(request, caller, [SetAcl(check_doc_id(doc_id), check_acl(body.acl))])
 
     @router.post("/documents:batch", response_model=WriteOut, responses=ERRORS,
                  summary=f"Up to {max_batch} puts, deletes and ACL changes, applied together or not at all")
@@ -111,9 +109,9 @@ def build_write_router(max_batch: int) -> APIRouter:
             if op.op == "put":
                 changes.append(_put(op.id, op.document, acl))
             elif op.op == "delete":
-                changes.append(Delete(_checked_id(op.id)))
+                changes.append(Delete(check_doc_id(op.id)))
             else:
-                changes.append(SetAcl(_checked_id(op.id), check_acl(op.acl)))
+                changes.append(SetAcl(check_doc_id(op.id), check_acl(op.acl)))
         return await _write(request, caller, changes)
 
     @router.post("/admin/compact", responses=error_responses(401, 403, 409, 429, 503),

@@ -53,6 +53,9 @@ class TablesProbe:
             raise self.error
         return self.inner.run(*args)
 
+    def close(self) -> None:
+        """The wrapped backend belongs to its fixture, which closes it."""
+
 
 class StatementLog:
     """Records every statement a catalog runs through its cursors, with its parameters (the
@@ -137,12 +140,15 @@ def tables_index(tmp_path_factory, embedder) -> Path:
 
 @pytest.fixture(scope="session")
 def sql_retriever(tables_index):
-    from indexes.catalog import Catalog, SqlRunner
+    from indexes.catalog import Catalog
+    from indexes.sql_runner import SqlRunner
     from indexes.snapshot import current_snapshot_path
     from retrieval.retrievers.sql import SqlLimits, SqlRetriever
 
     catalog = Catalog(current_snapshot_path(tables_index) / "catalog.duckdb")
-    yield SqlRetriever(SqlRunner(catalog), SqlLimits(max_rows=1000, timeout_s=5.0))
+    retriever = SqlRetriever(SqlRunner(catalog), SqlLimits(max_rows=1000, timeout_s=5.0))
+    yield retriever
+    retriever.close()
     catalog.close()
 
 

@@ -18,9 +18,10 @@ from typing import Any, Protocol, Sequence
 
 from sqlglot import exp
 
-from retrieval.errors import Forbidden, RetrievalError, RetrievalUnavailable
+from retrieval.errors import Forbidden, RetrievalError, RetrievalUnavailable, SqlRejected
 from retrieval.lru import Lru
 from retrieval.retrievers import Retrieved
+from retrieval.sql.bounds import VALUE_BYTES, refusal
 from retrieval.sql.guard import GuardedSql, guard_sql
 from retrieval.sql.schema import ColumnProfile, TableInfo
 from retrieval.sql.translate import Decline, Translation, Translator
@@ -37,11 +38,16 @@ class SqlBackend(Protocol):
 
     def acl_tokens(self) -> frozenset[str]: ...
 
+    def close(self) -> None:
+        """Refuse new statements, stop the running ones, and return once none runs."""
+        ...
+
 
 @dataclass(frozen=True)
 class SqlLimits:
     max_rows: int = 1000
     timeout_s: float = 2.0
+    value_bytes: int = VALUE_BYTES  # what one row of a statement may build through its function calls
 
 
 @dataclass(frozen=True)
@@ -122,7 +128,13 @@ class SqlRetriever:
             return False
 
     def close(self) -> None:
+        """Stop the background work and wait for it: profile builds not started are cancelled,
+        the backend refuses new statements and stops the running ones, then the builds still
+        running end (their next statement fails at once). Nothing runs after this returns, so
+        the database under it can close."""
         self._builder.shutdown(wait=False, cancel_futures=True)
+        self._backend.close()
+        self._builder.shutdown(wait=True)
 
     def readable_tables(self, principal: Principal) -> list[TableInfo]:
         return [t for t in self._backend.tables().values() if t.readable_by(principal)]
@@ -131,7 +143,7 @@ class SqlRetriever:
         """A caller's own SQL: needs the `sql` scope; guarded; row ACLs applied by the service."""
         if "sql" not in principal.scopes:
             raise Forbidden("sending SQL needs the 'sql' scope")
-        return self._run(guard_sql(statement, self._backend.tables(), principal))
+        return self._run(self._guard(statement, principal))
 
     def translate(self, question: str, principal: Principal, today: date | None = None) -> Translation | Decline:
         tables = self.readable_tables(principal)
@@ -147,7 +159,7 @@ class SqlRetriever:
 
     def run_translation(self, translation: Translation, question: str, principal: Principal) -> SqlResult:
         """Run a translation made for this principal (guarded again: it is only a statement)."""
-        result = self._run(guard_sql(translation.sql, self._backend.tables(), principal))
+        result = self._run(self._guard(translation.sql, principal))
         return SqlResult(result.sql, result.columns, result.rows, result.tables, result.truncated, question, result.doc_ids)
 
     def retrieve(self, translation: Translation, question: str, principal: Principal, k: int) -> Retrieved:
@@ -160,8 +172,14 @@ class SqlRetriever:
         result = self.answer(query, principal)
         return [] if isinstance(result, Decline) else rows_as_hits(result, k)
 
+    def _guard(self, statement: str, principal: Principal) -> GuardedSql:
+        return guard_sql(statement, self._backend.tables(), principal, self.limits.value_bytes)
+
     def _run(self, guarded: GuardedSql) -> SqlResult:
-        columns, rows, truncated = self._backend.run(guarded.sql, self.limits.timeout_s, self.limits.max_rows)
+        try:
+            columns, rows, truncated = self._backend.run(guarded.sql, self.limits.timeout_s, self.limits.max_rows)
+        except SqlRejected as e:
+            raise refusal(e) from None
         data = tuple(tuple(json_value(v) for v in r) for r in rows)
         docs: list[str] = []
         for t in guarded.tables:

@@ -19,12 +19,12 @@ from sqlglot import exp
 from sqlglot.errors import ParseError, TokenError
 
 from retrieval.errors import SqlRejected
+from retrieval.sql.bounds import VALUE_BYTES, bound_values
 from retrieval.sql.schema import TableInfo
 from retrieval.types import Principal
 
 MAX_SQL_CHARS = 10_000
 MAX_NESTING = 32  # parentheses deep: sqlglot parses recursively, and no real query nests this far
-MAX_PAD_CHARS = 10_000  # lpad/rpad produce at most this many characters (one call could ask for 1e9)
 # Names DuckDB answers with session facts when no column has them: not data, so not allowed.
 _SESSION_NAMES = frozenset({"current_schema", "current_role", "current_user", "user", "session_user",
                             "current_catalog", "current_database", "current_query", "current_schemas"})
@@ -120,8 +120,10 @@ def _view_of(table: exp.Table, info: TableInfo, principal: Principal) -> exp.Exp
     return exp.Subquery(this=inner, alias=alias)
 
 
-def guard_sql(statement: object, tables: Mapping[str, TableInfo], principal: Principal) -> GuardedSql:
-    """Check one statement for `principal` and return what may run, or raise SqlRejected."""
+def guard_sql(statement: object, tables: Mapping[str, TableInfo], principal: Principal,
+              value_bytes: int = VALUE_BYTES) -> GuardedSql:
+    """Check one statement for `principal` and return what may run, or raise SqlRejected;
+    what runs builds at most `value_bytes` per row through its calls (retrieval/sql/bounds.py)."""
     if not isinstance(statement, str) or not statement.strip():
         raise _reject("the statement is empty", reason="empty")
     if len(statement) > MAX_SQL_CHARS:
@@ -131,7 +133,7 @@ def guard_sql(statement: object, tables: Mapping[str, TableInfo], principal: Pri
     if _nesting(statement) > MAX_NESTING:
         raise _reject(f"the statement nests parentheses more than {MAX_NESTING} deep", reason="too_deep")
     try:
-        return _guard(statement, tables, principal)
+        return _guard(statement, tables, principal, value_bytes)
     except RecursionError:
         raise _reject("the statement is nested too deeply to check", reason="too_deep") from None
 
@@ -153,7 +155,7 @@ def _nesting(statement: str) -> int:
     return deepest
 
 
-def _guard(statement: str, tables: Mapping[str, TableInfo], principal: Principal) -> GuardedSql:
+def _guard(statement: str, tables: Mapping[str, TableInfo], principal: Principal, value_bytes: int) -> GuardedSql:
     try:
         parsed = [s for s in sqlglot.parse(statement, read="duckdb") if s is not None]
     except (ParseError, TokenError) as e:
@@ -174,11 +176,12 @@ def _guard(statement: str, tables: Mapping[str, TableInfo], principal: Principal
         if isinstance(node, exp.Func) and not isinstance(node, (exp.Connector, exp.Binary)) and not _function_allowed(node):
             name = _function_name(node)
             raise _reject(f"function {name!r} is not allowed", reason="function", function=name)
+        if isinstance(node, exp.Dot) and isinstance(node.expression, exp.Func):  # main.lpad(...): past every check by name
+            name = _function_name(node.expression)
+            raise _reject(f"function {name!r} is called by its bare name, never qualified", reason="function", function=name)
     readable = {n.lower(): t for n, t in tables.items() if t.readable_by(principal)}
     _check_session_names(root, readable)
-    for pad in list(root.find_all(exp.Pad)):  # bound the size one call can build
-        capped = exp.func("least", pad.args["expression"].copy(), exp.Literal.number(MAX_PAD_CHARS))
-        pad.set("expression", exp.cast(capped, exp.DataType.build("INTEGER")))
+    bound_values(root, value_bytes)  # the caller's calls share the row budget; the views' filters are the service's
     used: list[str] = []
     for table in list(root.find_all(exp.Table)):
         if not isinstance(table.this, exp.Identifier):

@@ -82,10 +82,18 @@ async function ask(event) {
   }
 }
 
+// A document's URL: its id is one path segment, every reserved character encoded, so no id
+// can add a segment or climb out of /v1/documents/ (ids "." and ".." would be dot segments
+// whatever their encoding, and the service refuses them).
+function documentPath(docId) {
+  if (docId === "." || docId === "..") throw new Error("this document id cannot be opened");
+  return "/v1/documents/" + encodeURIComponent(docId);
+}
+
 async function openDocument(docId) {
   showError("");
   try {
-    const doc = await (await call("GET", "/v1/documents/" + encodeURIComponent(docId).replace(/%2F/g, "/"))).json();
+    const doc = await (await call("GET", documentPath(docId))).json();
     document.getElementById("document").hidden = false;
     document.getElementById("doc-id").textContent = doc.doc_id;
     document.getElementById("doc-meta").textContent = [doc.title, doc.source, doc.date].filter(Boolean).join(" · ");

@@ -4,12 +4,12 @@ exact scan evaluates patterns on readable rows only."""
 from __future__ import annotations
 
 import shutil
-from types import SimpleNamespace
 
 import duckdb
 import pytest
 
-from indexes.catalog import Catalog, SqlRunner
+from indexes.catalog import Catalog
+from indexes.sql_runner import SqlRunner
 from indexes.snapshot import current_snapshot_path
 from retrieval.errors import RetrievalUnavailable, SqlRejected
 
@@ -36,22 +36,23 @@ def test_a_statement_the_database_refuses_is_sql_rejected(catalog_copy, statemen
 
 def test_an_io_fault_of_the_catalog_is_a_retryable_unavailable_database(catalog_copy):
     catalog, path = catalog_copy
+    runner = SqlRunner(catalog)  # opened with the index, as a server does
     with open(path, "r+b") as f:  # the disk loses the table data under a running server
         f.truncate(3 * 4096)
     with pytest.raises(RetrievalUnavailable) as raised:
-        SqlRunner(catalog).run("SELECT * FROM data.tickets", 5.0, 10)
+        runner.run("SELECT * FROM data.tickets", 5.0, 10)
     assert raised.value.retryable and "IOException" in raised.value.message
     assert str(path) not in raised.value.message  # the caller learns no server paths
 
 
-def test_running_out_of_memory_is_a_retryable_unavailable_database():
-    con = duckdb.connect(config={"memory_limit": "16MB", "temp_directory": ""})  # a real database, tightly capped
+def test_running_out_of_memory_is_a_retryable_unavailable_database(catalog_copy):
+    catalog, _ = catalog_copy
+    runner = SqlRunner(catalog, memory_mb=16)  # the SQL route's own database, tightly capped
     try:
-        runner = SqlRunner(SimpleNamespace(new_cursor=con.cursor))  # the runner needs only the catalog's cursors
         with pytest.raises(RetrievalUnavailable) as raised:
             runner.run("SELECT count(DISTINCT (i, i::VARCHAR)) FROM range(10000000) t(i)", 30.0, 10)
     finally:
-        con.close()
+        runner.close()
     assert raised.value.retryable and "OutOfMemoryException" in raised.value.message
 
 

@@ -30,7 +30,7 @@ def test_jsonl_and_markdown_documents_load_with_their_fields(tmp_path):
           "---\ntitle: Runbook\ndate: 2024-05-06\nacl: [public, alice]\n---\n# Heading\nBody text.\n")
     docs = {d.doc.id: d.doc for d in load_documents([tmp_path])}
     assert docs["x1"].acl == ("group:sre",) and docs["x1"].source == "a" and docs["x1"].metadata == {"team": "sre"}
-    md = docs["runbooks/r"]
+    md = docs["runbooks:r"]
     assert md.title == "Runbook" and md.date == date(2024, 5, 6) and md.acl == ("public", "alice")
     assert md.source == "runbooks" and md.text.startswith("# Heading")
 
@@ -58,7 +58,7 @@ def test_markdown_title_falls_back_to_first_heading(tmp_path):
         (line(id="x2", text="t", acl=[]), "acl must be a non-empty list"),
         (line(id="x2", text="t", acl="public"), "acl must be a non-empty list"),
         (line(id="x2", text="t", colour="red"), "unknown fields ['colour']"),
-        (line(id="x 2", text="t"), "id must be a non-empty string"),
+        (line(id="x 2", text="t"), "invalid document id \"x 2\""),
         (line(id="x2", text="t", metadata={"a": {"b": 1}}), "flat object"),
         ('["not", "an", "object"]\n', "must be a JSON object"),
     ],
@@ -112,3 +112,29 @@ def test_jsonl_is_read_by_line_and_names_the_line_that_is_not_utf8(tmp_path):
     loaded = load_documents([path])
     assert [d.doc.id for d in loaded] == ["a", "b"] and [d.origin.rsplit(":", 1)[1] for d in loaded] == ["1", "3"]
     assert loaded[0].doc.text == "one\u2028two\u0085three"
+
+
+@pytest.mark.parametrize("word", ["everyone", "all", "Public", "nobody", "admins", "world"])
+def test_a_keyword_like_acl_entry_stops_ingest_naming_the_line(tmp_path, word):
+    """`["everyone"]` would be the id of a principal no one is: every reader, the admin who
+    wrote it included, would lose the document. The rule is the one --default-acl keeps."""
+    path = write(tmp_path / "a.jsonl", line(id="x1", text="fine", acl=["public"]) + line(id="x2", text="t", acl=[word]))
+    with pytest.raises(IngestError, match=rf"a.jsonl:2: acl entry '{word}' is not an ACL keyword: use 'public'"):
+        load_documents([path])
+    md = write(tmp_path / "md" / "n.md", f"---\nacl: [{word}]\n---\nBody.\n")
+    with pytest.raises(IngestError, match="is not an ACL keyword"):
+        load_documents([md])
+
+
+@pytest.mark.parametrize("doc_id", ["../admin/report", "a/b", "a\\b", ".", "..", "\u202eabc", "a\u0000b", "a\u200bb",
+                                    "a\u2066b", "\ufeffa", "a\u00a0b"])
+def test_an_id_with_separators_dot_segments_or_hidden_characters_stops_ingest(tmp_path, doc_id):
+    path = write(tmp_path / "a.jsonl", line(id=doc_id, text="t"))
+    with pytest.raises(IngestError, match=r"a.jsonl:1: invalid document id"):
+        load_documents([path])
+
+
+def test_ids_of_every_script_and_with_dots_inside_are_accepted(tmp_path):
+    ids = ["rn-ledger-2.4.1", "dbpedia:Foo_(bar)", "日本語-3", "naïve", "..x", "a?b%c"]
+    path = write(tmp_path / "a.jsonl", "".join(line(id=i, text="t") for i in ids))
+    assert [d.doc.id for d in load_documents([path])] == ids

@@ -33,6 +33,7 @@ def test_sidecar_sets_the_table_acl_and_defaults_fail_closed(tmp_path):
 
 @pytest.mark.parametrize("sidecar, message", [
     ('{"acl": []}', "non-empty list"),
+    ('{"acl": ["everyone"]}', "is not an ACL keyword"),
     ('{"acl": ["public"], "owner": "x"}', 'a sidecar holds'),
     ("not json", "unreadable ACL sidecar"),
 ])
@@ -75,7 +76,8 @@ def test_parquet_files_become_tables_with_list_row_acls(tmp_path, embedder):
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    from indexes.catalog import Catalog, SqlRunner
+    from indexes.catalog import Catalog
+    from indexes.sql_runner import SqlRunner
     from retrieval.retrievers.sql import SqlRetriever
     from retrieval.types import Principal
 
@@ -97,7 +99,8 @@ def test_parquet_files_become_tables_with_list_row_acls(tmp_path, embedder):
 
 
 def test_a_row_acl_cell_with_one_bare_entry_is_a_list_of_one(tmp_path, embedder):
-    from indexes.catalog import Catalog, SqlRunner
+    from indexes.catalog import Catalog
+    from indexes.sql_runner import SqlRunner
     from retrieval.retrievers.sql import SqlLimits, SqlRetriever
     from retrieval.types import Principal
 
@@ -123,7 +126,8 @@ def test_a_row_acl_cell_with_one_bare_entry_is_a_list_of_one(tmp_path, embedder)
 
 @pytest.mark.parametrize("cell, reason", [('"[""public"""', "JSON list of strings or one entry"),
                                           ("public group:x", "JSON list of strings or one entry"),
-                                          ('"[""group:""]"', "invalid acl entries")])
+                                          ('"[""group:""]"', "invalid acl entries"),
+                                          ('"[""everyone""]"', "is not an ACL keyword"), ("all", "is not an ACL keyword")])
 def test_a_malformed_row_acl_cell_stops_ingest_naming_the_line(tmp_path, embedder, cell, reason):
     bad = write(tmp_path / "src" / "t.csv", f'id,acl\nr1,public\nr2,{cell}\n')
     with pytest.raises(IngestError, match=rf"t.csv:3: .*{re.escape(reason)}"):

@@ -154,7 +154,8 @@ def test_sending_sql_needs_the_sql_scope(sql_retriever):
 
 
 def test_runaway_query_is_interrupted_at_the_time_limit(tables_index):
-    from indexes.catalog import Catalog, SqlRunner
+    from indexes.catalog import Catalog
+    from indexes.sql_runner import SqlRunner
     from indexes.snapshot import current_snapshot_path
 
     catalog = Catalog(current_snapshot_path(tables_index) / "catalog.duckdb")
@@ -168,7 +169,8 @@ def test_runaway_query_is_interrupted_at_the_time_limit(tables_index):
 
 
 def test_row_limit_truncates_and_says_so(tables_index):
-    from indexes.catalog import Catalog, SqlRunner
+    from indexes.catalog import Catalog
+    from indexes.sql_runner import SqlRunner
     from indexes.snapshot import current_snapshot_path
 
     catalog = Catalog(current_snapshot_path(tables_index) / "catalog.duckdb")
@@ -180,22 +182,26 @@ def test_row_limit_truncates_and_says_so(tables_index):
 
 
 def _runner(tables_index, **kw):
-    from indexes.catalog import Catalog, SqlRunner
+    from indexes.catalog import Catalog
+    from indexes.sql_runner import SqlRunner
     from indexes.snapshot import current_snapshot_path
 
     catalog = Catalog(current_snapshot_path(tables_index) / "catalog.duckdb")
     return catalog, SqlRunner(catalog, **kw)
 
 
-def test_padding_is_capped_so_one_call_cannot_build_a_gigabyte(tables_index):
+def test_padding_to_a_gigabyte_is_refused_before_it_builds(tables_index):
     catalog, runner = _runner(tables_index)
+    sql = SqlRetriever(runner, SqlLimits(timeout_s=5.0))
     try:
-        sql = SqlRetriever(runner, SqlLimits(timeout_s=5.0))
         for statement in ("SELECT length(rpad('x', 1000000000, 'y'))", "SELECT length(lpad('x', 2000000000))",
-                          "SELECT length(rpad(title, CAST(1e9 AS BIGINT), title)) AS n FROM incidents LIMIT 1"):
-            (n,), = sql.run_statement(statement, ERIN).rows
-            assert n == 10_000, statement
+                          "SELECT length(rpad(title, CAST(1e9 AS INTEGER), title)) AS n FROM incidents LIMIT 1"):
+            with pytest.raises(SqlRejected, match="row budget of 16,384 bytes") as err:
+                sql.run_statement(statement, ERIN)
+            assert err.value.context["reason"] == "too_large", statement
+        assert sql.run_statement("SELECT length(lpad(title, 300, '.')) FROM incidents LIMIT 1", ERIN).rows == ((300,),)
     finally:
+        sql.close()
         catalog.close()
 
 
@@ -204,9 +210,9 @@ def test_a_result_over_the_byte_cap_is_a_typed_rejection_naming_the_cap(tables_i
     try:
         sql = SqlRetriever(runner, SqlLimits(timeout_s=5.0))
         with pytest.raises(SqlRejected, match="larger than 1,000,000 bytes") as err:
-            sql.run_statement("SELECT lpad('x', 10000, 'y') FROM incidents a, incidents b", ERIN)
+            sql.run_statement("SELECT lpad('x', 4000, 'y') FROM incidents a, incidents b", ERIN)
         assert err.value.context["reason"] == "too_large"
-        big_aggregate = "SELECT string_agg(lpad(a.title, 10000, 'y'), ',') FROM incidents a, incidents b"
+        big_aggregate = "SELECT string_agg(lpad(a.title, 4000, 'y'), ',') FROM incidents a, incidents b"
         with pytest.raises((SqlRejected, RetrievalTimeout, RetrievalUnavailable)):
             sql.run_statement(big_aggregate, ERIN)
         assert sql.run_statement("SELECT count(*) FROM incidents", ERIN).rows == ((120,),)  # still serving

@@ -189,7 +189,7 @@ def test_the_profile_cache_is_bounded_by_bytes_as_well_as_by_scopes(sql_retrieve
 
     question = "how many incidents were opened in 2025"
     bob, alice = Principal("bob", ("finance",)), Principal("alice", ("sre",))
-    probe = SqlRetriever(sql_retriever._backend, sql_retriever.limits)
+    probe = SqlRetriever(TablesProbe(sql_retriever._backend), sql_retriever.limits)
     sizes = []
     for p in (bob, alice):
         probe.translate(question, p)
@@ -197,7 +197,8 @@ def test_the_profile_cache_is_bounded_by_bytes_as_well_as_by_scopes(sql_retrieve
     probe.close()
     assert probe.scope(bob) != probe.scope(alice) and min(sizes) > 1000
     for budget, both in ((sum(sizes) + 1000, True), (max(sizes) + 300, False)):
-        shared = SqlRetriever(sql_retriever._backend, sql_retriever.limits, profile_cache=256, profile_cache_bytes=budget)
+        shared = SqlRetriever(TablesProbe(sql_retriever._backend), sql_retriever.limits, profile_cache=256,
+                              profile_cache_bytes=budget)
         try:
             for p in (bob, alice):
                 shared.translate(question, p)
@@ -211,7 +212,7 @@ def test_profiles_larger_than_the_whole_budget_are_still_kept_for_their_scope(sq
     from retrieval.retrievers.sql import SqlRetriever
 
     question, bob = "how many incidents were opened in 2025", Principal("bob", ("finance",))
-    shared = SqlRetriever(sql_retriever._backend, sql_retriever.limits, profile_cache_bytes=100)
+    shared = SqlRetriever(TablesProbe(sql_retriever._backend), sql_retriever.limits, profile_cache_bytes=100)
     try:
         shared.translate(question, bob)
         shared.translate(question, bob)

@@ -155,3 +155,29 @@ def test_a_binary_current_file_is_a_typed_error_and_the_next_ingest_replaces_it(
     assert error["code"] == "internal" and "CURRENT" in error["message"] and str(tmp_path) not in error["message"]
     assert quarry("ingest", str(ROOT / "tests" / "fixtures" / "mini"), "--index", str(index)).returncode == 0
     assert quarry("query", "carrier webhook retries", "--index", str(index), "--principal", "erin").returncode == 0
+
+
+def test_query_prints_its_answer_and_exits_0_while_a_table_profile_is_still_inside_the_database(
+        tables_index, monkeypatch, capsys):
+    """The question waits for a new scope's table profile at most half its deadline; here the
+    profile (slowed down by a long statement before the real one) is still running in DuckDB
+    when the command closes its engine. Closing stops it and waits; the answer is printed."""
+    from retrieval.retrievers.sql import SqlRetriever
+    from routes.cli import main
+
+    real = SqlRetriever._profile
+    started = []
+
+    def slow_profile(self, principal, tables):
+        started.append(True)
+        self._backend.run("SELECT count(*) FROM data.incidents a, data.incidents b, data.incidents c, data.incidents d, "
+                          "data.incidents e WHERE a.title || b.title <> c.title", 600.0, 1)
+        return real(self, principal, tables)
+
+    monkeypatch.setattr(SqlRetriever, "_profile", slow_profile)
+    code = main(["query", "How many sev1 incidents were there?", "--index", str(tables_index), "--principal", "alice",
+                 "--groups", "sre", "--deadline-ms", "400", "--set", "sql_timeout_s=600"])
+    out = capsys.readouterr().out
+    assert started and code == 0
+    answer = json.loads(out)
+    assert answer["status"] in ("answer_context", "evidence_gap") and answer["attempts"]

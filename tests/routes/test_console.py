@@ -111,3 +111,26 @@ def test_the_report_page_shows_the_last_eval_report(browser, live, demo_engine):
     _local_only(live, requests)
     assert not [p for p in problems if "403" not in p], problems  # the forbidden load's 403 is the only error
     page.close()
+
+
+def test_opening_a_document_sends_its_id_as_one_encoded_segment(browser, live):
+    """An id with separators or dot segments (stored by an older build, or a hostile writer's)
+    must not make the viewer's bearer key go to another endpoint: every request the "open"
+    action sends stays under /v1/documents/, its id a single encoded segment."""
+    from urllib.parse import unquote, urlsplit
+
+    page, requests, problems = _page(browser, live)
+    page.goto(live.url + "/console")
+    page.fill("#key", live.keys["bob"])
+    for doc_id in ("../admin/report", "a/../../admin/report", "%2e%2e/admin/report", "..\\admin\\report", "a?b#c"):
+        before = len(requests)
+        page.evaluate("id => openDocument(id)", doc_id)
+        page.wait_for_selector("#error:not([hidden])")
+        sent = [urlsplit(u) for u in requests[before:]]
+        assert len(sent) == 1, (doc_id, requests[before:])
+        path = sent[0].path
+        assert path.startswith("/v1/documents/") and "/" not in path[len("/v1/documents/"):], (doc_id, path)
+        assert unquote(path[len("/v1/documents/"):]) == doc_id and not sent[0].query
+        page.evaluate("() => { document.getElementById('error').hidden = true; }")
+    _local_only(live, requests)
+    page.close()

@@ -1,5 +1,5 @@
-"""Edge inputs found in review, each over a real server on a small index of its own: path-like
-document ids, non-finite SQL values, odd spacing around dates, tables a caller cannot read,
+"""Edge inputs found in review, each over a real server on a small index of its own: ids of
+nested files, non-finite SQL values, odd spacing around dates, tables a caller cannot read,
 and filters on a question that links to a table."""
 
 from __future__ import annotations
@@ -46,10 +46,12 @@ def call(server, method, path, who="sre", **kw):
     return httpx.request(method, server.url + path, headers={"Authorization": f"Bearer {server.keys[who]}"}, timeout=30, **kw)
 
 
-def test_a_document_id_with_a_slash_can_be_fetched(edge):
-    got = call(edge, "GET", "/v1/documents/sub/note")
-    assert got.status_code == 200 and got.json()["doc_id"] == "sub/note"
-    missing = call(edge, "GET", "/v1/documents/sub/none")
+def test_a_nested_markdown_file_is_named_by_its_folders_joined_with_a_colon_and_can_be_fetched(edge):
+    """An id is one URL segment (no '/'): sub/note.md without an id of its own is `sub:note`."""
+    got = call(edge, "GET", "/v1/documents/sub:note")
+    assert got.status_code == 200 and got.json()["doc_id"] == "sub:note"
+    assert call(edge, "GET", "/v1/documents/sub%3Anote").json()["doc_id"] == "sub:note"
+    missing = call(edge, "GET", "/v1/documents/sub/note")
     assert missing.status_code == 404 and missing.json()["error"]["code"] == "not_found"
 
 

@@ -7,6 +7,7 @@ import json
 import random
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 import indexes.dense as dense_module
@@ -243,3 +244,38 @@ def test_past_compact_after_changes_a_background_compaction_folds_them(tmp_path,
     finally:
         reopened.close()
         rebuilt.close()
+
+
+def test_changes_logged_before_the_id_and_acl_rules_still_open_and_a_write_meets_the_rules(tmp_path, embedder):
+    """A log written by an older build may hold an id with '/' or a keyword-like ACL entry: the
+    index must still open (the change is served as it was acknowledged), while every new
+    write meets the rules, the local operator's included."""
+    from dataclasses import replace
+
+    from indexes.live import record_payload, wal_path
+    from indexes.wal import WriteAheadLog
+    from retrieval.errors import InvalidRequest
+
+    rng = random.Random(9)
+    index = _index(tmp_path, {f"d{i}": _record(rng, f"d{i}") for i in range(3)}, embedder)
+    old = replace(_doc(_record(rng, "fresh")), id="notes/legacy", acl=("everyone", "group:alpha"))
+    vectors = np.zeros((1, embedder.dim), np.float32)
+    vectors[0, 0] = 1.0
+    payload = record_payload([(Put(old, "api"), vectors), (SetAcl("d0", ("all",)), None)], embedder.model_id, 1500)
+    log = WriteAheadLog(wal_path(index))
+    log.append("write", payload)
+    log.close()
+    engine = open_engine(index, embedder, plugins=False)
+    generations = Generations(engine, owned=True)
+    writer = Writer(index, generations)
+    try:
+        catalog = engine.snapshot.catalog
+        assert catalog.document_acl("notes/legacy") == ("everyone", "group:alpha") and catalog.document_acl("d0") == ("all",)
+        for change in (Put(replace(old, id="notes/new"), "cli"), Put(replace(old, id="fine"), "cli"),
+                       SetAcl("d1", ("nobody",)), Delete("a/b")):
+            with pytest.raises(InvalidRequest):
+                writer.write([change], None)
+        assert writer.wal.last_seq == 1
+    finally:
+        writer.close()
+        generations.close()

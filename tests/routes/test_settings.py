@@ -41,7 +41,7 @@ def test_every_setting_has_a_default_and_a_line_of_help():
 
 def test_the_settings_defaults_are_those_of_the_classes_they_configure():
     from indexes.bm25 import Bm25Params
-    from indexes.catalog import SqlRunner
+    from indexes.sql_runner import SqlRunner
     from indexes.chunking import DEFAULT_MAX_CHARS
     from indexes.embedder import Embedder
     from indexes.snapshot import BuildOptions
@@ -60,8 +60,9 @@ def test_the_settings_defaults_are_those_of_the_classes_they_configure():
     assert s.build_options(BuildOptions().default_acl) == BuildOptions()
     assert s.chunk_max_chars == DEFAULT_MAX_CHARS and s.build_options(()).bm25 == Bm25Params()
     assert (s.embed_batch_size, s.query_cache_size) == (default(Embedder, "batch_size"), default(Embedder, "query_cache"))
-    assert (s.sql_max_concurrent, s.sql_max_result_bytes) == (default(SqlRunner, "max_concurrent"),
-                                                              default(SqlRunner, "max_bytes"))
+    assert (s.sql_max_concurrent, s.sql_max_result_bytes, s.sql_memory_mb, s.sql_threads) == (
+        default(SqlRunner, "max_concurrent"), default(SqlRunner, "max_bytes"), default(SqlRunner, "memory_mb"),
+        default(SqlRunner, "threads"))
     assert (s.profile_cache_size, s.profile_workers) == (default(SqlRetriever, "profile_cache"),
                                                          default(SqlRetriever, "profile_workers"))
     assert s.profile_cache_mb << 20 == default(SqlRetriever, "profile_cache_bytes")

@@ -322,3 +322,152 @@ def test_a_second_server_on_the_index_serves_the_writers_changes_within_a_poll(w
         assert revoke.status_code == 200
         wait_for(False)  # a revocation reaches the follower within its poll
         assert _found(follower, "erin", "Followed note")["bm25"] == _found(writable, "erin", "Followed note")["bm25"]
+
+
+def test_a_put_of_a_document_the_key_cannot_read_is_404_and_changes_nothing(writable):
+    """Replacing needs the right deleting needs: wendy cannot read m02, so her PUT of m02 is
+    the same 404 as her DELETE of it (and of a missing id), by every path; she can still
+    create a new id."""
+    url = writable.url + "/v1/documents/"
+    with writable.app.state.quarry.engines.lease() as served:
+        before = served.engine.snapshot.catalog.document("m02")
+    generation = _generation(writable)
+    takeover = {"text": "Taken over.", "acl": ["group:content"]}
+    put = httpx.put(url + "m02", json=takeover, headers=_h(writable, "wendy"), timeout=60)
+    missing = httpx.delete(url + "m02-nope", headers=_h(writable, "wendy"), timeout=30)
+    assert put.status_code == missing.status_code == 404 and put.json()["error"] == {
+        **missing.json()["error"], "message": put.json()["error"]["message"]}
+    batch = httpx.post(writable.url + "/v1/documents:batch", headers=_h(writable, "wendy"), timeout=60,
+                       json={"operations": [{"op": "put", "id": "m02", "document": takeover}]})
+    assert batch.status_code == 404
+    with writable.app.state.quarry.engines.lease() as served:
+        assert served.engine.snapshot.catalog.document("m02") == before
+    assert _generation(writable) == generation
+    created = httpx.put(url + "wendy-new-note", json={"text": "Fresh.", "acl": ["group:content"]},
+                        headers=_h(writable, "wendy"), timeout=60)
+    assert created.status_code == 200 and created.json()["generation"] == generation + 1
+
+
+def test_keyword_acls_and_hidden_or_path_like_ids_are_refused_in_every_write_path(writable):
+    import anyio
+    import httpx2
+    from mcp import Client
+    from mcp.client.streamable_http import streamable_http_client
+
+    before = _generation(writable)
+    url = writable.url + "/v1/documents/"
+    wendy = _h(writable, "wendy")
+    for word in ("everyone", "all", "Public", "nobody", "admin"):
+        cases = [
+            httpx.put(url + "kw-doc", json={"text": "x", "acl": ["group:content", word]}, headers=wendy, timeout=30),
+            httpx.patch(url + "m01/acl", json={"acl": [word]}, headers=wendy, timeout=30),
+            httpx.post(writable.url + "/v1/documents:batch", headers=wendy, timeout=30, json={"operations": [
+                {"op": "put", "id": "kw-doc", "document": {"text": "x", "acl": [word]}}]}),
+            httpx.post(writable.url + "/v1/documents:batch", headers=wendy, timeout=30, json={"operations": [
+                {"op": "acl", "id": "m01", "acl": [word]}]}),
+        ]
+        for r in cases:
+            assert r.status_code == 400 and "is not an ACL keyword" in r.json()["error"]["message"], (word, r.text)
+    for raw in ("..%2Fadmin%2Freport", "a%2Fb", "%2E%2E", "%E2%80%AEabc", "a%00b", "a%E2%80%8Bb", "a%5Cb"):
+        for r in (httpx.put(url + raw, json={"text": "x", "acl": ["public"]}, headers=wendy, timeout=30),
+                  httpx.delete(url + raw, headers=wendy, timeout=30)):
+            assert r.status_code == 400 and "invalid document id" in r.json()["error"]["message"], (raw, r.text)
+    for bad_id in ("../admin/report", "\u202eabc", "a\u200bb", ".", "a\nb"):  # a newline in a URL path matches no route
+        r = httpx.post(writable.url + "/v1/documents:batch", headers=wendy, timeout=30, json={"operations": [
+            {"op": "put", "id": bad_id, "document": {"text": "x", "acl": ["public"]}}]})
+        assert r.status_code == 400, (bad_id, r.text)
+
+    async def tools(client):
+        return [await client.call_tool("upsert_document", {"doc_id": "kw-tool", "text": "y", "acl": ["everyone"]}),
+                await client.call_tool("set_document_acl", {"doc_id": "m01", "acl": ["world"]}),
+                await client.call_tool("upsert_document", {"doc_id": "a\u202eb", "text": "y", "acl": ["public"]}),
+                await client.call_tool("delete_document", {"doc_id": "../m01"})]
+
+    async def session(fn):
+        async with httpx2.AsyncClient(headers=wendy, timeout=120) as http:
+            async with Client(streamable_http_client(writable.url + "/mcp", http_client=http)) as client:
+                return await fn(client)
+
+    for result in anyio.run(session, tools):
+        assert result.is_error and result.structured_content["error"]["code"] == "invalid_arguments", result
+    assert _generation(writable) == before
+
+
+@pytest.fixture
+def slow_writer(tmp_path, embedder):
+    """A server whose embedder holds any document of more than 100 chunks until released (or
+    60 s pass): a large write that is still embedding."""
+    import threading
+
+    from indexes.snapshot import build_snapshot
+    from routes.app import create_app
+    from routes.engine import open_engine
+    from routes.keys import KeyStore
+    from routes.settings import Settings
+
+    class HeldEmbedder:
+        def __init__(self, inner) -> None:
+            self.inner, self.big_started, self.release = inner, threading.Event(), threading.Event()
+
+        def encode(self, texts):
+            if len(texts) > 100:
+                self.big_started.set()
+                self.release.wait(60)
+            return self.inner.encode(texts)
+
+        def __getattr__(self, name):
+            return getattr(self.inner, name)
+
+    index = tmp_path / "index"
+    build_snapshot([MINI], index, embedder)
+    store = KeyStore(tmp_path / "keys.json")
+    keys = {"big": store.add("bulk-loader", ["content"], ["query", "write"])[0],
+            "small": store.add("editor", ["content"], ["query", "write"])[0]}
+    settings = Settings(index_dir=index, rate_per_second=1000.0, burst=1000, max_concurrent_per_key=64,
+                        reload_interval_s=0, write_max_key_bytes=1_500_000)
+    held = HeldEmbedder(embedder)
+    engine = open_engine(index, held, settings=settings)
+    with LiveServer(create_app(settings, engine=engine, keys=store, own_engine=True)) as server:
+        server.keys, server.embedder = keys, held
+        try:
+            yield server
+        finally:
+            held.release.set()
+
+
+def test_a_large_put_embeds_outside_the_writers_lock_so_small_puts_of_another_key_go_first(slow_writer):
+    """The 1 MiB document is still embedding (held) while another key's small puts are
+    checked, embedded, logged and answered, one after another; the large one is answered
+    once released, after them. While it is in flight, its key may not start another write of
+    that size (429), and the other key is not limited by it."""
+    import threading
+
+    url = slow_writer.url + "/v1/documents/"
+    big_text = " ".join(f"Section {i}: the Harrowgate pump station log records flow, pressure and valve state."
+                        for i in range(12_000))[: 1024 * 1024 - 2000]
+    answers: dict[str, httpx.Response] = {}
+
+    def put_big() -> None:
+        answers["big"] = httpx.put(url + "bulk-manual", json={"text": big_text, "acl": ["public"]},
+                                   headers=_h(slow_writer, "big"), timeout=300)
+
+    big = threading.Thread(target=put_big)
+    big.start()
+    try:
+        assert slow_writer.embedder.big_started.wait(120), "the large write never started embedding"
+        small = [httpx.put(url + f"note-{i}", json={"text": f"Short note {i} about the Harrowgate weir.", "acl": ["public"]},
+                           headers=_h(slow_writer, "small"), timeout=120) for i in range(5)]
+        assert "big" not in answers  # still held in embedding
+        assert [r.status_code for r in small] == [200] * 5, [r.text for r in small]
+        second = httpx.put(url + "bulk-manual-2", json={"text": big_text, "acl": ["public"]},
+                           headers=_h(slow_writer, "big"), timeout=60)
+        assert second.status_code == 429 and second.json()["error"]["code"] == "rate_limited"
+    finally:
+        slow_writer.embedder.release.set()
+        big.join(300)
+    assert answers["big"].status_code == 200, answers["big"].text
+    generations = [r.json()["generation"] for r in small]
+    assert generations == sorted(generations) and answers["big"].json()["generation"] > generations[-1]
+    found = httpx.post(slow_writer.url + "/v1/search", json={"retriever": "exact", "query": '"Harrowgate pump station"',
+                                                             "k": 3}, headers=_h(slow_writer, "small"), timeout=60)
+    assert found.json()["hits"][0]["doc_id"] == "bulk-manual"
