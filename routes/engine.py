@@ -31,6 +31,7 @@ from retrieval.retrievers.dense import DenseRetriever
 from retrieval.retrievers.exact import ExactRetriever
 from retrieval.retrievers.hybrid import FusionParams, HybridRetriever
 from retrieval.retrievers.sql import SqlRetriever
+from retrieval.sql.meaning import ColumnMeaning
 from retrieval.router import RouterConfig
 from retrieval.signals import HitScorer
 from retrieval.types import Filters, Principal
@@ -52,7 +53,7 @@ def build_retrievers(snapshot: Snapshot, embedder: Embedder, fusion: FusionParam
     if sql is None:
         runner = SqlRunner(snapshot.catalog, settings.sql_max_concurrent, settings.sql_max_result_bytes)
         sql = SqlRetriever(runner, settings.sql_limits, today, settings.profile_cache_size, settings.profile_workers,
-                           settings.profile_cache_mb << 20)
+                           settings.profile_cache_mb << 20, ColumnMeaning(embedder.encode_query))
     return {
         "exact": ExactRetriever(snapshot.catalog, snapshot.chunks),
         "bm25": bm25,
