@@ -166,10 +166,25 @@ class Engine:
         """How the loop reads this question before retrieving (constraints, route, table link)."""
         return understand(check_query(question, self.limits), principal, self.deps, Filters(), today or self.today)
 
+    def tables_ready(self, principal: Principal) -> bool:
+        """Build this principal's table profiles, or wait for a build under way, as long as it
+        takes. A served question waits at most half its deadline for them and then routes
+        without tables; offline commands (eval, tune) have no latency budget, so they call
+        this first and every run routes its table questions the same way. False when the
+        principal reads no table or the build failed."""
+        if self.deps.tables is None or not self.deps.tables.readable(principal):
+            return False
+        return self.sql.profile_ready(principal, None)
+
     def query(self, question: str, principal: Principal, *, k: int | None = None, max_attempts: int | None = None,
-              deadline_ms: int | None = None, filters: Filters = Filters(), today: date | None = None) -> LoopResult:
+              deadline_ms: int | None = None, filters: Filters = Filters(), today: date | None = None,
+              wait_for_tables: bool = False) -> LoopResult:
         """Run the loop for one question with validated, capped budgets; `today` overrides the
-        engine's date for this question's relative dates (labeled questions carry their own)."""
+        engine's date for this question's relative dates (labeled questions carry their own).
+        `wait_for_tables`: first wait for the principal's table profiles (`tables_ready`),
+        outside the deadline."""
+        if wait_for_tables:
+            self.tables_ready(principal)
         lim = self.limits
         attempts = lim.default_attempts if max_attempts is None else max_attempts
         if isinstance(attempts, bool) or not isinstance(attempts, int) or not 1 <= attempts <= lim.max_attempts:

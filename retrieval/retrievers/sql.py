@@ -117,9 +117,10 @@ class SqlRetriever:
         with self._lock:
             return self._cached(self.scope(principal)) is not None
 
-    def profile_ready(self, principal: Principal, seconds: float) -> bool:
-        """Wait up to `seconds` for this scope's profiles, starting their build if none runs.
-        False when they are not there in time (the build goes on) or the build failed."""
+    def profile_ready(self, principal: Principal, seconds: float | None) -> bool:
+        """Wait up to `seconds` (None: as long as it takes) for this scope's profiles, starting
+        their build if none runs. False when they are not there in time (the build goes on)
+        or the build failed."""
         try:
             self._profile_build(principal, self.readable_tables(principal)).result(timeout=seconds)
             return True

@@ -11,10 +11,10 @@ import sys
 
 import pytest
 
-from tests.conftest import ROOT
+from tests.conftest import PATIENCE_S, ROOT
 
 
-def quarry(*args: str, timeout: float = 300, **kw) -> subprocess.CompletedProcess:
+def quarry(*args: str, timeout: float = PATIENCE_S, **kw) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "routes.cli", *args], cwd=ROOT, capture_output=True, text=True,
                           timeout=timeout, **kw)
 
@@ -80,7 +80,7 @@ def test_serve_without_an_active_key_refuses_to_start_and_says_how_to_create_one
     revoked = KeyStore(tmp_path / "revoked.json")
     revoked.revoke(revoked.add("erin")[1].key_id)
     for keys in ([], ["--keys", str(tmp_path / "missing.json")], ["--keys", str(revoked.path)]):
-        out = quarry("serve", "--index", str(mini_index), "--port", "0", *keys, timeout=120)  # a server would not exit
+        out = quarry("serve", "--index", str(mini_index), "--port", "0", *keys)  # a server would not exit
         assert out.returncode == 2
         error = one_line_error(out)
         assert error["code"] == "invalid_request" and "quarry keys add --principal ID --keys FILE" in error["message"]
@@ -95,7 +95,7 @@ def test_serve_and_query_on_a_directory_without_a_snapshot_print_one_line_and_ex
     empty.mkdir()
     for command in (["query", "carrier webhook retries", "--principal", "erin"],
                     ["serve", "--keys", str(tmp_path / "keys.json"), "--port", "0"]):
-        out = quarry(*command, "--index", str(empty), timeout=120)
+        out = quarry(*command, "--index", str(empty))
         assert out.returncode == 2, out.stderr
         error = one_line_error(out)
         assert error["code"] == "not_found" and f"run `quarry ingest SOURCES --index {empty}`" in error["message"]

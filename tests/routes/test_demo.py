@@ -15,7 +15,7 @@ import threading
 import pytest
 
 from routes.keys import KeyStore
-from tests.conftest import ROOT
+from tests.conftest import PATIENCE_S, ROOT
 from tests.routes.test_cli import quarry
 
 
@@ -31,10 +31,10 @@ def run_demo(index, keys) -> str:
     printed = []
     try:
         while not printed or not printed[-1].startswith("API docs:"):
-            printed.append(lines.get(timeout=300))
+            printed.append(lines.get(timeout=PATIENCE_S))
     finally:
         proc.terminate()
-        proc.wait(timeout=60)
+        proc.wait(timeout=PATIENCE_S)
     return "".join(printed)
 
 

@@ -17,7 +17,7 @@ import pytest
 from routes.engine import TUNED_CONFIG, Policies, open_engine
 from routes.evaluation import (evaluate, fit_policies, load_label_file, question_features, save_policies, split_labels,
                                write_report)
-from tests.conftest import ROOT
+from tests.conftest import PATIENCE_S, ROOT
 
 LABELS = [
     ("t1", "INC-2077", "erin", [], "exact", ["m05", "m06"], True, "train"),
@@ -102,12 +102,12 @@ def test_eval_cli_fails_when_a_labeled_forbidden_document_is_returned(index_copy
     labels.write_text(json.dumps({"id": "x", "question": "INC-2077", "principal": "erin", "route": "exact",
                                   "relevant": [], "answerable": False, "tags": ["bait", "forbidden:m05"]}) + "\n")
     out = subprocess.run([sys.executable, "-m", "routes.cli", "eval", str(labels), "--index", str(index_copy)],
-                         cwd=ROOT, capture_output=True, text=True, timeout=300)
+                         cwd=ROOT, capture_output=True, text=True, timeout=PATIENCE_S)
     assert out.returncode == 1 and "LEAKAGE" in out.stderr
     assert json.loads(out.stdout)["leakage"] == 1
 
 
-def _cli(*args, env=None, timeout=300):
+def _cli(*args, env=None, timeout=PATIENCE_S):
     return subprocess.run([sys.executable, "-m", "routes.cli", *map(str, args)], cwd=ROOT, capture_output=True, text=True,
                           timeout=timeout, env={**os.environ, **(env or {})})
 

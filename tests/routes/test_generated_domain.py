@@ -160,3 +160,24 @@ def test_the_generated_table_is_what_the_questions_are_about(domain):
     info = engine.sql.readable_tables(MEMBER)[0]
     assert (info.name, info.id_column, info.column("charge_eur").type) == ("services", "job_ref", "DOUBLE")
     assert len(rows) == 36 and Path(info.source or "").name == "services.csv"
+
+
+def test_eval_waits_for_a_new_scopes_table_profiles_however_long_they_take(domain, embedder):
+    """Offline runs have no latency budget: a first table question whose scope's profiles take
+    longer than half its deadline is still routed with the tables (a served question would
+    not wait, tests/retrieval/test_loop.py), so two runs of the same labels agree."""
+    from retrieval.evaluate import Label
+    from routes.engine import open_engine
+    from routes.evaluation import run_labels
+    from tests.conftest import TablesProbe
+
+    served, _ = domain
+    engine = open_engine(served.snapshot.path.parent.parent, embedder, today=date(2025, 11, 1), plugins=False)
+    try:
+        engine.sql._backend = slow = TablesProbe(engine.sql._backend, seconds=0.4)  # a profile build of seconds
+        label = Label("s1", "What is the state of service RJ-3007?", "mika", route="sql")
+        (record,) = run_labels(engine, [label], k=8)
+        assert slow.statements >= 3  # the build ran well past the 1 s a served question waits
+        assert record.route == "sql" and record.error is None, record
+    finally:
+        engine.close()
