@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import resource
 import shutil
 import signal
@@ -155,3 +156,42 @@ def test_a_binary_current_file_is_a_typed_error_and_the_next_ingest_replaces_it(
     assert error["code"] == "internal" and "CURRENT" in error["message"] and str(tmp_path) not in error["message"]
     assert quarry("ingest", str(ROOT / "tests" / "fixtures" / "mini"), "--index", str(index)).returncode == 0
     assert quarry("query", "carrier webhook retries", "--index", str(index), "--principal", "erin").returncode == 0
+
+
+@pytest.mark.slow
+def test_ingest_shows_its_progress_in_a_log_and_takes_no_progress(tmp_path):
+    from tests.conftest import MINI
+
+    shown = quarry("ingest", str(MINI), "--index", str(tmp_path / "a"))  # stderr is a pipe here, as in a log
+    assert shown.returncode == 0, shown.stderr
+    assert re.search(r"embed: 100%.*\b\d+/\d+ \[\d\d:\d\d<\d\d:\d\d", shown.stderr), shown.stderr
+    hidden = quarry("ingest", str(MINI), "--index", str(tmp_path / "b"), "--no-progress")
+    assert hidden.returncode == 0, hidden.stderr
+    assert "embed" not in hidden.stderr and "default ACL" in hidden.stderr
+
+
+@pytest.mark.slow
+def test_ingest_draws_its_progress_on_a_terminal_that_reports_no_width(tmp_path):
+    """Some runners give a pseudo-terminal of 0 columns, where tqdm's own width draws nothing."""
+    import os
+    import pty
+
+    from tests.conftest import MINI
+
+    leader, follower = pty.openpty()  # never sized: 0 x 0
+    assert os.get_terminal_size(follower).columns == 0
+    proc = subprocess.Popen([sys.executable, "-m", "routes.cli", "ingest", str(MINI), "--index", str(tmp_path / "i")],
+                            cwd=ROOT, stdout=subprocess.DEVNULL, stderr=follower)
+    os.close(follower)
+    seen = b""
+    while True:
+        try:
+            chunk = os.read(leader, 4096)
+        except OSError:  # the last writer closed the terminal
+            break
+        if not chunk:
+            break
+        seen += chunk
+    os.close(leader)
+    assert proc.wait(timeout=PATIENCE_S) == 0
+    assert re.search(rb"embed: 100%\|.+\| \d+/\d+", seen), seen[-2000:]
