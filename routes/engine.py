@@ -164,7 +164,7 @@ class Engine:
 
     def understand(self, question: str, principal: Principal, today: date | None = None) -> Understood:
         """How the loop reads this question before retrieving (constraints, route, table link)."""
-        return understand(check_query(question, self.limits), principal, self.deps, Filters(), today or self.today)
+        return understand(check_query(question, self.limits, "question"), principal, self.deps, Filters(), today or self.today)
 
     def tables_ready(self, principal: Principal) -> bool:
         """Build this principal's table profiles, or wait for a build under way, as long as it
@@ -193,7 +193,7 @@ class Engine:
         if isinstance(deadline, bool) or not isinstance(deadline, int) or not 1 <= deadline <= lim.max_deadline_ms:
             raise InvalidRequest(f"deadline_ms must be an integer from 1 to {lim.max_deadline_ms}")
         budget = Budget(attempts, deadline, min(lim.call_timeout_ms, deadline), check_k(k, lim))
-        return run_loop(check_query(question, lim), principal, budget, self.deps, check_filters(filters, lim),
+        return run_loop(check_query(question, lim, "question"), principal, budget, self.deps, check_filters(filters, lim),
                         today or self.today)
 
     def derive(self, live: LiveState) -> Engine:

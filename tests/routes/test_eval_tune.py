@@ -191,7 +191,7 @@ def test_eval_cli_counts_overlong_questions_as_errors_and_follows_the_query_limi
     figures = json.loads(out.stdout)
     assert figures["questions"] == 13 and figures["errors"] == 1
     assert figures["error_kinds"]["InvalidRequest"]["count"] == 1
-    assert re.search(r"ERRORS: 1 of 13 questions raised InvalidRequest \(query is \d+ characters; the limit is 2000\)",
+    assert re.search(r"ERRORS: 1 of 13 questions raised InvalidRequest \(question is \d+ characters; the limit is 2000\)",
                      out.stderr)
     assert re.search(r"^  long: error, route, missing_documents; .*the limit is 2000", out.stderr, re.M)  # the failure list
     raised = _cli("eval", labels, "--index", index_copy, "--no-progress", env={"QUARRY_MAX_QUERY_CHARS": "5000"})
