@@ -282,3 +282,12 @@ def test_tune_features_resolve_relative_dates_against_the_labels_today(dated_tab
         engine.close()
     assert [(d.start, d.end) for d in constraints.dates] == [(date(2023, 1, 1), date(2023, 3, 31))]
     assert [(d.start, d.end) for d in default.dates] == [(date(2025, 10, 1), date(2025, 12, 31))]
+
+
+def test_a_reports_title_names_the_labels_as_people_know_them_not_by_absolute_path(tmp_path):
+    from routes.reports import report_title
+
+    inside = tmp_path / "eval_data" / "demo" / "questions.jsonl"
+    assert report_title(str(inside), cwd=tmp_path) == "Quarry evaluation of eval_data/demo/questions.jsonl"
+    assert report_title("/srv/labels/hospital/questions.jsonl", cwd=tmp_path) == "Quarry evaluation of hospital/questions.jsonl"
+    assert report_title("eval_data/demo/questions.jsonl") == "Quarry evaluation of eval_data/demo/questions.jsonl"
