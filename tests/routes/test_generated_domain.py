@@ -30,27 +30,28 @@ WORKSHOPS = ["kiln", "wheel", "glaze", "slab"]
 STATES = ["finished", "waiting", "quoted"]
 
 
+def _doc(doc_id: str, title: str, day: str, text: str, acl: tuple[str, ...] = ("public",)) -> dict:
+    return {"id": doc_id, "title": title, "date": day, "acl": list(acl), "text": text}
+
+
 def _docs() -> list[dict]:
-    docs = []
-    for i, (day, m) in enumerate(BREAKDOWNS):
-        machine = MACHINES[m]
-        docs.append({"id": f"brk-{i:02d}", "title": f"Breakdown of the {machine}", "date": day, "acl": ["public"],
-                     "text": f"Breakdown report. The {machine} stopped during the evening session and the studio "
-                             f"technician took it out of service. Parts were ordered and members were told to book "
-                             f"another {machine} until the repair was signed off."})
-    docs.append({"id": "brk-board", "title": "Breakdown of the electric hoist", "date": "2025-03-18", "acl": ["group:board"],
-                 "text": "Breakdown report. The electric hoist stopped during the evening session; the studio "
-                         "technician took it out of service until the insurer's inspection."})
-    docs.append({"id": "news-2025-03", "title": "Studio newsletter, spring", "date": "2025-03-20", "acl": ["public"],
-                 "text": "Spring newsletter: the open day raised money for a second wheel, and the raku evening "
-                         "moves to Thursdays."})
-    docs.append({"id": "rules-children", "title": "House rules for young visitors", "date": "2023-05-01", "acl": ["public"],
-                 "text": "Children under fourteen may come into the studio only with a guardian who stays beside "
-                         "them. Young visitors may not enter the kiln room or the glaze store at any time."})
-    docs.append({"id": "essay-heat", "title": "Where Does the Heat Go", "date": "2022-02-02", "acl": ["public"],
-                 "text": 'In "Where Does the Heat Go", the potter Ines Faro explains how a kiln loses warmth through '
-                         "its door seal and why a slow cool protects glazes from crazing."})
-    return docs
+    docs = [_doc(f"brk-{i:02d}", f"Breakdown of the {MACHINES[m]}", day,
+                 f"Breakdown report. The {MACHINES[m]} stopped during the evening session and the studio technician "
+                 f"took it out of service. Parts were ordered and members were told to book another {MACHINES[m]} "
+                 "until the repair was signed off.") for i, (day, m) in enumerate(BREAKDOWNS)]
+    return docs + [
+        _doc("brk-board", "Breakdown of the electric hoist", "2025-03-18",
+             "Breakdown report. The electric hoist stopped during the evening session; the studio technician took it "
+             "out of service until the insurer's inspection.", acl=("group:board",)),
+        _doc("news-2025-03", "Studio newsletter, spring", "2025-03-20",
+             "Spring newsletter: the open day raised money for a second wheel, and the raku evening moves to Thursdays."),
+        _doc("rules-children", "House rules for young visitors", "2023-05-01",
+             "Children under fourteen may come into the studio only with a guardian who stays beside them. Young "
+             "visitors may not enter the kiln room or the glaze store at any time."),
+        _doc("essay-heat", "Where Does the Heat Go", "2022-02-02",
+             'In "Where Does the Heat Go", the potter Ines Faro explains how a kiln loses warmth through its door seal '
+             "and why a slow cool protects glazes from crazing."),
+    ]
 
 
 def _services(rng: random.Random) -> list[dict]:

@@ -79,9 +79,9 @@ def test_kill_9_during_acknowledged_writes_loses_none_and_invents_none(tmp_path,
 
         client = threading.Thread(target=stream)
         client.start()
-        # a different point in the stream each round: after 1 to 3 acknowledged batches (counted,
+        # a different point in the stream each round: after 2 to 8 acknowledged batches (counted,
         # not timed, so a slow machine kills as late in the stream as a fast one), then part of a write
-        target = len(acked) + 3 * rng.randint(1, 3)
+        target = len(acked) + 3 * rng.randint(2, 8)
         wait_until(lambda: len(acked) >= target, "acknowledged writes", alive=client.is_alive)  # noqa: B023
         time.sleep(rng.random() * 0.3)
         proc.send_signal(signal.SIGKILL)
@@ -103,7 +103,10 @@ def test_kill_9_during_acknowledged_writes_loses_none_and_invents_none(tmp_path,
         assert len(present - acked) <= 3, sorted(present - acked)  # at most the one batch in flight at the kill
         hits = httpx.post(url + "/v1/search", json={"retriever": "bm25", "query": "Velmont drill crash record", "k": 50},
                           headers=headers, timeout=PATIENCE_S).json()["hits"]
-        assert {h["doc_id"] for h in hits} == present if len(present) <= 50 else len(hits) == 50
+        # the crash records match every query word; a corpus passage holding one of them ("record") may fill the rest
+        found = {h["doc_id"] for h in hits if h["doc_id"].startswith("crash-")}
+        assert (found == present) if len(present) <= 50 else (len(found) == 50 and found <= present), \
+            (len(present), len(hits), sorted(found ^ present)[:5])
         ready = httpx.get(url + "/readyz", timeout=PATIENCE_S)
         assert ready.status_code == 200
         print(f"\nkill -9 x3: {len(acked)} documents acknowledged, {len(present)} present after restart, "
