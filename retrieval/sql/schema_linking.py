@@ -100,6 +100,8 @@ class SchemaLinker:
             if reading == "ambiguous":
                 return Decline(f"{form!r} could be a value of {col} or name another column; say which", (form,))
             link.filters.append(Equals(col, value))
+            if col == t.id_column:
+                link.lookup_column = col  # a value of the key names one record, whatever its shape
             link.value_forms |= value_forms(value)
             link.consumed |= set(WORD.findall(form))
             column = t.column(col)
@@ -176,8 +178,8 @@ class SchemaLinker:
         """(column, value, surface form) for categorical values present as whole words."""
         hits = []
         for col in t.visible_columns():
-            if col.name.endswith("_id") or col.name in (t.doc_column, t.id_column):
-                continue  # keys are linked as identifiers (a record lookup), not as categories
+            if (col.name.endswith("_id") and col.name != t.id_column) or col.name == t.doc_column:
+                continue  # ids are linked as identifiers, not as categories
             profile = self.profiles.get((t.name, col.name))
             for value in profile.values if profile else ():
                 for form in sorted(value_forms(value), key=len, reverse=True):

@@ -90,3 +90,16 @@ def test_table_nouns_are_read_in_the_singular_and_the_plural():
         ["purchase", "category", "box", "status", "batch", "glass"]
     assert [plural(w) for w in ("purchase", "category", "box", "day")] == ["purchases", "categories", "boxes", "days"]
     assert {"purchase", "purchases"} <= noun_forms("purchases") and {"purchase", "purchases"} <= noun_forms("purchase")
+
+
+def test_a_key_value_of_any_shape_names_its_whole_record():
+    from retrieval.sql.schema import ColumnProfile
+    from retrieval.sql.translate import Translation, Translator
+
+    kilns = TableInfo("kilns", (ColumnInfo("kiln_name", "VARCHAR"), ColumnInfo("status", "VARCHAR"),
+                                ColumnInfo("firings", "INTEGER")), ("public",), id_column="kiln_name")
+    profiles = {("kilns", "kiln_name"): ColumnProfile(("ember", "halo")), ("kilns", "status"): ColumnProfile(("cold", "firing"))}
+    for question in ("What is the status of kiln halo?", "What is the status of halo?"):
+        out = Translator([kilns], profiles, date(2025, 11, 1)).translate(question)
+        assert isinstance(out, Translation) and out.explanation == "lookup", (question, out)
+        assert out.sql.startswith('SELECT "status", "kiln_name", "firings" FROM kilns WHERE "kiln_name" = \'halo\''), out.sql
