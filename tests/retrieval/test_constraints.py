@@ -59,3 +59,15 @@ def test_a_quoted_title_leaves_out_the_sentence_punctuation_it_swallowed():
     assert extract(q, TODAY).phrases == ("Rebel Without a Cause", "Old and in the Way")
     assert extract('Who sang "Stop!" in "Help."', TODAY).phrases == ("Stop", "Help")
     assert extract('what does "?" mean', TODAY).phrases == ()
+
+
+def test_a_word_written_with_a_number_that_the_catalog_knows_stays_a_constraint_as_an_entity():
+    import numpy as np
+
+    from retrieval.entities import EntityIndex
+
+    shifts = EntityIndex.build([(0, "24-hour"), (1, "12-hour")])  # short metadata values of two documents
+    question = "Who works the 24-hour rota?"
+    found = shifts.find(question, np.array([True, False]), identifiers(question))
+    assert extract(question, TODAY, found) == extract("", TODAY, ["24-hour"])  # an entity, not an identifier
+    assert shifts.find("Who works the 12-hour rota?", np.array([True, False]), identifiers(question)) == []  # not readable
