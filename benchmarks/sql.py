@@ -23,6 +23,7 @@ from indexes.sql_runner import SqlRunner
 from indexes.snapshot import build_snapshot, current_snapshot_path
 from retrieval.metrics import percentile
 from retrieval.retrievers.sql import SqlRetriever, compare_rows
+from retrieval.sql.meaning import ColumnMeaning
 from retrieval.sql.translate import Decline
 from retrieval.types import Principal
 
@@ -67,9 +68,11 @@ def score(retriever: SqlRetriever, path: Path) -> dict:
 
 def main() -> None:
     index = CACHE / "demo-tables"
-    build_snapshot([ROOT / "eval_data" / "demo" / "tables"], index, make_embedder())
+    embedder = make_embedder()
+    build_snapshot([ROOT / "eval_data" / "demo" / "tables"], index, embedder)
     catalog = Catalog(current_snapshot_path(index) / "catalog.duckdb")
-    retriever = SqlRetriever(SqlRunner(catalog))
+    # as the service builds it: words link to the columns they mean through the embedding model
+    retriever = SqlRetriever(SqlRunner(catalog), meaning=ColumnMeaning(embedder.load().encode_query))
     results = {"machine": machine()}
     for name in ("sql_questions", "sql_questions_holdout", "sql_questions_holdout2"):
         path = ROOT / "eval_data" / "demo" / f"{name}.jsonl"

@@ -118,10 +118,13 @@ def _load_jsonl(path: Path, default_acl: tuple[str, ...]) -> Iterator[LoadedDocu
 
 
 def _jsonl_document(path: Path, n: int, line: str, default_acl: tuple[str, ...]) -> LoadedDocument:
+    text = line.rstrip("\r\n")  # parsed with its line break, an error at the end is placed on a line 2, column 1
     try:
-        record = json.loads(line)
+        record = json.loads(text)
     except json.JSONDecodeError as e:
-        raise IngestError(f"malformed JSON: {e.msg} at column {e.colno}", str(path), n) from None
+        where = (f"at the end of the line (column {e.pos + 1}): a closing '}}', ']' or '\"' may be missing"
+                 if e.pos >= len(text.rstrip()) else f"at column {e.pos + 1}")
+        raise IngestError(f"malformed JSON: {e.msg} {where}", str(path), n) from None
     if not isinstance(record, dict):
         raise IngestError("each line must be a JSON object", str(path), n)
     try:

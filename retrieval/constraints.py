@@ -14,7 +14,7 @@ from datetime import date
 from typing import Any, Sequence
 
 from retrieval.dates import DateRange, find_dates
-from retrieval.text import term_set
+from retrieval.text import STOPWORDS, term_set
 
 _QUOTED = re.compile(r'"([^"\n]{1,200})"|\u201c([^\u201d\n]{1,200})\u201d|`([^`\n]{1,200})`')
 _IDENTIFIER = re.compile(
@@ -35,12 +35,31 @@ _IDENTIFIER = re.compile(
 _ORDINAL = re.compile(r"\d+(st|nd|rd|th|s)$", re.IGNORECASE)
 # A word run into a footnote or reference marker ("Protocol.2", "countries.14"): prose, not a name.
 _FOOTNOTE = re.compile(r"[A-Za-z]{2,}\.\d{1,3}")
+# Ordinary words written with a number, not codes: a count before hyphenated words ("12-year-old",
+# "24-hour", "3-day"; an all-capitals part such as "10-K" or "4-PBA" stays a code), and a year
+# run into a function word or hyphenated to a lower-case word ("in2014", "mid-2024", "pre-2020").
+_COUNT_COMPOUND = re.compile(r"\d+(?:-[A-Za-z][a-z]+)+")
+_WORD_YEAR = re.compile(r"([a-z]+)(-?)(?:19|20)\d{2}")
+# Punctuation of the sentence that a quotation swallows ("Rebel Without a Cause," or a closing
+# "Old and in the Way?"): not part of the quoted title.
+_TRAILING_MARKS = ",.;:!?"
 
 
 def quoted_phrases(text: str) -> list[str]:
-    """Phrases in double quotes, curly quotes or backticks, in order, deduplicated."""
-    found = [next(g for g in m.groups() if g is not None).strip() for m in _QUOTED.finditer(text)]
+    """Phrases in double quotes, curly quotes or backticks, in order, deduplicated. A mark of
+    the sentence's own punctuation at the end inside the quotes (`"Rebel Without a Cause,"`,
+    `... "Old and in the Way?"`) is left out: passages write the title without it."""
+    found = [next(g for g in m.groups() if g is not None).strip().rstrip(_TRAILING_MARKS).strip()
+             for m in _QUOTED.finditer(text)]
     return list(dict.fromkeys(p for p in found if p))
+
+
+def _is_prose(token: str) -> bool:
+    """A word written with a number ("12-year-old", "in2014", "mid-2024"), not an identifier."""
+    if _COUNT_COMPOUND.fullmatch(token):
+        return True
+    m = _WORD_YEAR.fullmatch(token)
+    return m is not None and (m.group(1) in STOPWORDS or (m.group(2) == "-" and len(m.group(1)) >= 3))
 
 
 _DATE_TOKEN = re.compile(r"^(q[1-4]|\d{4}-\d{2}-\d{2}(t[\d:.]+z?)?|\d{1,2}(st|nd|rd|th))$", re.I)
@@ -48,11 +67,14 @@ _DATE_TOKEN = re.compile(r"^(q[1-4]|\d{4}-\d{2}-\d{2}(t[\d:.]+z?)?|\d{1,2}(st|nd
 
 def identifiers(text: str) -> list[str]:
     """Identifier-like tokens outside quotes, in order, deduplicated, original casing kept.
-    Date tokens (`Q3`, `2025-03-14`) are dates, not identifiers."""
+    Date tokens (`Q3`, `2025-03-14`) are dates, not identifiers; ordinal and plural numbers
+    ("3rd", "1990s"), footnote markers and words written with a number ("12-year-old",
+    "in2014") are prose. A token of that kind that the catalog knows (a short metadata value,
+    an identifier in a title) is still found, as a catalog entity (retrieval/entities.py)."""
     unquoted = _QUOTED.sub(" ", text)
     found = [m.group(0) for m in _IDENTIFIER.finditer(unquoted) if not _DATE_TOKEN.match(m.group(0))]
     return list(dict.fromkeys(t for t in found if not _ORDINAL.fullmatch(t) and not re.fullmatch(r"\d{4}", t)
-                              and not _FOOTNOTE.fullmatch(t)))
+                              and not _FOOTNOTE.fullmatch(t) and not _is_prose(t)))
 
 
 def is_strong_identifier(token: str) -> bool:

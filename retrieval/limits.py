@@ -22,16 +22,17 @@ class Limits:
     max_filter_values: int = 100
 
 
-def check_query(query: object, limits: Limits) -> str:
-    """The query itself, or a typed error saying what is wrong with it."""
+def check_query(query: object, limits: Limits, field: str = "query") -> str:
+    """The query itself, or a typed error saying what is wrong with it; `field` is the name
+    the caller gave it (`question` for the loop, `query` for a search)."""
     if not isinstance(query, str):
-        raise InvalidRequest("query must be a string")
+        raise InvalidRequest(f"{field} must be a string")
     if not query.strip():
-        raise InvalidRequest("query must not be empty")
+        raise InvalidRequest(f"{field} must not be empty or only spaces")
     if len(query) > limits.max_query_chars:
-        raise InvalidRequest(f"query is {len(query)} characters; the limit is {limits.max_query_chars}")
+        raise InvalidRequest(f"{field} is {len(query)} characters; the limit is {limits.max_query_chars}")
     if "\x00" in query:
-        raise InvalidRequest("query must not contain NUL characters")
+        raise InvalidRequest(f"{field} must not contain NUL characters")
     return query
 
 

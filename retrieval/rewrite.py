@@ -11,7 +11,9 @@ filters. Strategies, each applicable only in some states:
 - switch_route: the router's next-best route for the same question (exact first when an
   identifier or phrase is what is missing);
 - date_filter: a date constraint becomes a document-date filter (a tightening, never a
-  loosening);
+  loosening); a question that lists the documents of a period ("Which incidents happened in
+  March 2025?") starts with that filter (`first_plan`'s `period` plan), and if nothing dated
+  in the period answers, the question as asked goes to the routes next (switch_route);
 - expand: add terms that recur in the top authorized passages (pseudo-relevance feedback);
 - relax: drop words that matched nothing so far (constraint words are never dropped);
 - fill: exact found the literal items of a question that is not a lookup (a long question
@@ -26,11 +28,13 @@ filters) key must not have been tried.
 
 from __future__ import annotations
 
+import re
 from collections import Counter
 from dataclasses import dataclass, field, replace
 from typing import Callable, Iterator, Sequence
 
 from retrieval.constraints import Constraints, is_lookup, missing_from_queries
+from retrieval.dates import DateRange
 from retrieval.grader import Grade
 from retrieval.parts import split_question
 from retrieval.registry import FUSES, ROW_ROUTES, TEXT_ROUTES, TOPIC_ROUTES
@@ -114,7 +118,60 @@ def next_plan(ctx: RewriteContext, history: Sequence[Tried], tried_keys: set[Pla
 
 
 def first_plan(ctx: RewriteContext) -> Plan:
+    """The question on the chosen route; a question that lists the documents of a period
+    ("Which incidents happened in March 2025?") searches the documents dated in it."""
+    period = _period_filters(ctx)
+    if period is not None and ctx.decision.chosen in TOPIC_ROUTES:
+        return Plan("period", ctx.decision.chosen, (ctx.question,), period,
+                    reason=f"{ctx.decision.reason}; lists the documents dated in the question's period")
     return Plan("initial", ctx.decision.chosen, (ctx.question,), ctx.base_filters, reason=ctx.decision.reason)
+
+
+# "Which incidents ...", "What changes were ...", "List the outages ...", "Show me all p1 tickets":
+# a question asking for things (a plural noun, at most two words after the question word).
+_LISTING = re.compile(r"^\s*(?:which|what|list|show(?: me)?|name|give me|find|enumerate)\s+"
+                      r"(?:(?:all|the|of|every|any)\s+)*([\w-]+)(?:\s+([\w-]+))?", re.I)
+
+
+def lists_a_period(question: str, constraints: Constraints) -> bool:
+    """Does the question ask for the documents of a period: a plural noun after its question
+    word and a bounded date range? Such a question wants every readable document dated in
+    the range, which similarity alone ranks no higher than the same kind of document dated
+    elsewhere (one of two March incidents outside the top k)."""
+    if not any(d.start and d.end for d in constraints.dates):
+        return False
+    m = _LISTING.match(question)
+    return m is not None and any(_plural_noun(w) for w in m.groups() if w)
+
+
+# "Which dates ..." or "what hours ..." ask about times, not for the documents of a period.
+_TIME_NOUNS = frozenset("dates days times hours minutes weeks months quarters years periods".split())
+
+
+def _plural_noun(word: str) -> bool:
+    w = word.lower()
+    return (len(w) > 3 and w.isalpha() and w not in STOPWORDS and w not in _TIME_NOUNS and w.endswith("s")
+            and not w.endswith(("ss", "us", "is")))
+
+
+def _period_filters(ctx: RewriteContext) -> Filters | None:
+    """The caller's filters narrowed to the question's period, when it lists one (else None)."""
+    if not lists_a_period(ctx.question, ctx.constraints):
+        return None
+    return _dated(ctx.constraints.dates, ctx.base_filters)
+
+
+def _dated(dates: Sequence[DateRange], base: Filters) -> Filters | None:
+    """`base` narrowed to every bounded range of `dates` (a tightening, never a loosening);
+    None when nothing bounds it or the ranges exclude each other."""
+    bounded = [d for d in dates if d.start or d.end]
+    if not bounded:
+        return None
+    start = max(filter(None, (*(d.start for d in bounded), base.date_from)), default=None)
+    end = min(filter(None, (*(d.end for d in bounded), base.date_to)), default=None)
+    if start and end and start > end:
+        return None
+    return replace(base, date_from=start, date_to=end)
 
 
 EXTENSIONS = frozenset({"fill", "follow_links"})  # attempts that extend sufficient evidence
@@ -152,7 +209,8 @@ def extend_plan(ctx: RewriteContext, last: Tried, k: int, tried_keys: set[PlanKe
 
 
 def _switch_route(ctx: RewriteContext, history: Sequence[Tried], last: Tried | None) -> Iterator[Plan]:
-    same = [t for t in history if t.plan.queries == (ctx.question,)]
+    # a route tried on the question as asked (a period's date filter narrowed it: not as asked)
+    same = [t for t in history if t.plan.queries == (ctx.question,) and t.plan.filters == ctx.base_filters]
     covered = {t.plan.route for t in same} | {r for t in same if t.grade is not None for r in FUSES.get(t.plan.route, ())}
     # exact search helps only to find literal items the evidence still lacks
     lacking = last is None or last.grade is None or any(m.startswith(("identifier:", "phrase:")) for m in last.grade.missing) \
@@ -168,17 +226,9 @@ def _switch_route(ctx: RewriteContext, history: Sequence[Tried], last: Tried | N
 
 
 def _date_filter(ctx: RewriteContext, history: Sequence[Tried], last: Tried | None) -> Iterator[Plan]:
-    bounded = [d for d in ctx.constraints.dates if d.start or d.end]
-    if not bounded:
+    filters = _dated(ctx.constraints.dates, ctx.base_filters)
+    if filters is None:
         return
-    start = max((d.start for d in bounded if d.start), default=None)
-    end = min((d.end for d in bounded if d.end), default=None)
-    base = ctx.base_filters
-    start = max(filter(None, (start, base.date_from)), default=None)
-    end = min(filter(None, (end, base.date_to)), default=None)
-    if start and end and start > end:
-        return
-    filters = replace(base, date_from=start, date_to=end)
     route = last.plan.route if last and last.plan.route in TEXT_ROUTES else "hybrid"
     yield Plan("date_filter", route, (ctx.question,), filters, reason="documents dated inside the question's range")
 

@@ -52,7 +52,7 @@ def gap_accuracy(engine: Engine, labels: Sequence[Label], hidden_ids: set[str], 
     kept = [lb for lb in labels if lb.id not in hidden_ids]  # pass unambiguous() labels
     hidden = [lb for lb in labels if lb.id in hidden_ids]
     ask = lambda lb: engine.query(lb.question, lb.principal_obj(), k=k, max_attempts=max_attempts,  # noqa: E731
-                                  today=lb.today).status
+                                  today=lb.today, wait_for_tables=True).status
     gap_hidden = mean(ask(lb) == "evidence_gap" for lb in hidden)
     ans_kept = mean(ask(lb) == "answer_context" for lb in kept)
     return {"gap_on_ablated": round(gap_hidden, 4), "answer_on_rest": round(ans_kept, 4),

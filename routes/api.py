@@ -17,6 +17,7 @@ from starlette.concurrency import run_in_threadpool
 
 from retrieval.answer import hit_json, hits_json, result_json
 from retrieval.errors import NotFound
+from retrieval.limits import check_query
 from retrieval.search import search
 from retrieval.sql.translate import Decline
 from retrieval.types import Filters
@@ -108,8 +109,8 @@ def build_router(models: RequestModels) -> APIRouter:
                 result = await run_in_threadpool(engine.sql.run_statement, body.sql, caller.principal)
             else:
                 require_scope(caller, "query")
-                result = await run_in_threadpool(engine.sql.answer, body.question, caller.principal,
-                                                 body.today or engine.today)
+                question = check_query(body.question, engine.limits, "question")
+                result = await run_in_threadpool(engine.sql.answer, question, caller.principal, body.today or engine.today)
         request.state.audit = {"route": "sql", "question": body.question, "trace_id": trace,
                                "outcome": "declined" if isinstance(result, Decline) else "rows"}
         if isinstance(result, Decline):

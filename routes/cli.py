@@ -55,6 +55,10 @@ def build_parser() -> argparse.ArgumentParser:
         sp.add_argument("--host", default=None, help="interface to listen on (default: the host setting, 127.0.0.1)")
         sp.add_argument("--port", type=int, default=None, help="TCP port (default: the port setting, 8000)")
 
+    def no_progress(sp: argparse.ArgumentParser) -> None:
+        sp.add_argument("--no-progress", action="store_true",
+                        help="no progress bars on stderr (they are drawn on a terminal, and every 10 s into a file or pipe)")
+
     k_help = "(default: the default_k setting, 8; at most max_k, 50)"
 
     sp = command("ingest", "build a new index snapshot from files and folders")
@@ -64,6 +68,7 @@ def build_parser() -> argparse.ArgumentParser:
                          "(default: the default_acl setting, else group:admin, i.e. private to admins)")
     sp.add_argument("--no-reuse", dest="reuse_embeddings", action="store_const", const=False, default=None,
                     help="embed every chunk again instead of reusing vectors of unchanged chunks from the current snapshot")
+    no_progress(sp)
     common(sp)
     sp.set_defaults(func=cmd_ingest)
 
@@ -145,7 +150,7 @@ def build_parser() -> argparse.ArgumentParser:
                         help=f"context size (default: the default_k setting; {BEIR_K} for BEIR; at most max_k)")
         today(sp)
         sp.add_argument("--model-path", default=None)
-        sp.add_argument("--no-progress", action="store_true", help="no progress bars on stderr")
+        no_progress(sp)
         if name == "eval":
             sp.add_argument("--report", default=None, help="folder for metrics.json, report.md and PNG plots")
             sp.add_argument("--full", action="store_true", help="print every metric (per route, per tag) on stdout")
@@ -171,6 +176,7 @@ def build_parser() -> argparse.ArgumentParser:
     sp = command("demo", "ingest the demo corpus if needed, create demo keys and serve")
     sp.add_argument("--index", default=None, help="index directory (default: the index_dir setting, var/demo-index)")
     serving(sp, "keys file (default: demo-keys.json beside the index directory)")
+    no_progress(sp)
     sp.set_defaults(func=cmd_demo)
 
     sp = command("settings", "print every setting: its value, where it came from (default, env, flag) and its help")

@@ -26,7 +26,7 @@ def cmd_ingest(args: argparse.Namespace, settings: Settings) -> int:
     meaning = meanings.get(acl, "")
     print(f"default ACL of documents and tables without one: {' '.join(acl)}{meaning}", file=sys.stderr)
     manifest = build_snapshot([Path(s) for s in args.sources], _index(settings), settings.embedder(),
-                              settings.build_options(acl), progress=_progress_bar())
+                              settings.build_options(acl), progress=_progress_bar(not args.no_progress))
     _emit({k: manifest[k] for k in ("snapshot", "counts", "embeddings", "model", "content_hash", "timings_s")})
     return 0
 
@@ -117,7 +117,7 @@ def cmd_serve(args: argparse.Namespace, settings: Settings) -> int:
 def cmd_demo(args: argparse.Namespace, settings: Settings) -> int:
     from routes.demo import run_demo
 
-    run_demo(settings)
+    run_demo(settings, progress=not args.no_progress)
     return 0
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from datetime import date
 from pathlib import Path
@@ -46,28 +47,42 @@ def _emit(payload: Any) -> None:
 UNITS = {"embed": "chunk", "questions": "question"}
 
 
-def _progress_bar(show: bool | None = None) -> Callable[[str, int, int], None] | None:
+def _progress_bar(show: bool = True) -> Callable[[str, int, int], None] | None:
     """A tqdm bar (count, rate, ETA) on stderr per stage: ingest's catalog, bm25 and embed, and
-    eval's questions. `show` defaults to "stderr is a terminal"; when stderr is a file the bar
-    is redrawn at most every 10 s, so a log of a long run stays short."""
-    if not (sys.stderr.isatty() if show is None else show):
+    eval's questions; None when `show` is off (`--no-progress`). On a terminal it is redrawn
+    10 times a second; when stderr is a file or a pipe (a log, `make run` under a supervisor)
+    at most every 10 s, so a long build still says where it is and its log stays short."""
+    if not show:
         return None
     from tqdm import tqdm
 
     bars: dict[str, Any] = {}
-    interval = 0.1 if sys.stderr.isatty() else 10.0
+    terminal = sys.stderr.isatty()
+    interval = 0.1 if terminal else 10.0
+    width, height = _terminal_size() if terminal else (None, None)
 
     def report(stage: str, done: int, total: int) -> None:
         bar = bars.get(stage)
         if bar is None:
             bar = bars[stage] = tqdm(total=total, desc=stage, unit=UNITS.get(stage, "step"), file=sys.stderr,
-                                     mininterval=interval, maxinterval=max(10.0, interval))
+                                     mininterval=interval, maxinterval=max(10.0, interval), ncols=width,
+                                     nrows=height)
         bar.update(done - bar.n)
         if done >= total:
             bar.close()
             del bars[stage]  # the same stage may run again (tune evaluates before and after)
 
     return report
+
+
+def _terminal_size() -> tuple[int, int]:
+    """stderr's terminal (columns, lines); 80 x 24 where the terminal reports none (a
+    pseudo-terminal nobody sized, as some runners allocate), where tqdm draws empty lines."""
+    try:
+        size = os.get_terminal_size(sys.stderr.fileno())
+    except (OSError, ValueError):
+        return 80, 24
+    return size.columns or 80, size.lines or 24
 
 
 def default_acl(entries: Sequence[str] | None) -> tuple[str, ...]:

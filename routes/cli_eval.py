@@ -65,6 +65,7 @@ def cmd_eval(args: argparse.Namespace, settings: Settings) -> int:
     """Score labeled questions (or a BEIR folder): JSON on stdout, progress and the wrong
     questions on stderr, report and plots in --report."""
     from routes.evaluation import TOP, evaluate, failure_lines, write_report
+    from routes.reports import report_title
 
     progress = _progress_bar(not args.no_progress)
     engine, labels, k, _, _ = _eval_target(args, settings, progress)
@@ -73,7 +74,7 @@ def cmd_eval(args: argparse.Namespace, settings: Settings) -> int:
     finally:
         engine.close()
     if args.report:
-        write_report(result, Path(args.report), f"Quarry evaluation of {args.target}")
+        write_report(result, Path(args.report), report_title(args.target))
     for name, kind in result["error_kinds"].items():
         print(f"ERRORS: {kind['count']} of {result['questions']} questions raised {name} ({kind['example']}); "
               "each counts as wrong in every figure", file=sys.stderr)

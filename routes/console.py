@@ -3,7 +3,8 @@ and the last eval report for it at /v1/admin/report (admin scope).
 
 The pages keep the key in the tab's sessionStorage and send it as a bearer token; they load
 only their own files (Content-Security-Policy `default-src 'self'`, no inline script or style),
-and write every answer into the page as text, never as markup: passages are untrusted.
+and write every answer into the page as text, never as markup: passages are untrusted. Their
+Markdown (tables, bold, lists) is drawn by console/markup.js as DOM nodes holding text only.
 """
 
 from __future__ import annotations

@@ -24,9 +24,10 @@ DEMO_SOURCES = [DEMO / "docs", DEMO / "tables"]
 DEMO_TODAY = "2025-11-01"  # the demo corpus ends in October 2025: "last quarter" means Q3 2025
 
 
-def ensure_demo_index(index: Path, embedder: Embedder, options: BuildOptions | None = None) -> dict:
+def ensure_demo_index(index: Path, embedder: Embedder, options: BuildOptions | None = None, progress: bool = True) -> dict:
     """Reuse the demo snapshot when its content hash matches the corpus; rebuild otherwise
-    (with `options`, the settings' build options, when given)."""
+    (with `options`, the settings' build options, when given), with ingest's progress bars
+    on stderr unless `progress` is off: embedding the corpus takes minutes on a small machine."""
     digest = corpus_digest(DEMO_SOURCES)
     try:
         manifest = read_manifest(current_snapshot_path(index))
@@ -35,10 +36,11 @@ def ensure_demo_index(index: Path, embedder: Embedder, options: BuildOptions | N
             return manifest
     except SnapshotError:
         pass
-    print(f"building the demo index in {index} ...", file=sys.stderr)
+    print(f"building the demo index in {index} (a few minutes: the stages' progress follows) ...", file=sys.stderr,
+          flush=True)
     from routes.cli_common import _progress_bar
 
-    return build_snapshot(DEMO_SOURCES, index, embedder, options or BuildOptions(), progress=_progress_bar())
+    return build_snapshot(DEMO_SOURCES, index, embedder, options or BuildOptions(), progress=_progress_bar(progress))
 
 
 DEMO_PRINCIPALS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {  # principal -> (groups, scopes)
@@ -81,7 +83,7 @@ def _write_private(path: Path, text: str) -> None:
     os.replace(tmp, path)
 
 
-def run_demo(settings: Settings) -> None:
+def run_demo(settings: Settings, progress: bool = True) -> None:
     from datetime import date
 
     from routes.cli_common import default_acl
@@ -89,7 +91,7 @@ def run_demo(settings: Settings) -> None:
 
     keys_file = settings.keys_file or settings.index_dir.parent / "demo-keys.json"
     options = settings.build_options(default_acl(settings.default_acl))
-    manifest = ensure_demo_index(settings.index_dir, settings.embedder(), options)
+    manifest = ensure_demo_index(settings.index_dir, settings.embedder(), options, progress)
     keys = demo_keys(keys_file)
     base = f"http://{settings.host}:{settings.port}"
     question = '{"question": "What is the Q3 2025 budget for the payments platform?"}'

@@ -31,6 +31,7 @@ from retrieval.retrievers.dense import DenseRetriever
 from retrieval.retrievers.exact import ExactRetriever
 from retrieval.retrievers.hybrid import FusionParams, HybridRetriever
 from retrieval.retrievers.sql import SqlRetriever
+from retrieval.sql.meaning import ColumnMeaning
 from retrieval.router import RouterConfig
 from retrieval.signals import HitScorer
 from retrieval.types import Filters, Principal
@@ -53,7 +54,7 @@ def build_retrievers(snapshot: Snapshot, embedder: Embedder, fusion: FusionParam
         runner = SqlRunner(snapshot.catalog, settings.sql_max_concurrent, settings.sql_max_result_bytes, settings.sql_memory_mb,
                            settings.sql_threads)
         sql = SqlRetriever(runner, settings.sql_limits, today, settings.profile_cache_size, settings.profile_workers,
-                           settings.profile_cache_mb << 20)
+                           settings.profile_cache_mb << 20, ColumnMeaning(embedder.encode_query))
     return {
         "exact": ExactRetriever(snapshot.catalog, snapshot.chunks),
         "bm25": bm25,
@@ -164,12 +165,27 @@ class Engine:
 
     def understand(self, question: str, principal: Principal, today: date | None = None) -> Understood:
         """How the loop reads this question before retrieving (constraints, route, table link)."""
-        return understand(check_query(question, self.limits), principal, self.deps, Filters(), today or self.today)
+        return understand(check_query(question, self.limits, "question"), principal, self.deps, Filters(), today or self.today)
+
+    def tables_ready(self, principal: Principal) -> bool:
+        """Build this principal's table profiles, or wait for a build under way, as long as it
+        takes. A served question waits at most half its deadline for them and then routes
+        without tables; offline commands (eval, tune) have no latency budget, so they call
+        this first and every run routes its table questions the same way. False when the
+        principal reads no table or the build failed."""
+        if self.deps.tables is None or not self.deps.tables.readable(principal):
+            return False
+        return self.sql.profile_ready(principal, None)
 
     def query(self, question: str, principal: Principal, *, k: int | None = None, max_attempts: int | None = None,
-              deadline_ms: int | None = None, filters: Filters = Filters(), today: date | None = None) -> LoopResult:
+              deadline_ms: int | None = None, filters: Filters = Filters(), today: date | None = None,
+              wait_for_tables: bool = False) -> LoopResult:
         """Run the loop for one question with validated, capped budgets; `today` overrides the
-        engine's date for this question's relative dates (labeled questions carry their own)."""
+        engine's date for this question's relative dates (labeled questions carry their own).
+        `wait_for_tables`: first wait for the principal's table profiles (`tables_ready`),
+        outside the deadline."""
+        if wait_for_tables:
+            self.tables_ready(principal)
         lim = self.limits
         attempts = lim.default_attempts if max_attempts is None else max_attempts
         if isinstance(attempts, bool) or not isinstance(attempts, int) or not 1 <= attempts <= lim.max_attempts:
@@ -178,7 +194,7 @@ class Engine:
         if isinstance(deadline, bool) or not isinstance(deadline, int) or not 1 <= deadline <= lim.max_deadline_ms:
             raise InvalidRequest(f"deadline_ms must be an integer from 1 to {lim.max_deadline_ms}")
         budget = Budget(attempts, deadline, min(lim.call_timeout_ms, deadline), check_k(k, lim))
-        return run_loop(check_query(question, lim), principal, budget, self.deps, check_filters(filters, lim),
+        return run_loop(check_query(question, lim, "question"), principal, budget, self.deps, check_filters(filters, lim),
                         today or self.today)
 
     def derive(self, live: LiveState) -> Engine:

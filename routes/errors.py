@@ -76,6 +76,21 @@ def error_response(code: str, message: str, status: int | None = None, retryable
 UNPARSABLE_BODY = "There was an error parsing the body"  # FastAPI's detail for a body it cannot decode
 
 
+def json_problem(error: dict, body: object) -> str:
+    """A body that is not valid JSON, said as where and what ("Expecting ',' delimiter at line
+    2, column 10"), not as FastAPI's location tuple ("29: JSON decode error")."""
+    loc = error.get("loc", ())
+    pos = loc[1] if len(loc) > 1 and isinstance(loc[1], int) else None
+    what = str((error.get("ctx") or {}).get("error") or "not valid JSON")
+    if pos is None:
+        return f"the body is not valid JSON: {what}"
+    text = body.decode("utf-8", "replace") if isinstance(body, (bytes, bytearray)) else body if isinstance(body, str) else ""
+    line = text.count("\n", 0, pos) + 1
+    column = pos - (text.rfind("\n", 0, pos) + 1) + 1
+    near = text[max(0, pos - 20) : pos + 10]
+    return f"the body is not valid JSON: {what} at line {line}, column {column} (character {pos}, near {near!r})"
+
+
 def install_error_handlers(app: FastAPI) -> None:
     @app.exception_handler(RetrievalError)
     async def domain(request: Request, exc: RetrievalError) -> JSONResponse:
@@ -93,6 +108,9 @@ def install_error_handlers(app: FastAPI) -> None:
     async def validation(request: Request, exc: RequestValidationError) -> JSONResponse:
         problems = []
         for e in exc.errors()[:5]:
+            if e.get("type") == "json_invalid":
+                problems.append(json_problem(e, exc.body))
+                continue
             where = ".".join(str(p) for p in e.get("loc", ()) if p != "body") or "body"
             problems.append(f"{where}: {e.get('msg', 'invalid')}")
         return error_response("invalid_request", "; ".join(problems) or "invalid request", status=422)

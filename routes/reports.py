@@ -24,6 +24,19 @@ def plot_grouping(result: dict[str, Any]) -> tuple[str, str]:
     return ("per_route", "labeled route") if labeled else ("per_chosen_route", "chosen route")
 
 
+def report_title(target: str, cwd: Path | None = None) -> str:
+    """The title of an eval report of `target` (a labels file or a BEIR folder) as people
+    know it: relative to the working directory when it lies under it, else its folder and
+    name; never the absolute path of the machine that ran it (the console shows the title)."""
+    path = Path(target)
+    if path.is_absolute():
+        try:
+            path = path.resolve().relative_to((cwd or Path.cwd()).resolve())
+        except ValueError:
+            path = Path(*path.parts[-2:])
+    return f"Quarry evaluation of {path.as_posix()}"
+
+
 def write_report(result: dict[str, Any], directory: Path, title: str) -> list[Path]:
     """metrics.json, report.md and three PNG plots (confusion matrix, quality per route, latency)."""
     import matplotlib

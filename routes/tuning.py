@@ -102,7 +102,8 @@ def first_attempt_evidence(engine: Engine, question: str, principal: Principal, 
                            ) -> tuple[Constraints, list[Hit]]:
     """The passages a question's first attempt is graded on, from a one-attempt run of the
     loop itself (route, retrieval, date order, signals); none when rows answered it."""
-    result = engine.query(question, principal, k=k, max_attempts=1, deadline_ms=engine.limits.max_deadline_ms, today=today)
+    result = engine.query(question, principal, k=k, max_attempts=1, deadline_ms=engine.limits.max_deadline_ms, today=today,
+                          wait_for_tables=True)
     first = next((a for a in result.attempts if not a.rejected), None)
     if first is None or first.rows is not None:
         return result.constraints, []

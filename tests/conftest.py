@@ -19,6 +19,26 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
+# How long a test waits for what only a hang would keep from happening (a server to start, a
+# snapshot to switch, a subprocess or a thread to finish). Tests wait on readiness signals,
+# never for a set time; this bound only ends a test that hangs, so it sits far above what a
+# slow machine under load needs (a server started in over 120 s at a load average of 20).
+# QUARRY_TEST_PATIENCE_S changes it.
+PATIENCE_S = float(os.environ.get("QUARRY_TEST_PATIENCE_S", "1800"))
+
+
+def wait_until(ready, what: str, alive=None, poll: float = 0.05) -> float:
+    """Poll `ready()` until it holds, and return the seconds it took (a figure to print, never
+    to assert on). Fails at once when `alive()` says the thing waited on has ended, and after
+    PATIENCE_S, which only a hang reaches."""
+    started = time.monotonic()
+    while not ready():
+        assert alive is None or alive(), f"{what}: it ended before it was ready"
+        assert time.monotonic() - started < PATIENCE_S, f"{what}: not after {PATIENCE_S:.0f} s, so it hangs"
+        time.sleep(poll)
+    return time.monotonic() - started
+
+
 ROOT = Path(__file__).resolve().parents[1]
 MINI = ROOT / "tests" / "fixtures" / "mini"
 TRIAL = ROOT / "tests" / "fixtures" / "trial"  # a second domain (hospital IT), written apart from the demo
@@ -45,7 +65,7 @@ class TablesProbe:
 
     def run(self, *args):
         self.entered.set()
-        if not self.release.wait(timeout=60):
+        if not self.release.wait(timeout=PATIENCE_S):
             raise RuntimeError("the test never released the statement")
         self.statements += 1
         time.sleep(self.seconds)
@@ -189,18 +209,13 @@ class LiveServer:
         self.thread = threading.Thread(target=self.server.run, daemon=True)
 
     def __enter__(self) -> "LiveServer":
-        import time
-
         self.thread.start()
-        deadline = time.monotonic() + 60
-        while not self.server.started:
-            assert self.thread.is_alive() and time.monotonic() < deadline, "server did not start"
-            time.sleep(0.02)
+        wait_until(lambda: self.server.started, "the server's startup", alive=self.thread.is_alive, poll=0.02)
         return self
 
     def __exit__(self, *exc) -> None:
         self.server.should_exit = True
-        self.thread.join(timeout=10)
+        self.thread.join(timeout=PATIENCE_S)
 
 
 def metrics_text(live) -> str:

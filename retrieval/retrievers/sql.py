@@ -23,11 +23,14 @@ from retrieval.lru import Lru
 from retrieval.retrievers import Retrieved
 from retrieval.sql.bounds import VALUE_BYTES, refusal
 from retrieval.sql.guard import GuardedSql, guard_sql
-from retrieval.sql.schema import ColumnProfile, TableInfo
+from retrieval.sql.meaning import ColumnMeaning
+from retrieval.sql.schema import ColumnInfo, ColumnProfile, TableInfo
 from retrieval.sql.translate import Decline, Translation, Translator
 from retrieval.types import Filters, Hit, Principal
 
 MAX_CATEGORICAL = 60
+MAX_DECIMALS = 4  # a float column whose values have at most this many decimal places is summed as decimals
+_FLOATS = frozenset({"DOUBLE", "FLOAT", "REAL", "FLOAT4", "FLOAT8"})
 Profiles = dict[tuple[str, str], ColumnProfile]  # (table, column) -> its values and id prefixes in one scope
 
 
@@ -92,10 +95,12 @@ class SqlRetriever:
     name = "sql"
 
     def __init__(self, backend: SqlBackend, limits: SqlLimits = SqlLimits(), today: date | None = None,
-                 profile_cache: int = 256, profile_workers: int = 2, profile_cache_bytes: int = 32 << 20) -> None:
+                 profile_cache: int = 256, profile_workers: int = 2, profile_cache_bytes: int = 32 << 20,
+                 meaning: ColumnMeaning | None = None) -> None:
         self._backend = backend
         self.limits = limits
         self.today = today
+        self.meaning = meaning  # links a word to the column it means (the service's embedding model)
         # Access scopes whose profiles are kept, bounded by bytes too: a scope's profiles hold
         # up to a few hundred values per categorical column of every readable table.
         self._profiles: Lru[frozenset[str], Profiles] = Lru(profile_cache, profile_cache_bytes, _profiles_size)
@@ -118,9 +123,10 @@ class SqlRetriever:
         with self._lock:
             return self._cached(self.scope(principal)) is not None
 
-    def profile_ready(self, principal: Principal, seconds: float) -> bool:
-        """Wait up to `seconds` for this scope's profiles, starting their build if none runs.
-        False when they are not there in time (the build goes on) or the build failed."""
+    def profile_ready(self, principal: Principal, seconds: float | None) -> bool:
+        """Wait up to `seconds` (None: as long as it takes) for this scope's profiles, starting
+        their build if none runs. False when they are not there in time (the build goes on)
+        or the build failed."""
         try:
             self._profile_build(principal, self.readable_tables(principal)).result(timeout=seconds)
             return True
@@ -149,7 +155,7 @@ class SqlRetriever:
         tables = self.readable_tables(principal)
         if not tables:
             return Decline("no readable tables")
-        translator = Translator(tables, self._profiles_for(principal, tables), today or self.today or date.today())
+        translator = Translator(tables, self._profiles_for(principal, tables), today or self.today or date.today(), self.meaning)
         return translator.translate(question)
 
     def answer(self, question: str, principal: Principal, today: date | None = None) -> SqlResult | Decline:
@@ -243,6 +249,8 @@ class SqlRetriever:
         out: Profiles = {}
         for t in tables:
             for col in t.visible_columns():
+                if col.type.upper() in _FLOATS:
+                    out[(t.name, col.name)] = ColumnProfile(decimals=self._decimals(principal, t, col))
                 if col.kind != "text":
                     continue
                 c, table = _ident(col.name), _ident(t.name)
@@ -255,6 +263,16 @@ class SqlRetriever:
                     values = tuple(sorted(str(r[0]) for r in found))
                 out[(t.name, col.name)] = ColumnProfile(values, tuple(sorted({p.upper() for p in prefixes or () if p})))
         return out
+
+
+    def _decimals(self, principal: Principal, t: TableInfo, col: ColumnInfo) -> int | None:
+        """The fewest decimal places, 1 to 4, that every readable value of a floating-point
+        column has (amounts of money: 2), else None (whole numbers, measurements)."""
+        c = _ident(col.name)
+        places = " ".join(f"WHEN bool_and({c} = round({c}, {d})) THEN {d}" for d in range(MAX_DECIMALS + 1))
+        q = f"SELECT CASE WHEN count({c}) = 0 THEN NULL {places} ELSE NULL END FROM {_ident(t.name)}"
+        found = self._backend.run(guard_sql(q, self._backend.tables(), principal).sql, self.limits.timeout_s, 1)[1][0][0]
+        return int(found) if found else None  # 0: whole numbers, whose sum is exact already
 
 
 def _ident(name: str) -> str:

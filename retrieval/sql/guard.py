@@ -20,6 +20,7 @@ from sqlglot.errors import ParseError, TokenError
 
 from retrieval.errors import SqlRejected
 from retrieval.sql.bounds import VALUE_BYTES, bound_values
+from retrieval.sql.parse_message import parse_error_message
 from retrieval.sql.schema import TableInfo
 from retrieval.types import Principal
 
@@ -159,7 +160,7 @@ def _guard(statement: str, tables: Mapping[str, TableInfo], principal: Principal
     try:
         parsed = [s for s in sqlglot.parse(statement, read="duckdb") if s is not None]
     except (ParseError, TokenError) as e:
-        raise _reject(f"could not parse the statement: {str(e).splitlines()[0][:200]}", reason="parse") from None
+        raise _reject(parse_error_message(e), reason="parse") from None
     if len(parsed) != 1:
         raise _reject(f"send exactly one statement; got {len(parsed)}", reason="multiple_statements")
     root = parsed[0]

@@ -53,10 +53,13 @@ Filter = Equals | Compare | DateWithin
 
 @dataclass(frozen=True)
 class Aggregate:
-    """`fn` over `column`, or over rows (`count(*)`) when `column` is None; selected as `value`."""
+    """`fn` over `column`, or over rows (`count(*)`) when `column` is None; selected as `value`.
+    `decimals`: the column's values are decimals of at most that many places (money kept as
+    a float), so the sum is added up exactly at that scale."""
 
     fn: AggregateFn
     column: str | None = None
+    decimals: int | None = None
 
 
 @dataclass(frozen=True)

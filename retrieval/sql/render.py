@@ -45,6 +45,8 @@ def _aggregate(agg: Aggregate) -> exp.Expr:
     if agg.fn == "avg":
         return exp.Round(this=exp.Avg(this=column), decimals=exp.Literal.number(2))
     if agg.fn == "sum":
+        if agg.decimals:  # exact decimal addition: no binary floating-point residue in a sum of money
+            return exp.Sum(this=exp.cast(column, exp.DataType.build(f"DECIMAL(38, {agg.decimals})")))
         return exp.Sum(this=column)
     return exp.Max(this=column) if agg.fn == "max" else exp.Min(this=column)
 

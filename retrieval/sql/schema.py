@@ -65,7 +65,10 @@ class TableInfo:
 @dataclass(frozen=True)
 class ColumnProfile:
     """What schema linking may know of a column, computed over the rows one principal may read:
-    its categorical values (when few) and the prefixes of identifier-like values ("INC-")."""
+    its categorical values (when few) and the prefixes of identifier-like values ("INC-") of a
+    text column; for a floating-point column, the fewest decimal places (1 to 4) that every
+    value has, when there is such a number (amounts of money kept as DOUBLE)."""
 
     values: tuple[str, ...] = ()
     prefixes: tuple[str, ...] = ()
+    decimals: int | None = None

@@ -16,8 +16,9 @@ from typing import Literal, Mapping, Sequence
 
 from retrieval.dates import find_dates
 from retrieval.sql.plan import Compare, CompareOp, DateWithin, Decline, Equals, Filter
+from retrieval.sql.meaning import ColumnMeaning
 from retrieval.sql.schema import ColumnInfo, ColumnProfile, TableInfo
-from retrieval.sql.words import WORD, WORD_NUMBERS, column_words, matches, value_forms, words_in
+from retrieval.sql.words import FILLER, WORD, WORD_NUMBERS, column_words, matches, noun_forms, value_forms, words_in
 from retrieval.text import stem
 
 COMPARE = re.compile(
@@ -67,11 +68,14 @@ class Link:
 
 
 class SchemaLinker:
-    """Links question text to the tables one principal may read and to their profiles."""
+    """Links question text to the tables one principal may read and to their profiles;
+    `meaning` (when given) links a word to the column it means though it names none."""
 
-    def __init__(self, tables: Sequence[TableInfo], profiles: Mapping[tuple[str, str], ColumnProfile]) -> None:
+    def __init__(self, tables: Sequence[TableInfo], profiles: Mapping[tuple[str, str], ColumnProfile],
+                 meaning: ColumnMeaning | None = None) -> None:
         self.tables = {t.name: t for t in tables}
         self.profiles = profiles
+        self.meaning = meaning
 
     def link(self, text: str, idents: Sequence[str], today: date) -> Link | Decline:
         """Table and filters of a normalised question (`idents`: its identifiers, as written)."""
@@ -96,6 +100,8 @@ class SchemaLinker:
             if reading == "ambiguous":
                 return Decline(f"{form!r} could be a value of {col} or name another column; say which", (form,))
             link.filters.append(Equals(col, value))
+            if col == t.id_column:
+                link.lookup_column = col  # a value of the key names one record, whatever its shape
             link.value_forms |= value_forms(value)
             link.consumed |= set(WORD.findall(form))
             column = t.column(col)
@@ -150,7 +156,7 @@ class SchemaLinker:
         for m in COMPARE.finditer(text):
             value = float(WORD_NUMBERS.get(m.group(2), m.group(2)))
             near = words_in(text[m.end() : m.end() + 40]) | words_in(text[max(0, m.start() - 40) : m.start()])
-            col = self.column_mentioned(t, ("number",), near)
+            col = self.column_mentioned(t, ("number",), near) or self.column_meant(link, ("number",), near)
             if col is None:
                 return Decline(f"cannot tell which column {m.group(0)!r} compares")
             link.filters.append(Compare(col.name, OPS[m.group(1)], value))
@@ -160,19 +166,20 @@ class SchemaLinker:
 
     # -- what the schema and the profiles say ---------------------------------------------
     def table_words(self, t: TableInfo) -> set[str]:
-        """Words that name a table: its name, and the noun of its key (`release_id` -> release)."""
-        words = {t.name, stem(t.name)}
-        if t.id_column:
-            noun = t.id_column[: -len("_id")]
-            words |= {noun, noun + "s", stem(noun)}
-        return words
+        """Words that name a table, singular or plural: its name and the words of a snake_case
+        name (`purchase_orders`: "purchase order", "orders"), and the noun of a `*_id` key
+        (`release_id` -> "release")."""
+        names = [t.name, *(p for p in t.name.split("_") if len(p) >= 3)]
+        if t.id_column and t.id_column.endswith("_id") and len(t.id_column) > len("_id"):
+            names.append(t.id_column[: -len("_id")])
+        return {form for name in names for form in noun_forms(name.lower())}
 
     def value_hits(self, t: TableInfo, text: str) -> list[tuple[str, str, str]]:
         """(column, value, surface form) for categorical values present as whole words."""
         hits = []
         for col in t.visible_columns():
-            if col.name.endswith("_id") or col.name == t.doc_column:
-                continue  # keys are linked as identifiers, not as categories
+            if (col.name.endswith("_id") and col.name != t.id_column) or col.name == t.doc_column:
+                continue  # ids are linked as identifiers, not as categories
             profile = self.profiles.get((t.name, col.name))
             for value in profile.values if profile else ():
                 for form in sorted(value_forms(value), key=len, reverse=True):
@@ -237,6 +244,20 @@ class SchemaLinker:
                 if overlap and (best is None or overlap > best[0]):
                     best = (overlap, col)
         return best[1] if best else None
+
+    def column_meant(self, link: Link, kinds: Sequence[str], words: set[str]) -> ColumnInfo | None:
+        """The column of one of `kinds` (not the key) that one of `words` still unexplained
+        means (retrieval/sql/meaning.py); that word is explained by it."""
+        if self.meaning is None:
+            return None
+        t = link.table
+        unexplained = words - link.consumed - FILLER - self.table_words(t)
+        columns = [c for c in t.visible_columns() if c.kind in kinds and c.name != t.id_column and c.name != t.doc_column]
+        meant = self.meaning.column_for(unexplained, columns)
+        if meant is None:
+            return None
+        link.consumed.add(meant.word)
+        return meant.column
 
     def date_column(self, t: TableInfo, text: str) -> ColumnInfo | None:
         """The date column the question's verb names: a column whose name the words match

@@ -30,6 +30,7 @@ _TOP = re.compile(
     rf"\b(?:top|first|last)\s+{NUM}\b|\b{NUM}\s+(?=(?:most|least|latest|newest|oldest|largest|smallest|highest|lowest|biggest)\b)"
     rf"|\bwhich\s+(two|three|four|five|six|seven|eight|nine|ten)\b"
 )
+_TEMPORAL = re.compile(r"\b(most recently|most recent|latest|newest|earliest|oldest)\b")  # superlatives of a date
 _WHEN = re.compile(r"\b(when|on what date|what date|which date|what day|on which day)\b")
 _DISPLAY = ("title", "service", "version")  # shown beside a record's key when the table has them
 
@@ -52,14 +53,14 @@ def shape_select(linker: SchemaLinker, link: Link) -> QueryPlan | Decline:
     cues = _read_cues(linker, link)
     t = link.table
     if cues.group is not None:
-        return _grouped(link, cues, cues.group)
+        return _grouped(linker, link, cues, cues.group)
     filters = tuple(link.filters)
     if cues.agg == "count":
         return QueryPlan(t.name, "count", aggregate=Aggregate("count"), filters=filters)
     if cues.agg in ("avg", "sum"):
         if cues.measure is None:
-            return Decline(f"no numeric column of {t.name} to {cues.agg}")
-        return QueryPlan(t.name, cues.agg, aggregate=Aggregate(cues.agg, cues.measure.name), filters=filters)
+            return _no_measure(link, cues.agg)
+        return QueryPlan(t.name, cues.agg, aggregate=_aggregate(linker, t, cues.agg, cues.measure), filters=filters)
     if cues.superlative:
         return _superlative(linker, link, cues, cues.superlative)
     if link.lookup_column:
@@ -96,6 +97,9 @@ def _read_cues(linker: SchemaLinker, link: Link) -> _Cues:
     for rx in (_MAX, _MIN):
         for cue in rx.finditer(text):
             link.consumed |= set(cue.group(0).split())
+    if measure is None and (agg in ("avg", "sum") or (superlative and not _TEMPORAL.search(text))):
+        # "total spending", "the highest charges": the number the question means, not names
+        measure = linker.column_meant(link, ("number",), words)
     most = _MOST.search(text)
     if most:
         link.consumed.add(most.group(1))
@@ -158,19 +162,39 @@ def _group(link: Link, limit: int | None) -> ColumnInfo | None:
     return group
 
 
-def _grouped(link: Link, cues: _Cues, group: ColumnInfo) -> QueryPlan | Decline:
+def _grouped(linker: SchemaLinker, link: Link, cues: _Cues, group: ColumnInfo) -> QueryPlan | Decline:
     """One row per group with its aggregate; the top ones when the question ranks them."""
     link.consume_column(group)
     fn: AggregateFn = cues.agg or "count"
     if fn != "count" and cues.measure is None:
-        return Decline("no numeric column to aggregate per group")
-    agg = Aggregate(fn, None if fn == "count" or cues.measure is None else cues.measure.name)
+        return _no_measure(link, fn)
+    agg = Aggregate("count") if fn == "count" or cues.measure is None else _aggregate(linker, link.table, fn, cues.measure)
     plan = QueryPlan(link.table.name, "grouped", columns=(group.name,), aggregate=agg, filters=tuple(link.filters),
                      group_by=group.name, order_by=(Order(group.name),))
     if cues.limit or cues.most or cues.superlative:
         descending = not (cues.superlative == "min" or cues.most in ("fewest", "least"))
         return replace(plan, kind="grouped top", order_by=(Order(None, descending), Order(group.name)), limit=cues.limit or 1)
     return plan
+
+
+def _aggregate(linker: SchemaLinker, t: TableInfo, fn: AggregateFn, measure: ColumnInfo) -> Aggregate:
+    """`fn` over a number column; a sum of a column whose readable values have at most a few
+    decimals (money) is added up as decimals, so it reads 104189.72, not 104189.72000000002."""
+    profile = linker.profiles.get((t.name, measure.name))
+    decimals = profile.decimals if profile is not None and fn == "sum" else None
+    return Aggregate(fn, measure.name, decimals=decimals)
+
+
+def _no_measure(link: Link, fn: str) -> Decline:
+    """Why an aggregate has no column: the table has no number column, or none the words name
+    or mean (then the words left, so the caller can name one)."""
+    t = link.table
+    numbers = [c.name for c in t.visible_columns() if c.kind == "number" and c.name != t.id_column]
+    if not numbers:
+        return Decline(f"{t.name} has no number column to {fn}")
+    left = tuple(sorted(w for w in link.words - link.consumed - FILLER if not w.isdigit()))
+    return Decline(f"could not tell which number column of {t.name} to {fn} ({', '.join(numbers)}): "
+                   f"name one in the question", left)
 
 
 def _display(t: TableInfo) -> list[str]:
@@ -203,6 +227,9 @@ def _lookup(linker: SchemaLinker, link: Link, cues: _Cues, lookup_col: str) -> Q
     asked = [c for c in t.visible_columns() if c.name != lookup_col and any(matches(w, column_words(c)) for w in unexplained)]
     if not asked and cues.measure is not None:
         asked = [cues.measure]
+    if not asked:  # "what was the spend on PO-1005?": a column the words mean, though they name none
+        meant = linker.column_meant(link, ("text", "number", "date", "timestamp", "bool"), unexplained)
+        asked = [meant] if meant is not None else []
     if _WHEN.search(link.text) or {"date", "day"} & words:
         dcol = linker.date_column(t, link.text)
         if dcol is not None and dcol not in asked:

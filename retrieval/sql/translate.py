@@ -4,7 +4,8 @@ Every content word of the question must be explained by something linked to the 
 the table (its name, or the noun of its key column: `release_id` -> "release"), a column
 (its name's words), a categorical value present in the rows the caller may read, an
 identifier found in a column, a number with a comparison, a date or range, or a cue word
-for an aggregate, grouping, ordering or limit. A question with an unexplained word is
+for an aggregate, grouping, ordering or limit; failing a name, a word may link to the column
+it means (`meaning`: "spending" for `amount_usd`, by embedding similarity). A question with an unexplained word is
 declined with the words it could not link, so the loop can route elsewhere. The SQL it
 writes still goes through the guard like any caller's statement.
 
@@ -21,6 +22,7 @@ from datetime import date
 from typing import Mapping, Sequence
 
 from retrieval.constraints import identifiers
+from retrieval.sql.meaning import ColumnMeaning
 from retrieval.sql.plan import Decline, QueryPlan
 from retrieval.sql.render import render_sql
 from retrieval.sql.schema import ColumnProfile, TableInfo
@@ -42,11 +44,12 @@ class Translation:
 class Translator:
     """Links questions to the tables one principal may read (built per principal)."""
 
-    def __init__(self, tables: Sequence[TableInfo], profiles: Mapping[tuple[str, str], ColumnProfile], today: date) -> None:
+    def __init__(self, tables: Sequence[TableInfo], profiles: Mapping[tuple[str, str], ColumnProfile], today: date,
+                 meaning: ColumnMeaning | None = None) -> None:
         self.tables = {t.name: t for t in tables}
         self.profiles = profiles
         self.today = today
-        self._linker = SchemaLinker(tables, profiles)
+        self._linker = SchemaLinker(tables, profiles, meaning)
 
     def translate(self, question: str) -> Translation | Decline:
         link = self._linker.link(normalise_question(question), identifiers(question), self.today)

@@ -65,6 +65,37 @@ def matches(word: str, column_words: frozenset[str]) -> bool:
     return word in column_words or stem(word) in column_words or (len(word) >= 4 and root(word) in _roots(column_words))
 
 
+def singular(word: str) -> str:
+    """The singular of an English noun by its ending ("expenditures" -> "expenditure",
+    "categories" -> "category", "boxes" -> "box", "statuses" -> "status"); other words as
+    they are. The stemmer cannot be used for this: it reads "purchases" as "purchas" and
+    "purchase" as "purchase"."""
+    w = word.lower()
+    if len(w) > 4 and w.endswith("ies"):
+        return w[:-3] + "y"
+    if len(w) > 4 and w.endswith(("sses", "shes", "ches", "xes", "zes", "uses")):
+        return w[:-2]
+    if len(w) > 3 and w.endswith("s") and not w.endswith(("ss", "us", "is")):
+        return w[:-1]
+    return w
+
+
+def plural(word: str) -> str:
+    """The plural of an English noun by its ending ("category" -> "categories")."""
+    w = singular(word)
+    if len(w) > 2 and w.endswith("y") and w[-2] not in "aeiou":
+        return w[:-1] + "ies"
+    if w.endswith(("s", "x", "z", "ch", "sh")):
+        return w + "es"
+    return w + "s"
+
+
+def noun_forms(word: str) -> set[str]:
+    """A noun as a question may write it: singular, plural, and the stem of each."""
+    one, many = singular(word), plural(word)
+    return {word.lower(), one, many, stem(one), stem(many)}
+
+
 def value_forms(value: str) -> set[str]:
     """The ways a categorical value may be written in a question ("in_progress", "in progress")."""
     v = value.lower()

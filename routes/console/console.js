@@ -21,7 +21,7 @@ function renderContext(items) {
     open.addEventListener("click", () => openDocument(item.doc_id));
     head.appendChild(open);
     li.appendChild(head);
-    li.appendChild(el("p", item.text, "passage-text"));
+    li.appendChild(renderMarkdown(el("div", null, "passage-text"), item.text));  // markup.js: built as text nodes
     list.appendChild(li);
   }
 }
@@ -50,7 +50,9 @@ function render(answer) {
     document.getElementById("gap-missing").textContent = answer.gap.missing.join(", ") || "–";
     document.getElementById("gap-detail").textContent = answer.gap.detail;
   }
-  renderContext(answer.status === "answer_context" ? answer.context : []);
+  // a gap carries the best partial passages: shown, under a note that they do not answer
+  document.getElementById("partial-note").hidden = !(answer.status === "evidence_gap" && answer.context.length);
+  renderContext(answer.context);
   renderRows(answer.status === "answer_context" ? answer.rows : null);
   document.getElementById("route-chosen").textContent = answer.route.chosen;
   document.getElementById("route-reason").textContent = answer.route.reason;
@@ -66,7 +68,10 @@ async function ask(event) {
   event.preventDefault();
   showError("");
   const button = document.getElementById("submit");
+  const busy = document.getElementById("busy");
   button.disabled = true;
+  busy.hidden = false;  // the request is in flight: the loop may take a few seconds
+  document.getElementById("result").setAttribute("aria-busy", "true");
   const body = {question: document.getElementById("question").value};
   const k = parseInt(document.getElementById("k").value, 10);
   if (k) body.k = k;
@@ -79,6 +84,8 @@ async function ask(event) {
     showError(e.message);
   } finally {
     button.disabled = false;
+    busy.hidden = true;
+    document.getElementById("result").removeAttribute("aria-busy");
   }
 }
 
@@ -97,7 +104,7 @@ async function openDocument(docId) {
     document.getElementById("document").hidden = false;
     document.getElementById("doc-id").textContent = doc.doc_id;
     document.getElementById("doc-meta").textContent = [doc.title, doc.source, doc.date].filter(Boolean).join(" · ");
-    document.getElementById("doc-text").textContent = doc.text;
+    renderMarkdown(document.getElementById("doc-text"), doc.text);
   } catch (e) {
     showError(e.message);
   }

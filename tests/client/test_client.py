@@ -175,7 +175,7 @@ def test_a_real_rate_limit_carries_retry_after(tmp_path, demo_engine):
     store = KeyStore(tmp_path / "keys.json")
     key = store.add("rl", [], ["query"])[0]
     (tmp_path / "srv").mkdir()
-    settings = Settings(index_dir=tmp_path / "srv", rate_per_second=0.2, burst=1)
+    settings = Settings(index_dir=tmp_path / "srv", rate_per_second=0.001, burst=1)  # no token comes back during the test
     with LiveServer(create_app(settings, engine=demo_engine, keys=store)) as server:
         with Quarry(server.url, key, max_retries=0) as q:
             q.search("ledger", "bm25")

@@ -71,6 +71,18 @@ def test_bad_jsonl_line_is_reported_with_file_and_line(tmp_path, bad, message):
     assert err.value.path == str(path) and err.value.line == 3
 
 
+def test_a_jsonl_line_missing_its_closing_brace_is_placed_at_the_end_of_that_line(tmp_path):
+    cut = line(id="x2", text="no closing brace", acl=["public"]).rstrip("\n")[:-1]  # the last character was the '}'
+    path = write(tmp_path / "c.jsonl", line(id="x1", text="first") + cut + "\n" + line(id="x3", text="t"))
+    with pytest.raises(IngestError) as err:
+        load_documents([path])
+    assert err.value.line == 2
+    assert f"at the end of the line (column {len(cut) + 1}): a closing '}}'" in str(err.value), str(err.value)
+    wrong = write(tmp_path / "d.jsonl", '{"id": "x4", "text": "t" "acl": ["public"]}\n')
+    with pytest.raises(IngestError, match="Expecting ',' delimiter at column 26$"):
+        load_documents([wrong])
+
+
 def test_duplicate_id_across_files_names_both_places(tmp_path):
     write(tmp_path / "a.jsonl", line(id="dup", text="one"))
     write(tmp_path / "b.md", "---\nid: dup\n---\nsecond")

@@ -19,7 +19,7 @@ from retrieval.errors import IngestError, SnapshotError
 from routes.engine import open_engine
 from retrieval.search import search
 from retrieval.types import Filters, Principal
-from tests.conftest import MINI, ROOT
+from tests.conftest import MINI, PATIENCE_S, ROOT
 
 
 @pytest.fixture
@@ -112,7 +112,7 @@ def test_a_second_concurrent_build_fails_fast(index_copy, embedder):
             build_snapshot([MINI], index_copy, embedder)
 
 
-def kill_ingest_when(source: Path, index: Path, ready: Callable[[], bool], timeout: float = 300, **env: str) -> None:
+def kill_ingest_when(source: Path, index: Path, ready: Callable[[], bool], timeout: float = PATIENCE_S, **env: str) -> None:
     """Run `quarry ingest source --index index` and SIGKILL it as soon as `ready()` holds."""
     proc = subprocess.Popen([sys.executable, "-m", "routes.cli", "ingest", str(source), "--index", str(index)],
                             cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env={**os.environ, **env})

@@ -16,7 +16,7 @@ import pytest
 
 from indexes.snapshot import LEASE_FILE, build_snapshot, current_snapshot_path, is_served, load_snapshot
 from indexes.snapshot_lease import acquire, remove_unless_served
-from tests.conftest import MINI, ROOT
+from tests.conftest import MINI, PATIENCE_S, ROOT
 
 HOLD = "import sys, time; from pathlib import Path; from indexes.snapshot_lease import acquire; " \
        "lease = acquire(Path(sys.argv[1])); print('held' if lease and lease.held else 'none', flush=True); time.sleep(600)"
@@ -75,6 +75,6 @@ def test_a_loader_does_not_lease_a_snapshot_that_was_pruned_under_it(index_copy)
         time.sleep(0.2)
         assert loader.is_alive()
         serving.rename(serving.with_name(".pruning-test"))  # the prune moves the folder aside, then unlocks
-    loader.join(timeout=10)
+    loader.join(timeout=PATIENCE_S)
     assert got == {"lease": None}  # the loader reads CURRENT again rather than serve a folder being deleted
     assert acquire(serving) is None

@@ -19,7 +19,7 @@ import pytest
 from indexes.idempotency import IdempotencyKeys
 from indexes.wal import Record, WriteAheadLog, read_log
 from retrieval.errors import Conflict, InvalidRequest, PayloadTooLarge, ServerFault, StorageError
-from tests.conftest import ROOT
+from tests.conftest import PATIENCE_S, ROOT
 
 
 
@@ -247,7 +247,7 @@ def test_after_a_failed_write_the_log_refuses_appends_and_a_reopen_finds_every_a
     log = tmp_path / "wal.jsonl"
     fill(log, 2)
     out = subprocess.run([sys.executable, "-c", FULL_DISK, str(log)], cwd=ROOT, capture_output=True, text=True,
-                         timeout=60, check=True).stdout.splitlines()
+                         timeout=PATIENCE_S, check=True).stdout.splitlines()
     failed, refused = out[0].split(), out[1]
     assert failed[0] == "failed" and "could not be written" in out[0] and refused.startswith("refused")
     last = int(failed[1])

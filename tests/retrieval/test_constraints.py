@@ -43,3 +43,31 @@ def test_relative_dates_resolve_against_the_given_today():
     assert (last_quarter.start, last_quarter.end) == (date(2024, 10, 1), date(2024, 12, 31))
     (this_week,) = extract("changes this week", date(2025, 11, 5)).dates
     assert (this_week.start, this_week.end) == (date(2025, 11, 3), date(2025, 11, 5))
+
+
+def test_a_word_written_with_a_number_is_prose_not_an_identifier():
+    assert identifiers("Can I bring my 12-year-old along into the glazing room?") == []
+    assert identifiers("a 24-hour watch and a 3-day course, as in2014 and since mid-2024 or pre-2020") == []
+    # codes stay codes, whatever their case or separators
+    assert identifiers("INC-2041, CVE-2024-3094, R01-2291, covid-19, gpt-4, 10-K, 4-PBA, fy2024, x86-64") == \
+        ["INC-2041", "CVE-2024-3094", "R01-2291", "covid-19", "gpt-4", "10-K", "4-PBA", "fy2024", "x86-64"]
+    assert extract("Can I bring my 12-year-old along?", TODAY).is_empty()
+
+
+def test_a_quoted_title_leaves_out_the_sentence_punctuation_it_swallowed():
+    q = 'Which came first, "Rebel Without a Cause," or the album "Old and in the Way?"'
+    assert extract(q, TODAY).phrases == ("Rebel Without a Cause", "Old and in the Way")
+    assert extract('Who sang "Stop!" in "Help."', TODAY).phrases == ("Stop", "Help")
+    assert extract('what does "?" mean', TODAY).phrases == ()
+
+
+def test_a_word_written_with_a_number_that_the_catalog_knows_stays_a_constraint_as_an_entity():
+    import numpy as np
+
+    from retrieval.entities import EntityIndex
+
+    shifts = EntityIndex.build([(0, "24-hour"), (1, "12-hour")])  # short metadata values of two documents
+    question = "Who works the 24-hour rota?"
+    found = shifts.find(question, np.array([True, False]), identifiers(question))
+    assert extract(question, TODAY, found) == extract("", TODAY, ["24-hour"])  # an entity, not an identifier
+    assert shifts.find("Who works the 12-hour rota?", np.array([True, False]), identifiers(question)) == []  # not readable

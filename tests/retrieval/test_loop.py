@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 import time
 from dataclasses import replace
 from datetime import date
@@ -15,7 +16,7 @@ from retrieval.grader import GraderConfig
 from retrieval.loop import Budget, run_loop
 from retrieval.policy import SignalGrader
 from retrieval.types import Filters, Principal
-from tests.conftest import TablesProbe
+from tests.conftest import PATIENCE_S, TablesProbe
 
 NEVER_SUFFICIENT = GraderConfig(threshold=1.1)  # forces the loop through its rewrites
 FRAGMENTS = ["INC-2077", "E4012", "SEC-210", "3.1.2", "/etc/auth/keys.yaml", '"tracking gateway"', '"signing keys"',
@@ -30,10 +31,14 @@ PRINCIPALS = [Principal("erin"), Principal("carol", ("security", "sre")), Princi
 
 
 class Slow:
-    def __init__(self, inner, seconds: float) -> None:
-        self.inner, self.seconds, self.name = inner, seconds, inner.name
+    """A retriever that sleeps first, or (given a gate) waits until the test opens it."""
+
+    def __init__(self, inner, seconds: float, gate: threading.Event | None = None) -> None:
+        self.inner, self.seconds, self.name, self.gate = inner, seconds, inner.name, gate
 
     def search(self, *args):
+        if self.gate is not None:
+            self.gate.wait(timeout=PATIENCE_S)
         time.sleep(self.seconds)
         return self.inner.search(*args)
 
@@ -90,7 +95,7 @@ def test_the_loops_check_reports_a_dropped_identifier_or_date():
 @example(question="which release fixed 3.1.2 outage, INC-2077 or INC-2041?", principal=PRINCIPALS[0], attempts=6, k=5)
 @settings(max_examples=60, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
 def test_every_dispatched_query_keeps_constraints_within_budget_and_never_repeats(engine, question, principal, attempts, k):
-    budget = Budget(max_attempts=attempts, deadline_ms=5000, call_timeout_ms=4000, k=k)
+    budget = Budget(max_attempts=attempts, deadline_ms=120_000, call_timeout_ms=60_000, k=k)  # no machine runs out
     result = run_loop(question, principal, budget, deps_with(engine, grader=NEVER_SUFFICIENT))
     assert 1 <= len(result.attempts) <= attempts
     keys = [a.plan.key() for a in result.attempts]
@@ -155,7 +160,7 @@ def test_slow_first_table_profiles_hold_up_neither_their_questions_nor_anyone_el
         gated = TablesProbe(engine.sql._backend, held=True)
         engine.sql._backend = gated
         for p in newcomers:
-            result = engine.query(question, p, deadline_ms=1000)
+            result = engine.query(question, p, deadline_ms=4000)  # waits 2 s for the held profiles, then retrieves
             assert result.attempts and all(a.plan.route != "sql" and a.error is None for a in result.attempts)
         assert not any(engine.sql.profiled(p) for p in newcomers)  # no question waited for its build
         other = engine.query("What does error E4012 mean?", regular)  # retrieval threads are all free
@@ -187,9 +192,15 @@ def test_when_every_attempt_fails_the_outcome_is_a_retryable_error_not_a_gap(eng
 
 
 def test_a_timed_out_call_counts_against_the_budget(engine):
-    retrievers = dict(engine.deps.retrievers, bm25=Slow(engine.deps.retrievers["bm25"], 1.0))
-    result = run_loop("carrier webhook retries", Principal("erin"), Budget(max_attempts=2, deadline_ms=3000, call_timeout_ms=100),
-                      deps_with(engine, retrievers=retrievers))
+    # bm25 hangs until the test ends; the next route gets a timeout far above what any machine
+    # needs for it, so only the hung call can time out
+    gate = threading.Event()
+    retrievers = dict(engine.deps.retrievers, bm25=Slow(engine.deps.retrievers["bm25"], 0.0, gate))
+    try:
+        budget = Budget(max_attempts=2, deadline_ms=30000, call_timeout_ms=3000)
+        result = run_loop("carrier webhook retries", Principal("erin"), budget, deps_with(engine, retrievers=retrievers))
+    finally:
+        gate.set()
     assert result.attempts[0].plan.route == "bm25" and result.attempts[0].error == "retrieval_timeout"
     assert len(result.attempts) == 2 and result.attempts[1].error is None
 

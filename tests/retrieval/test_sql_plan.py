@@ -67,3 +67,39 @@ def test_a_compared_number_is_written_exactly_not_rounded():
                                    order_by=(Order("order_id"),)))
         assert con.execute(sql).fetchall() == expected, sql
     assert "> 20 " in render_sql(QueryPlan("order", "list", ("order_id",), filters=(Compare("cost usd", ">", 20.0),))) + " "
+
+
+def test_a_sum_of_money_kept_as_double_is_added_as_decimals_and_passes_the_guard():
+    con = duckdb.connect()
+    con.execute('CREATE TABLE fees (fee_ref VARCHAR, "amount paid" DOUBLE)')
+    amounts = [17151.87, 53256.85, 5133.14, 3746.02, 4270.1, 1545.33]
+    con.executemany("INSERT INTO fees VALUES (?, ?)", [(f"f{i}", a) for i, a in enumerate(amounts)])
+    plan = QueryPlan("fees", "sum", aggregate=Aggregate("sum", "amount paid", decimals=2))
+    table = TableInfo("fees", (ColumnInfo("fee_ref", "VARCHAR"), ColumnInfo("amount paid", "DOUBLE")), ("public",))
+    guard_sql(render_sql(plan), {"fees": table}, Principal("x"))
+    ((total,),) = con.execute(render_sql(plan)).fetchall()
+    assert float(total) == 85103.31 and repr(float(total)) == "85103.31"
+    ((as_double,),) = con.execute(render_sql(QueryPlan("fees", "sum", aggregate=Aggregate("sum", "amount paid")))).fetchall()
+    assert repr(as_double) == "85103.31000000001"  # what adding the doubles gives
+
+
+def test_table_nouns_are_read_in_the_singular_and_the_plural():
+    from retrieval.sql.words import noun_forms, plural, singular
+
+    assert [singular(w) for w in ("purchases", "categories", "boxes", "statuses", "batches", "glass")] == \
+        ["purchase", "category", "box", "status", "batch", "glass"]
+    assert [plural(w) for w in ("purchase", "category", "box", "day")] == ["purchases", "categories", "boxes", "days"]
+    assert {"purchase", "purchases"} <= noun_forms("purchases") and {"purchase", "purchases"} <= noun_forms("purchase")
+
+
+def test_a_key_value_of_any_shape_names_its_whole_record():
+    from retrieval.sql.schema import ColumnProfile
+    from retrieval.sql.translate import Translation, Translator
+
+    kilns = TableInfo("kilns", (ColumnInfo("kiln_name", "VARCHAR"), ColumnInfo("status", "VARCHAR"),
+                                ColumnInfo("firings", "INTEGER")), ("public",), id_column="kiln_name")
+    profiles = {("kilns", "kiln_name"): ColumnProfile(("ember", "halo")), ("kilns", "status"): ColumnProfile(("cold", "firing"))}
+    for question in ("What is the status of kiln halo?", "What is the status of halo?"):
+        out = Translator([kilns], profiles, date(2025, 11, 1)).translate(question)
+        assert isinstance(out, Translation) and out.explanation == "lookup", (question, out)
+        assert out.sql.startswith('SELECT "status", "kiln_name", "firings" FROM kilns WHERE "kiln_name" = \'halo\''), out.sql

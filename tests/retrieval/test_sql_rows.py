@@ -15,7 +15,7 @@ from retrieval.errors import RetrievalTimeout
 from retrieval.retrievers.sql import compare_rows
 from retrieval.sql.translate import Decline
 from retrieval.types import Principal
-from tests.conftest import DEMO, TablesProbe
+from tests.conftest import DEMO, PATIENCE_S, TablesProbe
 
 with (DEMO / "tables" / "tickets.csv").open() as f:
     TICKETS = list(csv.DictReader(f))
@@ -140,7 +140,7 @@ def test_questions_arriving_during_a_profile_build_share_it_and_its_failure(sql_
         assert not shared.profile_ready(principal, 0.05)  # not ready yet, and still that one build
         failing.release.set()
         with pytest.raises(RetrievalTimeout):
-            build.result(timeout=60)
+            build.result(timeout=PATIENCE_S)
         assert failing.statements == 1  # one build; every waiter got its error
         with pytest.raises(RetrievalTimeout):
             shared.translate(question, principal)  # a later question starts a new build

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import resource
 import shutil
 import signal
@@ -11,10 +12,10 @@ import sys
 
 import pytest
 
-from tests.conftest import ROOT
+from tests.conftest import PATIENCE_S, ROOT
 
 
-def quarry(*args: str, timeout: float = 300, **kw) -> subprocess.CompletedProcess:
+def quarry(*args: str, timeout: float = PATIENCE_S, **kw) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "routes.cli", *args], cwd=ROOT, capture_output=True, text=True,
                           timeout=timeout, **kw)
 
@@ -80,7 +81,7 @@ def test_serve_without_an_active_key_refuses_to_start_and_says_how_to_create_one
     revoked = KeyStore(tmp_path / "revoked.json")
     revoked.revoke(revoked.add("erin")[1].key_id)
     for keys in ([], ["--keys", str(tmp_path / "missing.json")], ["--keys", str(revoked.path)]):
-        out = quarry("serve", "--index", str(mini_index), "--port", "0", *keys, timeout=120)  # a server would not exit
+        out = quarry("serve", "--index", str(mini_index), "--port", "0", *keys)  # a server would not exit
         assert out.returncode == 2
         error = one_line_error(out)
         assert error["code"] == "invalid_request" and "quarry keys add --principal ID --keys FILE" in error["message"]
@@ -95,7 +96,7 @@ def test_serve_and_query_on_a_directory_without_a_snapshot_print_one_line_and_ex
     empty.mkdir()
     for command in (["query", "carrier webhook retries", "--principal", "erin"],
                     ["serve", "--keys", str(tmp_path / "keys.json"), "--port", "0"]):
-        out = quarry(*command, "--index", str(empty), timeout=120)
+        out = quarry(*command, "--index", str(empty))
         assert out.returncode == 2, out.stderr
         error = one_line_error(out)
         assert error["code"] == "not_found" and f"run `quarry ingest SOURCES --index {empty}`" in error["message"]
@@ -181,3 +182,42 @@ def test_query_prints_its_answer_and_exits_0_while_a_table_profile_is_still_insi
     assert started and code == 0
     answer = json.loads(out)
     assert answer["status"] in ("answer_context", "evidence_gap") and answer["attempts"]
+
+
+@pytest.mark.slow
+def test_ingest_shows_its_progress_in_a_log_and_takes_no_progress(tmp_path):
+    from tests.conftest import MINI
+
+    shown = quarry("ingest", str(MINI), "--index", str(tmp_path / "a"))  # stderr is a pipe here, as in a log
+    assert shown.returncode == 0, shown.stderr
+    assert re.search(r"embed: 100%.*\b\d+/\d+ \[\d\d:\d\d<\d\d:\d\d", shown.stderr), shown.stderr
+    hidden = quarry("ingest", str(MINI), "--index", str(tmp_path / "b"), "--no-progress")
+    assert hidden.returncode == 0, hidden.stderr
+    assert "embed" not in hidden.stderr and "default ACL" in hidden.stderr
+
+
+@pytest.mark.slow
+def test_ingest_draws_its_progress_on_a_terminal_that_reports_no_width(tmp_path):
+    """Some runners give a pseudo-terminal of 0 columns, where tqdm's own width draws nothing."""
+    import os
+    import pty
+
+    from tests.conftest import MINI
+
+    leader, follower = pty.openpty()  # never sized: 0 x 0
+    assert os.get_terminal_size(follower).columns == 0
+    proc = subprocess.Popen([sys.executable, "-m", "routes.cli", "ingest", str(MINI), "--index", str(tmp_path / "i")],
+                            cwd=ROOT, stdout=subprocess.DEVNULL, stderr=follower)
+    os.close(follower)
+    seen = b""
+    while True:
+        try:
+            chunk = os.read(leader, 4096)
+        except OSError:  # the last writer closed the terminal
+            break
+        if not chunk:
+            break
+        seen += chunk
+    os.close(leader)
+    assert proc.wait(timeout=PATIENCE_S) == 0
+    assert re.search(rb"embed: 100%\|.+\| \d+/\d+", seen), seen[-2000:]

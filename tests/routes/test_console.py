@@ -9,7 +9,7 @@ import shutil
 
 import pytest
 
-from tests.conftest import DEMO, ROOT
+from tests.conftest import DEMO, PATIENCE_S, ROOT, wait_until
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 pytestmark = pytest.mark.skipif(CHROMIUM is None, reason="no Chromium here: install Debian's `chromium` package "
@@ -32,6 +32,7 @@ def browser():
 
 def _page(browser, live):
     page = browser.new_page(viewport={"width": 1280, "height": 1100})
+    page.set_default_timeout(PATIENCE_S * 1000)  # waits end on what they wait for; this only ends a hang
     requests, problems = [], []
     page.on("request", lambda r: requests.append(r.url))
     page.on("console", lambda m: problems.append(m.text) if m.type == "error" else None)
@@ -43,7 +44,7 @@ def _ask(page, key: str, question: str) -> None:
     page.fill("#key", key)
     page.fill("#question", question)
     page.click("#submit")
-    page.wait_for_selector("#result:not([hidden])", timeout=60_000)
+    page.wait_for_selector("#result:not([hidden])")
 
 
 def _local_only(live, requests: list[str]) -> None:
@@ -132,5 +133,66 @@ def test_opening_a_document_sends_its_id_as_one_encoded_segment(browser, live):
         assert path.startswith("/v1/documents/") and "/" not in path[len("/v1/documents/"):], (doc_id, path)
         assert unquote(path[len("/v1/documents/"):]) == doc_id and not sent[0].query
         page.evaluate("() => { document.getElementById('error').hidden = true; }")
+    _local_only(live, requests)
+    page.close()
+
+
+HOSTILE_MARKDOWN = """# Pump rota
+| shift | owner | **note** |
+|---|---|---|
+| night | *Ines* | `P-7` <img src=x onerror="window.pwned=1"> |
+
+- **check** the seals
+- log it <script>window.pwned=2</script>
+
+Plain <b>not bold</b> text with **bold** and _slanted_ words."""
+
+
+def test_markdown_in_passages_is_drawn_as_text_nodes_never_as_markup(browser, live):
+    page, requests, problems = _page(browser, live)
+    page.goto(live.url + "/console")
+    drawn = page.evaluate("""text => {
+        const box = renderMarkdown(document.createElement("div"), text);
+        document.body.appendChild(box);
+        return {tags: [...box.querySelectorAll("*")].map(n => n.tagName.toLowerCase()),
+                cells: [...box.querySelectorAll("td, th")].map(n => n.textContent),
+                strong: [...box.querySelectorAll("strong")].map(n => n.textContent),
+                text: box.textContent, pwned: window.pwned === undefined ? null : window.pwned,
+                attributes: [...box.querySelectorAll("*")].flatMap(n => [...n.attributes].map(a => a.name))};
+    }""", HOSTILE_MARKDOWN)
+    assert {"h4", "table", "th", "td", "ul", "li", "strong", "em", "code", "p"} <= set(drawn["tags"])
+    assert not {"img", "script", "b", "a"} & set(drawn["tags"]) and drawn["pwned"] is None
+    assert drawn["attributes"] == ["class"]  # the table's own class; nothing from the text
+    assert drawn["cells"][:3] == ["shift", "owner", "note"] and "night" in drawn["cells"]
+    assert drawn["strong"] == ["note", "check", "bold"]
+    assert "**" not in drawn["text"] and "|" not in drawn["text"]  # no raw Markdown left
+    assert '<img src=x onerror="window.pwned=1">' in drawn["text"] and "<b>not bold</b>" in drawn["text"]  # shown as text
+    _local_only(live, requests)
+    assert problems == [], problems
+    page.close()
+
+
+def test_a_gap_says_its_passages_are_partial_and_a_request_in_flight_shows(browser, live):
+    page, requests, problems = _page(browser, live)
+    page.goto(live.url + "/console")
+    held = []
+    page.route("**/v1/query", lambda route: held.append(route))  # the answer waits until the test lets it go
+    page.fill("#key", live.keys["alice"])
+    page.fill("#question", BUDGET)
+    page.click("#submit")
+    page.wait_for_selector("#busy:not([hidden])")
+    assert page.is_disabled("#submit") and "Asking" in (page.text_content("#busy") or "")
+    wait_until(lambda: bool(held) or bool(page.wait_for_timeout(50)), "the question's request being held")
+    held[0].continue_()
+    page.wait_for_selector("#result:not([hidden])")
+    page.wait_for_selector("#busy", state="hidden")
+    assert page.text_content("#status") == "evidence_gap" and not page.is_disabled("#submit")
+    passages = page.locator("#context .passage").count()
+    assert passages >= 1 and page.is_visible("#partial-note")  # alice's gap carries partial passages, said so
+    assert "partial" in (page.text_content("#partial-note") or "")
+    page.unroute("**/v1/query")
+    _ask(page, live.keys["bob"], BUDGET)
+    page.wait_for_function("() => document.getElementById('status').textContent === 'answer_context'")
+    assert page.is_hidden("#partial-note")
     _local_only(live, requests)
     page.close()

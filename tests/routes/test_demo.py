@@ -15,7 +15,7 @@ import threading
 import pytest
 
 from routes.keys import KeyStore
-from tests.conftest import ROOT
+from tests.conftest import PATIENCE_S, ROOT
 from tests.routes.test_cli import quarry
 
 
@@ -31,10 +31,10 @@ def run_demo(index, keys) -> str:
     printed = []
     try:
         while not printed or not printed[-1].startswith("API docs:"):
-            printed.append(lines.get(timeout=300))
+            printed.append(lines.get(timeout=PATIENCE_S))
     finally:
         proc.terminate()
-        proc.wait(timeout=60)
+        proc.wait(timeout=PATIENCE_S)
     return "".join(printed)
 
 
@@ -59,3 +59,17 @@ def test_a_second_demo_run_keeps_the_keys_and_prints_the_same_demo_keys(demo_ind
     assert records["bob"].revoked_at and not records["alice"].revoked_at and not records["carol"].revoked_at
     assert KeyStore(keys).authenticate(json.loads(carol.stdout)["key"]).id == "carol"
     assert stat.S_IMODE((tmp_path / "demo-keys.tokens.json").stat().st_mode) == 0o600  # plain keys: owner only
+
+
+def test_building_the_demo_index_reports_its_progress_into_a_log(tmp_path, embedder, monkeypatch, capsys):
+    """`make run` under a runner whose stderr is a file or pipe: the build's stages and the
+    embedding's count reach it (it printed "building ..." and then nothing for minutes)."""
+    import routes.demo
+    from tests.conftest import MINI
+
+    monkeypatch.setattr(routes.demo, "DEMO_SOURCES", [MINI])  # a small corpus: what is printed is the point
+    routes.demo.ensure_demo_index(tmp_path / "index", embedder)
+    err = capsys.readouterr().err
+    assert "building the demo index" in err and re.search(r"embed: 100%.*\b\d+/\d+ \[", err), err
+    routes.demo.ensure_demo_index(tmp_path / "quiet", embedder, progress=False)
+    assert "embed" not in capsys.readouterr().err

@@ -11,7 +11,7 @@ import sys
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from tests.conftest import DEMO, ROOT
+from tests.conftest import DEMO, PATIENCE_S, ROOT
 
 # Runs every demo question through the loop and prints one line per question with all a
 # caller could see change: status, gap, context (ids and scores), every attempt's plan and grade.
@@ -43,7 +43,7 @@ finally:
 def _run(seed: str, index: Path) -> list[str]:
     env = {**os.environ, "PYTHONHASHSEED": seed}
     done = subprocess.run([sys.executable, "-c", PROGRAM, str(index), str(DEMO / "questions.jsonl")], cwd=ROOT,
-                          env=env, capture_output=True, text=True, timeout=1800)
+                          env=env, capture_output=True, text=True, timeout=PATIENCE_S)
     assert done.returncode == 0, done.stderr[-3000:]
     return done.stdout.splitlines()
 

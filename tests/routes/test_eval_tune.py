@@ -17,7 +17,7 @@ import pytest
 from routes.engine import TUNED_CONFIG, Policies, open_engine
 from routes.evaluation import (evaluate, fit_policies, load_label_file, question_features, save_policies, split_labels,
                                write_report)
-from tests.conftest import ROOT
+from tests.conftest import PATIENCE_S, ROOT
 
 LABELS = [
     ("t1", "INC-2077", "erin", [], "exact", ["m05", "m06"], True, "train"),
@@ -102,12 +102,12 @@ def test_eval_cli_fails_when_a_labeled_forbidden_document_is_returned(index_copy
     labels.write_text(json.dumps({"id": "x", "question": "INC-2077", "principal": "erin", "route": "exact",
                                   "relevant": [], "answerable": False, "tags": ["bait", "forbidden:m05"]}) + "\n")
     out = subprocess.run([sys.executable, "-m", "routes.cli", "eval", str(labels), "--index", str(index_copy)],
-                         cwd=ROOT, capture_output=True, text=True, timeout=300)
+                         cwd=ROOT, capture_output=True, text=True, timeout=PATIENCE_S)
     assert out.returncode == 1 and "LEAKAGE" in out.stderr
     assert json.loads(out.stdout)["leakage"] == 1
 
 
-def _cli(*args, env=None, timeout=300):
+def _cli(*args, env=None, timeout=PATIENCE_S):
     return subprocess.run([sys.executable, "-m", "routes.cli", *map(str, args)], cwd=ROOT, capture_output=True, text=True,
                           timeout=timeout, env={**os.environ, **(env or {})})
 
@@ -191,7 +191,7 @@ def test_eval_cli_counts_overlong_questions_as_errors_and_follows_the_query_limi
     figures = json.loads(out.stdout)
     assert figures["questions"] == 13 and figures["errors"] == 1
     assert figures["error_kinds"]["InvalidRequest"]["count"] == 1
-    assert re.search(r"ERRORS: 1 of 13 questions raised InvalidRequest \(query is \d+ characters; the limit is 2000\)",
+    assert re.search(r"ERRORS: 1 of 13 questions raised InvalidRequest \(question is \d+ characters; the limit is 2000\)",
                      out.stderr)
     assert re.search(r"^  long: error, route, missing_documents; .*the limit is 2000", out.stderr, re.M)  # the failure list
     raised = _cli("eval", labels, "--index", index_copy, "--no-progress", env={"QUARRY_MAX_QUERY_CHARS": "5000"})
@@ -319,3 +319,12 @@ def test_tune_keeps_the_grader_in_use_when_its_fit_is_worse_on_the_held_out_spli
     saved = json.loads((index_copy / TUNED_CONFIG).read_text())
     assert saved["grader"] == Policies().grader.to_json()
     assert report["after"]["false_gap_rate"] == report["before"]["false_gap_rate"]
+
+
+def test_a_reports_title_names_the_labels_as_people_know_them_not_by_absolute_path(tmp_path):
+    from routes.reports import report_title
+
+    inside = tmp_path / "eval_data" / "demo" / "questions.jsonl"
+    assert report_title(str(inside), cwd=tmp_path) == "Quarry evaluation of eval_data/demo/questions.jsonl"
+    assert report_title("/srv/labels/hospital/questions.jsonl", cwd=tmp_path) == "Quarry evaluation of hospital/questions.jsonl"
+    assert report_title("eval_data/demo/questions.jsonl") == "Quarry evaluation of eval_data/demo/questions.jsonl"

@@ -207,9 +207,8 @@ def test_a_write_checks_the_whole_batch_and_applies_nothing_on_a_bad_change(tmp_
 
 
 def test_past_compact_after_changes_a_background_compaction_folds_them(tmp_path, embedder):
-    import time
-
     from indexes.snapshot import current_snapshot_path
+    from tests.conftest import wait_until
 
     rng = random.Random(9)
     corpus = {f"d{i}": _record(rng, f"d{i}") for i in range(8)}
@@ -222,11 +221,12 @@ def test_past_compact_after_changes_a_background_compaction_folds_them(tmp_path,
         for i in range(3):
             corpus[f"n{i}"] = _record(rng, f"n{i}")
             writer.write([Put(_doc(corpus[f"n{i}"]), "t")], None)
-        deadline = time.monotonic() + 120
-        while not writer.compactions and time.monotonic() < deadline:
+        def compacted() -> bool:
             corpus["late"] = _record(rng, "late")  # writes go on while it builds
             writer.write([Put(_doc(corpus["late"]), "t")], None)
-            time.sleep(0.2)
+            return bool(writer.compactions)
+
+        wait_until(compacted, "the background compaction", poll=0.2)
         assert writer.compactions and writer.compactions[0]["status"] == "compacted", writer.compactions
         with generations.lease() as served:
             assert served.engine.snapshot.path.name != first  # serving the new base

@@ -93,7 +93,7 @@ def test_serve_with_a_broken_policy_stops_before_listening_with_one_line(demo_in
     keys = tmp_path / "keys.json"
     assert quarry("keys", "add", "--principal", "erin", "--keys", str(keys)).returncode == 0
     env = dict(os.environ, QUARRY_GRADER=f"{PLUGINS}:make_broken")
-    out = quarry("serve", "--index", str(index), "--keys", str(keys), "--port", "0", env=env, timeout=120)
+    out = quarry("serve", "--index", str(index), "--keys", str(keys), "--port", "0", env=env)
     assert out.returncode != 0
     error = one_line_error(out)
     assert error["message"] == f"QUARRY_GRADER: {PLUGINS}:make_broken raised RuntimeError: model file missing"

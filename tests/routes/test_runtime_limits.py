@@ -108,7 +108,7 @@ def test_every_cli_command_that_takes_k_refuses_one_over_quarry_max_k(command, m
             "query": ["query", "carrier webhook retries", "--principal", "erin"],
             "eval": ["eval", str(LABELS), "--no-progress"],
             "tune": ["tune", str(LABELS), "--no-progress"]}[command]
-    out = quarry(*args, "--index", str(mini_index), "--k", "30", env=_env(max_k="20"), timeout=120)
+    out = quarry(*args, "--index", str(mini_index), "--k", "30", env=_env(max_k="20"))
     assert out.returncode == 2, out.stderr
     error = one_line_error(out)
     assert error == {"code": "invalid_request", "message": "k must be an integer from 1 to 20", "retryable": False}

@@ -11,7 +11,7 @@ import pytest
 
 from retrieval.search import search
 from retrieval.types import Filters, Principal
-from tests.conftest import MINI, LiveServer
+from tests.conftest import MINI, PATIENCE_S, LiveServer, wait_until
 
 ROUTES = ("exact", "bm25", "dense", "hybrid")
 NEW_TEXT = "The gorvane compressor manual: bleed the gorvane line before replacing the Q7 filter cartridge."
@@ -252,8 +252,6 @@ def test_mcp_write_tools_are_listed_only_for_write_keys_and_apply_at_once(writab
 
 
 def test_an_ingest_under_a_writing_server_replaces_the_corpus_and_numbering_goes_on(writable, embedder):
-    import time
-
     from indexes.snapshot import build_snapshot
 
     put = httpx.put(writable.url + "/v1/documents/before-ingest", json={"text": "Quillmere sluice log.", "acl": ["public"]},
@@ -261,10 +259,8 @@ def test_an_ingest_under_a_writing_server_replaces_the_corpus_and_numbering_goes
     generation = put.json()["generation"]
     manifest = build_snapshot([MINI], writable.index, embedder)  # what `quarry ingest` does beside the server
     assert manifest["wal_seq"] == generation
-    deadline = time.monotonic() + 60
-    while httpx.get(writable.url + "/readyz", headers=_h(writable, "ops"), timeout=30).json()["snapshot"] != manifest["snapshot"]:
-        assert time.monotonic() < deadline, "the server did not switch to the ingested snapshot"
-        time.sleep(0.1)
+    wait_until(lambda: httpx.get(writable.url + "/readyz", headers=_h(writable, "ops"), timeout=PATIENCE_S).json()["snapshot"]
+               == manifest["snapshot"], "the switch to the ingested snapshot", poll=0.1)
     assert httpx.get(writable.url + "/v1/documents/before-ingest", headers=_h(writable, "erin"), timeout=30).status_code == 404
     after = httpx.put(writable.url + "/v1/documents/after-ingest", json={"text": "Quillmere weir log.", "acl": ["public"]},
                       headers=_h(writable, "wendy"), timeout=60)
@@ -282,7 +278,7 @@ def test_a_cli_write_beside_the_server_gets_its_conflict_at_once(writable, tmp_p
     doc = tmp_path / "one.jsonl"
     doc.write_text(json.dumps({"id": "cli-beside", "text": "Beside the server.", "acl": ["public"]}) + "\n")
     out = subprocess.run([sys.executable, "-m", "routes.cli", "upsert", str(doc), "--index", str(writable.index)],
-                         cwd=ROOT, capture_output=True, text=True, timeout=120, env=os.environ)
+                         cwd=ROOT, capture_output=True, text=True, timeout=PATIENCE_S, env=os.environ)
     assert out.returncode == 2, out.stderr[-2000:]
     error = json.loads(out.stdout)["error"]
     assert error["code"] == "conflict" and f"process {os.getpid()}" in error["message"]
@@ -290,8 +286,6 @@ def test_a_cli_write_beside_the_server_gets_its_conflict_at_once(writable, tmp_p
 
 
 def test_a_second_server_on_the_index_serves_the_writers_changes_within_a_poll(writable):
-    import time
-
     from routes.app import create_app
     from routes.settings import Settings
 
@@ -304,11 +298,7 @@ def test_a_second_server_on_the_index_serves_the_writers_changes_within_a_poll(w
             return r.status_code == 200
 
         def wait_for(state: bool) -> float:
-            t0 = time.monotonic()
-            while visible() != state:
-                assert time.monotonic() - t0 < 30, f"the follower did not see the change (want visible={state})"
-                time.sleep(0.05)
-            return time.monotonic() - t0
+            return wait_until(lambda: visible() == state, f"the follower seeing the change (visible={state})")
 
         refused = httpx.put(follower.url + "/v1/documents/x", json={"text": "x", "acl": ["public"]},
                             headers=_h(follower, "wendy"), timeout=30)

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import httpx
 
-from tests.conftest import MINI, ROOT
+from tests.conftest import MINI, PATIENCE_S, ROOT, wait_until
 
 
 def _port() -> int:
@@ -28,17 +28,18 @@ def _start(index: Path, keys: Path, port: int, log: Path) -> subprocess.Popen:
     env = {**os.environ, "QUARRY_RELOAD_INTERVAL_S": "0.5"}
     proc = subprocess.Popen([sys.executable, "-m", "routes.cli", "serve", "--index", str(index), "--keys", str(keys),
                              "--port", str(port)], cwd=ROOT, env=env, stdout=log.open("ab"), stderr=subprocess.STDOUT)
-    deadline = time.monotonic() + 120
-    while time.monotonic() < deadline:
-        assert proc.poll() is None, log.read_text()[-3000:]
+    def ready() -> bool:
         try:
-            if httpx.get(f"http://127.0.0.1:{port}/readyz", timeout=2).status_code == 200:
-                return proc
-        except httpx.HTTPError:
-            pass
-        time.sleep(0.2)
-    proc.kill()
-    raise AssertionError("server did not start: " + log.read_text()[-3000:])
+            return httpx.get(f"http://127.0.0.1:{port}/readyz", timeout=PATIENCE_S).status_code == 200
+        except httpx.TransportError:  # not listening yet
+            return False
+
+    try:  # readiness is /readyz answering; the only bound is the one that ends a hang
+        wait_until(ready, "quarry serve", alive=lambda: proc.poll() is None, poll=0.2)
+    except AssertionError:
+        proc.kill()
+        raise AssertionError("server did not start: " + log.read_text()[-3000:]) from None
+    return proc
 
 
 def test_kill_9_during_acknowledged_writes_loses_none_and_invents_none(tmp_path, embedder):
@@ -70,7 +71,7 @@ def test_kill_9_during_acknowledged_writes_loses_none_and_invents_none(tmp_path,
                 for i in ids:
                     sent[i] = ids
                 try:
-                    r = httpx.post(url + "/v1/documents:batch", json={"operations": ops}, headers=headers, timeout=30)
+                    r = httpx.post(url + "/v1/documents:batch", json={"operations": ops}, headers=headers, timeout=PATIENCE_S)
                 except httpx.HTTPError:
                     return  # the server died under this write: it was never acknowledged
                 if r.status_code == 200:
@@ -78,11 +79,15 @@ def test_kill_9_during_acknowledged_writes_loses_none_and_invents_none(tmp_path,
 
         client = threading.Thread(target=stream)
         client.start()
-        time.sleep(0.5 + rng.random() * 2.0)  # a different point in the stream each round
+        # a different point in the stream each round: after 2 to 8 acknowledged batches (counted,
+        # not timed, so a slow machine kills as late in the stream as a fast one), then part of a write
+        target = len(acked) + 3 * rng.randint(2, 8)
+        wait_until(lambda: len(acked) >= target, "acknowledged writes", alive=client.is_alive)  # noqa: B023
+        time.sleep(rng.random() * 0.3)
         proc.send_signal(signal.SIGKILL)
-        proc.wait(timeout=30)
+        proc.wait(timeout=PATIENCE_S)
         stop.set()
-        client.join(timeout=60)
+        client.join(timeout=PATIENCE_S)
         assert not client.is_alive()
     assert len(acked) >= 9, "too few writes were acknowledged to test anything"
 
@@ -90,18 +95,22 @@ def test_kill_9_during_acknowledged_writes_loses_none_and_invents_none(tmp_path,
     proc = _start(index, tmp_path / "keys.json", port, log)
     try:
         url = f"http://127.0.0.1:{port}"
-        present = {i for i in sent if httpx.get(f"{url}/v1/documents/{i}", headers=headers, timeout=30).status_code == 200}
+        present = {i for i in sent
+                   if httpx.get(f"{url}/v1/documents/{i}", headers=headers, timeout=PATIENCE_S).status_code == 200}
         assert acked <= present, sorted(acked - present)[:5]
         for i in present:  # a batch is there whole or not at all
             assert set(sent[i]) <= present, sent[i]
         assert len(present - acked) <= 3, sorted(present - acked)  # at most the one batch in flight at the kill
         hits = httpx.post(url + "/v1/search", json={"retriever": "bm25", "query": "Velmont drill crash record", "k": 50},
-                          headers=headers, timeout=30).json()["hits"]
-        assert {h["doc_id"] for h in hits} == present if len(present) <= 50 else len(hits) == 50
-        ready = httpx.get(url + "/readyz", timeout=30)
+                          headers=headers, timeout=PATIENCE_S).json()["hits"]
+        # the crash records match every query word; a corpus passage holding one of them ("record") may fill the rest
+        found = {h["doc_id"] for h in hits if h["doc_id"].startswith("crash-")}
+        assert (found == present) if len(present) <= 50 else (len(found) == 50 and found <= present), \
+            (len(present), len(hits), sorted(found ^ present)[:5])
+        ready = httpx.get(url + "/readyz", timeout=PATIENCE_S)
         assert ready.status_code == 200
         print(f"\nkill -9 x3: {len(acked)} documents acknowledged, {len(present)} present after restart, "
               f"{len(present - acked)} in flight at a kill and applied whole")
     finally:
         proc.send_signal(signal.SIGTERM)
-        proc.wait(timeout=60)
+        proc.wait(timeout=PATIENCE_S)
