@@ -20,12 +20,13 @@ import duckdb
 import numpy as np
 import pyarrow as pa
 
+from indexes.chunking import region_at
 from indexes.tables import TableSource, load_tables
 from retrieval.access import ChunkTable
 from retrieval.constraints import identifier_pattern
 from retrieval.errors import InvalidRequest
 from retrieval.sql.schema import ColumnInfo, TableInfo
-from retrieval.types import Chunk, Document
+from retrieval.types import Chunk, Document, Region
 from retrieval.text import normalize
 
 log = logging.getLogger("quarry.catalog")
@@ -50,7 +51,7 @@ CREATE SCHEMA quarry;
 CREATE SCHEMA data;
 CREATE TABLE quarry.documents (
     doc_id VARCHAR PRIMARY KEY, title VARCHAR, source VARCHAR, date DATE,
-    metadata JSON, acl VARCHAR[] NOT NULL, text VARCHAR NOT NULL, origin VARCHAR
+    metadata JSON, acl VARCHAR[] NOT NULL, text VARCHAR NOT NULL, origin VARCHAR, regions JSON
 );
 CREATE TABLE quarry.chunks (
     "row" INTEGER PRIMARY KEY, chunk_id VARCHAR NOT NULL, doc_id VARCHAR NOT NULL,
@@ -130,6 +131,7 @@ class CatalogWriter:
                 "acl": pa.array([list(d.acl) for d in batch], type=pa.list_(pa.string())),
                 "text": pa.array([d.text for d in batch], type=pa.string()),
                 "origin": pa.array(list(origins[start : start + INSERT_BATCH]), type=pa.string()),
+                "regions": pa.array([regions_json(d.regions) for d in batch], type=pa.string()),
             }))
         order = sorted(range(len(chunks)), key=lambda i: chunks[i].row)
         for start in range(0, len(order), INSERT_BATCH):
@@ -184,6 +186,15 @@ def chunk_texts(path: Path, size: int = 4096) -> Generator[list[tuple[int, str |
         con.close()
 
 
+def regions_json(regions: Sequence[Region]) -> str | None:
+    """A document's regions as stored (None for a document without any): [start, end, page, [section...]]."""
+    return json.dumps([[r.start, r.end, r.page, list(r.section)] for r in regions]) if regions else None
+
+
+def parse_regions(stored: str | None) -> tuple[Region, ...]:
+    return tuple(Region(int(s), int(e), p, tuple(sec)) for s, e, p, sec in json.loads(stored)) if stored else ()
+
+
 def _insert(con: duckdb.DuckDBPyConnection, table: str, rows: pa.Table) -> None:
     con.register("quarry_rows_in", rows)
     try:
@@ -229,6 +240,15 @@ class Catalog:
 
     def close(self) -> None:
         self._con.close()
+
+    def _regions_sql(self, alias: str = "d") -> str:
+        """The documents' regions column, or NULL in a catalog written before it existed."""
+        known = getattr(self, "_has_regions", None)
+        if known is None:
+            known = self._has_regions = bool(self.cursor().execute(
+                "SELECT count(*) FROM duckdb_columns() WHERE schema_name = 'quarry' AND table_name = 'documents' "
+                "AND column_name = 'regions'").fetchone()[0])  # type: ignore[index]
+        return f"{alias}.regions" if known else "NULL"
 
     def _stored_search(self) -> bool:
         """Whether this catalog holds quarry.document_search (written since it exists)."""
@@ -293,6 +313,7 @@ class Catalog:
                FROM quarry.chunks c JOIN quarry.documents d USING (doc_id) ORDER BY c."row" """
         ).fetchnumpy()
         return ChunkTable(
+            places=self._places(),
             chunk_ids=rows["chunk_id"].tolist(),
             doc_ids=rows["doc_id"].tolist(),
             texts=rows["text"].tolist(),
@@ -306,6 +327,25 @@ class Catalog:
             cache_size=mask_cache_size,
             cache_bytes=mask_cache_bytes,
         )
+
+    def _places(self) -> dict[int, Region]:
+        """Per chunk row of a document with regions, the region its passage lies in."""
+        regions_sql = self._regions_sql()
+        if regions_sql == "NULL":
+            return {}
+        got = self.cursor().execute(
+            f"""SELECT d.doc_id, any_value({regions_sql}), list(c."row" ORDER BY c."row"), list(c.end_offset ORDER BY c."row")
+               FROM quarry.documents d JOIN quarry.chunks c USING (doc_id) WHERE {regions_sql} IS NOT NULL
+               GROUP BY d.doc_id""").fetchall()
+        places: dict[int, Region] = {}
+        for _, stored, rows, ends in got:
+            regions = parse_regions(stored)
+            starts = [r.start for r in regions]
+            for row, end in zip(rows, ends, strict=True):
+                place = region_at(regions, starts, max(int(end) - 1, 0))
+                if place is not None:
+                    places[int(row)] = place
+        return places
 
     def embed_keys(self) -> list[str]:
         """Per row, the hash of the text the embedder saw (to reuse vectors in a rebuild)."""
@@ -355,13 +395,14 @@ class Catalog:
 
     def document(self, doc_id: str) -> Document | None:
         got = self.cursor().execute(
-            "SELECT doc_id, text, title, source, date, metadata, acl FROM quarry.documents WHERE doc_id = ?", [doc_id]
+            f"SELECT doc_id, text, title, source, date, metadata, acl, {self._regions_sql()} FROM quarry.documents d "
+            "WHERE doc_id = ?", [doc_id]
         ).fetchall()
         if not got:
             return None
-        d_id, text, title, source, d, metadata, acl = got[0]
+        d_id, text, title, source, d, metadata, acl, regions = got[0]
         return Document(id=d_id, text=text, title=title, source=source, date=d,
-                        metadata=json.loads(metadata) if metadata else {}, acl=tuple(acl))
+                        metadata=json.loads(metadata) if metadata else {}, acl=tuple(acl), regions=parse_regions(regions))
 
     def origin(self, doc_id: str) -> str:
         """Where a document came from (`path:line` of its ingest, or its writer)."""
@@ -372,12 +413,13 @@ class Catalog:
         """Every document with its origin, in the order of their first chunk (one query: what
         a compaction folds)."""
         got = self.cursor().execute(
-            """SELECT d.doc_id, d.text, d.title, d.source, d.date, d.metadata, d.acl, d.origin FROM quarry.documents d
+            f"""SELECT d.doc_id, d.text, d.title, d.source, d.date, d.metadata, d.acl, d.origin, {self._regions_sql()}
+               FROM quarry.documents d
                JOIN (SELECT doc_id, min("row") AS first FROM quarry.chunks GROUP BY doc_id) c USING (doc_id)
                ORDER BY c.first"""
         ).fetchall()
-        return [(Document(id=i, text=t, title=ti, source=so, date=da, metadata=json.loads(m) if m else {}, acl=tuple(a)),
-                 o or "") for i, t, ti, so, da, m, a, o in got]
+        return [(Document(id=i, text=t, title=ti, source=so, date=da, metadata=json.loads(m) if m else {}, acl=tuple(a),
+                          regions=parse_regions(r)), o or "") for i, t, ti, so, da, m, a, o, r in got]
 
     def match_rows(self, phrases: Sequence[str], patterns: Sequence[str], terms: Sequence[str],
                    allowed: np.ndarray, identifiers: Sequence[str] = ()) -> list[tuple[int, float]]:

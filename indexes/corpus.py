@@ -1,29 +1,34 @@
-"""Load documents from JSONL and Markdown/text files, validating as strictly as an API would.
+"""Load documents from JSONL, Markdown/text, PDF, DOCX and HTML files, validating as strictly
+as an API would.
 
 Every problem names its file and line; nothing is half-loaded. Accepted fields: `id` (or
 BEIR's `_id`), `text`, `title`, `source`, `date` (ISO 8601), `metadata` (flat object), `acl`.
 A document without `acl` gets the ingest default, which fails closed (admins only).
-Defaults: `source` is the JSONL file's stem, or a Markdown file's folder name; a Markdown
-document's `id` is its path relative to the source folder, without extension; its `title`
-is the first `# heading` when the front matter has none.
+Defaults: `source` is the JSONL file's stem, or a file's folder name; a Markdown document's
+`id` is its path relative to the source folder, folders joined by ':', without extension
+(a PDF, DOCX or HTML file's keeps its extension: `q3.pdf` and `q3.docx` are two documents);
+its `title` is the first `# heading` when the front matter has none. Files' metadata,
+sidecars and folder manifests: indexes/files.py.
 """
 
 from __future__ import annotations
 
 import json
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import date, datetime
 from pathlib import Path
 from typing import Any, Iterator, Sequence
 
 import yaml
 
+from indexes.files import FileReader, merge_fields, orphan_sidecars
 from retrieval.errors import IngestError, InvalidRequest
 from retrieval.types import Document, check_acl, check_doc_id
 
 ADMIN_ONLY: tuple[str, ...] = ("group:admin",)
-DOC_SUFFIXES = {".jsonl": "jsonl", ".md": "markdown", ".markdown": "markdown", ".txt": "text"}
+DOC_SUFFIXES = {".jsonl": "jsonl", ".md": "markdown", ".markdown": "markdown", ".txt": "text",
+                ".pdf": "file", ".docx": "file", ".html": "file", ".htm": "file"}
 TABLE_SUFFIXES = {".csv", ".parquet"}
 FIELDS = {"id", "_id", "text", "title", "source", "date", "metadata", "acl"}
 MAX_TEXT_CHARS = 5_000_000
@@ -44,6 +49,10 @@ def discover(sources: Sequence[Path]) -> tuple[list[tuple[Path, Path]], list[Pat
     tables: list[Path] = []
     for src in sources:
         if src.is_dir():
+            orphans = orphan_sidecars(src)
+            if orphans:
+                raise IngestError("a sidecar without its file (renamed or removed?): its ACL would apply to nothing",
+                                  str(orphans[0]))
             for p in sorted(src.rglob("*")):
                 if p.is_file() and not any(part.startswith(".") for part in p.relative_to(src).parts):
                     if p.suffix.lower() in DOC_SUFFIXES:
@@ -62,18 +71,23 @@ def discover(sources: Sequence[Path]) -> tuple[list[tuple[Path, Path]], list[Pat
     return docs, tables
 
 
-def load_documents(sources: Sequence[Path], default_acl: Sequence[str] = ADMIN_ONLY) -> list[LoadedDocument]:
+def load_documents(sources: Sequence[Path], default_acl: Sequence[str] = ADMIN_ONLY,
+                   reader: FileReader | None = None) -> list[LoadedDocument]:
     """All documents under `sources`, in a stable order; raises IngestError on the first problem."""
-    return list(iter_documents(sources, default_acl))
+    return list(iter_documents(sources, default_acl, reader))
 
 
-def iter_documents(sources: Sequence[Path], default_acl: Sequence[str] = ADMIN_ONLY) -> Iterator[LoadedDocument]:
+def iter_documents(sources: Sequence[Path], default_acl: Sequence[str] = ADMIN_ONLY,
+                   reader: FileReader | None = None) -> Iterator[LoadedDocument]:
     """The same documents one at a time, holding only the ids seen (for duplicates): an ingest
-    reads its sources in passes rather than keeping the corpus in memory."""
+    reads its sources in passes rather than keeping the corpus in memory. `reader` reads PDF,
+    DOCX and HTML files (pass one reader to every pass: it extracts each file once) and says
+    what a bad one does (stop, the default, or skip and list)."""
     files, _ = discover(sources)
+    reader = reader if reader is not None else FileReader()
     seen: dict[str, int] = {}  # id -> where it was first seen: file number << 32 | line
     for number, (path, root) in enumerate(files):
-        for loaded in _load_file(path, root, tuple(default_acl)):
+        for loaded in _load_file(path, root, tuple(default_acl), reader):
             path_s, _, line = loaded.origin.rpartition(":")
             first = seen.get(loaded.doc.id)
             if first is not None:
@@ -92,12 +106,41 @@ def _read(path: Path) -> str:
         raise IngestError(f"cannot read file: {e.strerror}", str(path)) from None
 
 
-def _load_file(path: Path, root: Path, default_acl: tuple[str, ...]) -> Iterator[LoadedDocument]:
+def _load_file(path: Path, root: Path, default_acl: tuple[str, ...], reader: FileReader) -> Iterator[LoadedDocument]:
     kind = DOC_SUFFIXES[path.suffix.lower()]
     if kind == "jsonl":
         yield from _load_jsonl(path, default_acl)
+    elif kind == "file":
+        loaded = _load_extracted(path, root, default_acl, reader)
+        if loaded is not None:
+            yield loaded
     else:
-        yield _load_markdown(path, root, _read(path), default_acl)
+        yield _load_markdown(path, root, _read(path), default_acl, reader)
+
+
+def _path_id(path: Path, root: Path, keep_suffix: bool) -> str:
+    """A file's default id: its path below the source folder, with ':' between folders (an id
+    holds no '/': it is one segment of a URL)."""
+    rel = path.relative_to(root) if path != root else Path(path.name)
+    return ":".join(rel.parts if keep_suffix else rel.with_suffix("").parts)
+
+
+def _load_extracted(path: Path, root: Path, default_acl: tuple[str, ...], reader: FileReader) -> LoadedDocument | None:
+    """A PDF, DOCX or HTML file as one document with its regions (None: a bad file skipped).
+    Its own metadata is the weakest statement: folder manifests, then its sidecar, override it."""
+    got = reader.extract(path)
+    if got is None:
+        return None
+    manifest, sidecar = reader.overrides(path, root)
+    record: dict[str, Any] = {"id": _path_id(path, root, keep_suffix=True), "title": got.title,
+                              "date": got.date.isoformat() if got.date else None, "metadata": dict(got.metadata)}
+    record = merge_fields(merge_fields(record, manifest), sidecar)
+    record["text"] = got.text
+    try:
+        doc = make_document(record, default_source=path.parent.name, default_acl=default_acl)
+    except InvalidRequest as e:
+        raise IngestError(e.message, str(path)) from None
+    return LoadedDocument(replace(doc, regions=got.regions), f"{path}:1")
 
 
 def _load_jsonl(path: Path, default_acl: tuple[str, ...]) -> Iterator[LoadedDocument]:
@@ -134,7 +177,8 @@ def _jsonl_document(path: Path, n: int, line: str, default_acl: tuple[str, ...])
     return LoadedDocument(doc, f"{path}:{n}")
 
 
-def _load_markdown(path: Path, root: Path, text: str, default_acl: tuple[str, ...]) -> LoadedDocument:
+def _load_markdown(path: Path, root: Path, text: str, default_acl: tuple[str, ...],
+                   reader: FileReader | None = None) -> LoadedDocument:
     meta: dict[str, Any] = {}
     body = text
     m = _FRONT.match(text)
@@ -150,9 +194,13 @@ def _load_markdown(path: Path, root: Path, text: str, default_acl: tuple[str, ..
         meta = parsed
         body = text[m.end() :]
     record = dict(meta)
-    # Without an id, the path below the source folder names it, with ':' between folders (an
-    # id holds no '/': it is one segment of a URL).
-    record.setdefault("id", ":".join(path.relative_to(root).with_suffix("").parts))
+    if reader is not None:  # folder manifests and a sidecar fill in what the front matter does not say
+        manifest, sidecar = reader.overrides(path, root)
+        both = sorted(set(sidecar) & set(meta))
+        if both:
+            raise IngestError(f"{', '.join(both)} set both in the front matter and in the sidecar; keep one", str(path), 1)
+        record = merge_fields(merge_fields(manifest, sidecar), record)
+    record.setdefault("id", _path_id(path, root, keep_suffix=False))
     record["text"] = body
     if "title" not in record:
         h = _HEADING.search(body)

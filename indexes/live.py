@@ -22,6 +22,7 @@ seq, since a full ingest replaces the whole corpus with its sources.
 from __future__ import annotations
 
 import base64
+import json
 import logging
 from collections import Counter
 from dataclasses import dataclass, field, replace
@@ -31,7 +32,7 @@ from typing import Any, Callable, Mapping, Sequence
 import numpy as np
 
 from indexes.bm25 import Bm25Index, Bm25Params
-from indexes.catalog import Catalog
+from indexes.catalog import Catalog, parse_regions, regions_json
 from indexes.chunking import DEFAULT_MAX_CHARS, chunk_documents
 from indexes.corpus import ADMIN_ONLY, make_document
 from indexes.dense import DenseIndex
@@ -150,9 +151,13 @@ def apply(state: LiveState, base: Snapshot, changes: Sequence[tuple[Change, np.n
 # --- records ------------------------------------------------------------------------------
 
 def doc_json(doc: Document) -> JSONObject:
-    """A document as the fields an ingest file or a PUT body carries (every one explicit)."""
-    return {"id": doc.id, "text": doc.text, "title": doc.title, "source": doc.source,
-            "date": doc.date.isoformat() if doc.date else None, "metadata": dict(doc.metadata), "acl": list(doc.acl)}
+    """A document as the fields an ingest file or a PUT body carries (every one explicit), and
+    the regions of a document read from a file (only then: older records stay as they were)."""
+    out: JSONObject = {"id": doc.id, "text": doc.text, "title": doc.title, "source": doc.source,
+                       "date": doc.date.isoformat() if doc.date else None, "metadata": dict(doc.metadata), "acl": list(doc.acl)}
+    if doc.regions:
+        out["regions"] = json.loads(regions_json(doc.regions) or "[]")
+    return out
 
 
 def record_payload(changes: Sequence[tuple[Change, np.ndarray | None]], model_id: str, max_chars: int) -> JSONObject:
@@ -183,7 +188,11 @@ def parse_record(record: Record, model_id: str, max_chars: int, encode: Encode |
         for op in ops:
             kind = op.get("op")
             if kind == "put":
-                doc = make_document(op["doc"], default_source=None, default_acl=default_acl, logged=True)
+                fields = dict(op["doc"])
+                regions = fields.pop("regions", None)
+                doc = make_document(fields, default_source=None, default_acl=default_acl, logged=True)
+                if regions:
+                    doc = replace(doc, regions=parse_regions(json.dumps(regions)))
                 stored = op.get("vectors") or {}
                 vectors = None
                 if stored.get("model") == model_id and stored.get("max_chars") == max_chars:

@@ -244,6 +244,7 @@ def view_chunks(base: ChunkTable, delta: ChunkTable, dead: np.ndarray, cache_siz
         dates=base_col(base.dates, None) + list(delta.dates),
         acls=base_col(base.acls, ()) + list(delta.acls),
         metas=metas,
+        places={**{r: p for r, p in base.places.items() if not dead[r]}, **{len(base) + r: p for r, p in delta.places.items()}},
         cache_size=cache_size,
         cache_bytes=base.cache_bytes,
     )

@@ -40,6 +40,7 @@ from indexes.corpus import ADMIN_ONLY, LoadedDocument, discover, iter_documents
 from indexes.dense import DenseIndex
 from indexes.embed_journal import EmbedJournal
 from indexes.embedder import Embedder
+from indexes.files import SIDECAR_SUFFIX, FileReader, config_files
 from indexes.snapshot_lease import LEASE_FILE, PRUNING, acquire, remove_unless_served
 from indexes.snapshot_load import CURRENT, FORMAT_VERSION, current_snapshot_path, read_manifest, verify_files
 from indexes.tables import TableSource, file_digest, fsync_dir, fsync_tree, plan_tables
@@ -67,6 +68,7 @@ class BuildOptions:
     dense_graph_from: int | None = 200_000  # chunks from which the dense index has HNSW graphs (None: never)
     dense_whole_graph: bool = True  # with two or more class graphs, one more over all their rows (indexes/dense.py)
     embed_batch: int = 4096  # texts per embedding batch; each finished batch is journaled (indexes/embed_journal.py)
+    skip_bad_files: bool = False  # a bad PDF, DOCX or HTML file is left out and listed, instead of stopping the ingest
     document_batch: int = 32_768  # documents an ingest holds in memory at a time (at most BATCH_CHARS of text)
 
 
@@ -87,8 +89,10 @@ def content_hash(docs: Iterable[Document], tables: Sequence[TableSource] = ()) -
         h.update(json.dumps({"table": t.name, "sha256": file_digest(t.path), "acl": list(t.acl),
                              **({"types": [list(p) for p in t.types], "key": t.key} if t.types or t.key else {})}).encode())
     for d in docs:
-        record = {"id": d.id, "text": d.text, "title": d.title, "source": d.source,
+        record: dict[str, Any] = {"id": d.id, "text": d.text, "title": d.title, "source": d.source,
                   "date": d.date.isoformat() if d.date else None, "metadata": dict(d.metadata), "acl": list(d.acl)}
+        if d.regions:  # only then, so a corpus without files hashes as before
+            record["regions"] = [[r.start, r.end, r.page, list(r.section)] for r in d.regions]
         h.update(json.dumps(record, sort_keys=True, ensure_ascii=False).encode("utf-8"))
         h.update(b"\n")
     return h.hexdigest()
@@ -154,9 +158,10 @@ def build_snapshot(
     t0 = time.perf_counter()
     tables = plan_tables(discover(sources)[1], options.default_acl)
     stamp = _stamp(sources)
+    reader = FileReader(skip_bad=options.skip_bad_files)  # one for both passes: each file is extracted once
 
     def documents() -> Iterator[LoadedDocument]:
-        return iter_documents(sources, options.default_acl)
+        return iter_documents(sources, options.default_acl, reader)
 
     count = [0]
 
@@ -166,8 +171,6 @@ def build_snapshot(
             yield ld.doc
 
     digest = content_hash(counted(), tables)
-    if not count[0] and not tables:
-        raise IngestError("no documents or tables found", ", ".join(map(str, sources)))
 
     def unchanged() -> None:
         if _stamp(sources) != stamp:
@@ -176,8 +179,11 @@ def build_snapshot(
     def reuse() -> dict[str, np.ndarray]:
         return previous_vectors(options.reuse_from or index_dir, embedder.model_id) if options.reuse_embeddings else {}
 
-    return _publish(index_dir, documents, count[0], tables, embedder, options, progress, time.perf_counter() - t0,
-                    digest, None, reuse, unchanged=unchanged)
+    if not count[0] and not tables:
+        raise IngestError("no documents or tables found", ", ".join(map(str, sources)))
+    manifest = _publish(index_dir, documents, count[0], tables, embedder, options, progress, time.perf_counter() - t0,
+                        digest, None, reuse, unchanged=unchanged)
+    return {**manifest, "skipped_files": [s.to_json() for s in reader.skipped.values()]}
 
 
 def _stamp(sources: Sequence[Path]) -> list[tuple[str, int, int, int, int]]:
@@ -185,8 +191,10 @@ def _stamp(sources: Sequence[Path]) -> list[tuple[str, int, int, int, int]]:
     times and inode, to notice a file added, removed, replaced or changed while an ingest
     reads them in passes (a copy that keeps the mtime still changes the inode or ctime)."""
     docs, tables = discover(sources)
+    configs = [c for src in sources if src.is_dir() for c in config_files(src)]
+    configs += [src.with_name(src.name + SIDECAR_SUFFIX) for src in sources if src.is_file()]
     out = []
-    for path in [p for p, _ in docs] + list(tables):
+    for path in [p for p, _ in docs] + list(tables) + configs:
         try:
             st = path.stat()
             out.append((str(path), st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino))

@@ -10,12 +10,12 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from datetime import date
 from threading import Lock
-from typing import Iterable, Sequence
+from typing import Iterable, Mapping, Sequence
 
 import numpy as np
 
 from retrieval.lru import Lru
-from retrieval.types import Filters, Hit, Principal
+from retrieval.types import Filters, Hit, Principal, Region
 
 _NO_DATE = np.iinfo(np.int32).min
 
@@ -38,6 +38,7 @@ class ChunkTable:
     dates: Sequence[str | None]
     acls: Sequence[tuple[str, ...]]
     metas: Sequence[str | None] | None = None  # per row, the document's metadata values as text
+    places: Mapping[int, Region] = field(default_factory=dict)  # row -> its page or section, for passages of files
     cache_size: int = 512
     cache_bytes: int = 256 << 20  # masks are a byte per chunk: 256 of them at a million chunks
     _postings: dict[str, np.ndarray] = field(init=False, repr=False)
@@ -112,6 +113,7 @@ class ChunkTable:
     def hit(self, row: int, score: float, retriever: str | tuple[str, ...],
             signals: Iterable[tuple[str, float]] = ()) -> Hit:
         """Build the typed hit for a row; provenance always names document and offsets."""
+        place = self.places.get(row)
         return Hit(
             chunk_id=self.chunk_ids[row],
             doc_id=self.doc_ids[row],
@@ -125,6 +127,8 @@ class ChunkTable:
             date=self.dates[row],
             signals=tuple(signals),
             meta=self.metas[row] if self.metas is not None else None,
+            page=place.page if place is not None else None,
+            section=place.section if place is not None else (),
         )
 
     @property

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Sequence
 
-from retrieval.types import Hit
+from retrieval.types import Document, Hit
 
 if TYPE_CHECKING:
     from retrieval.loop import LoopResult
@@ -21,10 +21,21 @@ def hit_json(hit: Hit, rank: int) -> dict[str, Any]:
         "source": hit.source,
         "date": hit.date,
         "offsets": {"start": hit.start, "end": hit.end},
+        "page": hit.page,
+        "section": list(hit.section),
         "score": round(hit.score, 6),
         "retrievers": list(hit.retrievers),
         "trust": "untrusted_evidence",
     }
+
+
+def document_json(doc: Document) -> dict[str, Any]:
+    """One document as the document endpoint and tool return it (a readable one: the caller
+    checked the ACL); its text is untrusted evidence like a passage's."""
+    return {"doc_id": doc.id, "title": doc.title, "text": doc.text, "source": doc.source,
+            "date": doc.date.isoformat() if doc.date else None, "metadata": dict(doc.metadata),
+            "regions": [{"start": r.start, "end": r.end, "page": r.page, "section": list(r.section)} for r in doc.regions],
+            "trust": "untrusted_evidence"}
 
 
 def hits_json(hits: Sequence[Hit]) -> list[dict[str, Any]]:

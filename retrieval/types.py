@@ -99,6 +99,17 @@ class Principal:
 
 
 @dataclass(frozen=True)
+class Region:
+    """A span of a document's text that came from one page and/or one section of its file
+    (offsets into `Document.text`): where a passage sends its reader ("page 12", "4.2 Pumps")."""
+
+    start: int
+    end: int
+    page: int | None = None  # 1-based page of a PDF
+    section: tuple[str, ...] = ()  # heading path, outermost first (DOCX, HTML)
+
+
+@dataclass(frozen=True)
 class Document:
     id: str
     text: str
@@ -107,6 +118,7 @@ class Document:
     date: date | None = None
     metadata: Mapping[str, Any] = field(default_factory=dict)
     acl: tuple[str, ...] = ()
+    regions: tuple[Region, ...] = ()  # ordered, non-overlapping; empty for a document read from JSONL
 
 
 @dataclass(frozen=True)
@@ -160,6 +172,8 @@ class Hit:
     date: str | None = None
     signals: tuple[tuple[str, float], ...] = ()
     meta: str | None = None
+    page: int | None = None  # where a passage of a file was: its PDF page
+    section: tuple[str, ...] = ()  # or its heading path (DOCX, HTML)
 
     def signal(self, name: str) -> float | None:
         for key, value in self.signals:

@@ -15,7 +15,7 @@ from fastapi.responses import JSONResponse
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from starlette.concurrency import run_in_threadpool
 
-from retrieval.answer import hit_json, hits_json, result_json
+from retrieval.answer import document_json, hit_json, hits_json, result_json
 from retrieval.errors import NotFound
 from retrieval.limits import check_query
 from retrieval.search import search
@@ -130,9 +130,7 @@ def build_router(models: RequestModels) -> APIRouter:
         if doc is None:
             raise NotFound(f"no document {doc_id[:80]!r}")
         request.state.audit = {"outcome": "document"}
-        return {"doc_id": doc.id, "title": doc.title, "text": doc.text, "source": doc.source,
-                "date": doc.date.isoformat() if doc.date else None, "metadata": dict(doc.metadata),
-                "trust": "untrusted_evidence"}
+        return document_json(doc)
 
     return router
 

@@ -62,18 +62,21 @@ def build_parser() -> argparse.ArgumentParser:
     k_help = "(default: the default_k setting, 8; at most max_k, 50)"
 
     sp = command("ingest", "build a new index snapshot from files and folders")
-    sp.add_argument("sources", nargs="+", help="JSONL, Markdown/text files or folders of them")
+    sp.add_argument("sources", nargs="+", help="JSONL, Markdown/text, PDF, DOCX, HTML, CSV/Parquet files or folders of them")
     sp.add_argument("--default-acl", nargs="+", default=None,
                     help="ACL for documents and tables without one: 'public', 'group:NAME' or principal ids "
                          "(default: the default_acl setting, else group:admin, i.e. private to admins)")
     sp.add_argument("--no-reuse", dest="reuse_embeddings", action="store_const", const=False, default=None,
                     help="embed every chunk again instead of reusing vectors of unchanged chunks from the current snapshot")
+    sp.add_argument("--skip-bad-files", action="store_true",
+                    help="leave out PDF, DOCX and HTML files that give no text (encrypted, corrupt, scans, empty) and list "
+                         "them, instead of stopping the ingest on the first (malformed JSONL, sidecars and ACLs always stop it)")
     no_progress(sp)
     common(sp)
     sp.set_defaults(func=cmd_ingest)
 
     sp = command("upsert", "create or replace documents of a live index (no rebuild; beside a server, use its API)")
-    sp.add_argument("files", nargs="+", help="JSONL, Markdown or text files (ingest's formats)")
+    sp.add_argument("files", nargs="+", help="JSONL, Markdown/text, PDF, DOCX or HTML files (ingest's formats)")
     common(sp)
     sp.set_defaults(func=cmd_upsert)
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -25,9 +26,12 @@ def cmd_ingest(args: argparse.Namespace, settings: Settings) -> int:
     meanings: dict[tuple[str, ...], str] = {("public",): " (everyone)", ("group:admin",): " (admins only)"}
     meaning = meanings.get(acl, "")
     print(f"default ACL of documents and tables without one: {' '.join(acl)}{meaning}", file=sys.stderr)
+    options = replace(settings.build_options(acl), skip_bad_files=bool(getattr(args, "skip_bad_files", False)))
     manifest = build_snapshot([Path(s) for s in args.sources], _index(settings), settings.embedder(),
-                              settings.build_options(acl), progress=_progress_bar(not args.no_progress))
-    _emit({k: manifest[k] for k in ("snapshot", "counts", "embeddings", "model", "content_hash", "timings_s")})
+                              options, progress=_progress_bar(not args.no_progress))
+    for skipped in manifest["skipped_files"]:
+        print(f"skipped {skipped['path']}: {skipped['reason']}: {skipped['message']}", file=sys.stderr)
+    _emit({k: manifest[k] for k in ("snapshot", "counts", "embeddings", "model", "content_hash", "timings_s", "skipped_files")})
     return 0
 
 

@@ -20,7 +20,7 @@ from typing import Any, Callable, Literal
 
 from pydantic import Field, StrictInt, StrictStr, ValidationError, field_validator
 
-from retrieval.answer import hits_json, result_json
+from retrieval.answer import document_json, hits_json, result_json
 from retrieval.errors import Conflict, NotFound, RetrievalError
 from retrieval.limits import Limits
 from retrieval.registry import SEARCH_ROUTES
@@ -131,8 +131,7 @@ def _document(engine: Any, principal: Principal, a: GetDocumentArgs) -> dict[str
     doc = engine.snapshot.catalog.readable_document(a.doc_id, principal.can_read)
     if doc is None:
         raise NotFound(f"no document {a.doc_id!r}")
-    return {"doc_id": doc.id, "title": doc.title, "text": doc.text, "source": doc.source,
-            "date": doc.date.isoformat() if doc.date else None, "metadata": dict(doc.metadata), "trust": "untrusted_evidence"}
+    return document_json(doc)
 
 
 # The write tools' handlers get the index's writer (routes/writes.py) where the others get the engine.

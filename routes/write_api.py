@@ -4,18 +4,28 @@ Each needs the `write` scope (or `admin`), honours an `Idempotency-Key` header (
 the caller: the same key and request again returns the first answer and changes nothing;
 the same key with another request is 409), and answers with the index generation holding
 the change (routes/writes.py). Bad input changes nothing: the body is checked whole first.
+
+A PUT's body is a JSON document (DocumentIn) or a file's bytes under its content type (PDF,
+DOCX, HTML), read by the ingest's extractors; a file's ACL, title, source, date and metadata
+then come from query parameters, over what the file itself says.
 """
 
 from __future__ import annotations
 
 import hashlib
+import json
+from dataclasses import replace
 from typing import Any, Sequence
 
-from fastapi import APIRouter, Depends, Request
+from fastapi import APIRouter, Depends, Query, Request
+from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
+from pydantic import ValidationError
 from starlette.concurrency import run_in_threadpool
 
 from indexes.corpus import make_document
+from indexes.extract.record import BadFile
+from indexes.files import CONTENT_TYPES, FileKind, extract, merge_fields
 from indexes.live import Change, Delete, Put, SetAcl, options_of
 from retrieval.errors import Conflict, Forbidden, InvalidRequest
 from retrieval.types import check_acl, check_doc_id
@@ -48,6 +58,44 @@ def _put(doc_id: str, body: DocumentIn, default_acl: tuple[str, ...]) -> Put:
     return Put(make_document({**fields, "id": doc_id}, default_source=None, default_acl=default_acl), "api")
 
 
+def _file_put(doc_id: str, data: bytes, kind: FileKind, given: dict[str, Any], default_acl: tuple[str, ...]) -> Put:
+    """A file's bytes as a document: its text, regions and own metadata, under the fields the
+    query gave; the same extractors and rules as an ingest of the file."""
+    try:
+        got = extract(data, kind)
+    except BadFile as e:
+        raise InvalidRequest(f"{e.reason}: {e.message}") from None
+    record: dict[str, Any] = {"title": got.title, "date": got.date.isoformat() if got.date else None,
+                              "metadata": dict(got.metadata)}
+    record = merge_fields(record, given)
+    doc = make_document({**record, "id": doc_id, "text": got.text}, default_source=None, default_acl=default_acl)
+    return Put(replace(doc, regions=got.regions), "api")
+
+
+def _file_fields(acl: list[str] | None, title: str | None, source: str | None, date: str | None,
+                 metadata: str | None) -> dict[str, Any]:
+    fields: dict[str, Any] = {k: v for k, v in (("acl", acl), ("title", title), ("source", source), ("date", date))
+                              if v is not None}
+    if metadata is not None:
+        try:
+            fields["metadata"] = json.loads(metadata)
+        except json.JSONDecodeError as e:
+            raise InvalidRequest(f"metadata must be a JSON object: {e.msg} at character {e.pos}") from None
+        if not isinstance(fields["metadata"], dict):
+            raise InvalidRequest("metadata must be a JSON object")
+    return fields
+
+
+def _media_type(request: Request) -> str:
+    return request.headers.get("content-type", "application/json").split(";")[0].strip().lower()
+
+
+FILE_BODY = {"type": "string", "format": "binary"}
+PUT_BODY = {"requestBody": {"required": True, "content": {
+    "application/json": {"schema": {"$ref": "#/components/schemas/DocumentIn"}},
+    **{media: {"schema": FILE_BODY} for media in CONTENT_TYPES},
+}}}
+
 
 
 async def _write(request: Request, caller: Caller, changes: Sequence[Change]) -> JSONResponse:
@@ -60,7 +108,8 @@ async def _write(request: Request, caller: Caller, changes: Sequence[Change]) ->
     if header is not None:
         if not header or len(header) > MAX_KEY_CHARS:
             raise InvalidRequest(f"the Idempotency-Key header is 1 to {MAX_KEY_CHARS} characters")
-        identity = f"{request.method} {request.url.path}\n".encode() + await request.body()
+        target = request.url.path + (f"?{request.url.query}" if request.url.query else "")  # a file PUT's fields
+        identity = f"{request.method} {target}\n".encode() + await request.body()
         scoped = hashlib.sha256(f"{caller.principal.id}\n{header}".encode()).hexdigest()  # the caller's own key space
         idempotency = (scoped, identity)
     with state.gate.enter(caller.key_id):
@@ -79,11 +128,35 @@ def build_write_router(max_batch: int) -> APIRouter:
     router = APIRouter(prefix="/v1", tags=["documents"])
     batch_in = batch_model(max_batch)
 
-    @router.put("/documents/{doc_id:path}", response_model=WriteOut, responses=ERRORS,
-                summary="Create or replace a document (write scope); found by every route on the next request")
-    async def put_document(doc_id: str, body: DocumentIn, request: Request,
-                           caller: Caller = Depends(current_caller)) -> JSONResponse:
+    @router.put("/documents/{doc_id:path}", response_model=WriteOut, responses=ERRORS, openapi_extra=PUT_BODY,
+                summary="Create or replace a document (write scope) from JSON fields or a PDF, DOCX or HTML file's "
+                        "bytes; found by every route on the next request")
+    async def put_document(
+        doc_id: str, request: Request, caller: Caller = Depends(current_caller),
+        acl: list[str] | None = Query(None, max_length=256, description="a file body's ACL (repeat the parameter)"),
+        title: str | None = Query(None, max_length=1000, description="a file body's title (default: the file's own)"),
+        source: str | None = Query(None, max_length=256, description="a file body's source"),
+        date: str | None = Query(None, max_length=40, description="a file body's date, ISO 8601 (default: the file's own)"),
+        metadata: str | None = Query(None, max_length=16_384, description="a file body's metadata, a flat JSON object "
+                                     "merged over the file's own"),
+    ) -> JSONResponse:
         require_write(caller)
+        media = _media_type(request)
+        raw = await request.body()
+        given = _file_fields(acl, title, source, date, metadata)
+        kind = CONTENT_TYPES.get(media)
+        if kind is not None:
+            put = await run_in_threadpool(_file_put, doc_id, raw, kind, given, _default_acl(request))
+            return await _write(request, caller, [put])
+        if media != "application/json" and not media.endswith("+json"):
+            raise InvalidRequest(f"unsupported content type {media[:80]!r}: send application/json, or a file as one of "
+                                 f"{', '.join(CONTENT_TYPES)}")
+        if given:
+            raise InvalidRequest(f"query parameters {sorted(given)} describe a file body; a JSON body carries its fields itself")
+        try:
+            body = DocumentIn.model_validate_json(raw)
+        except ValidationError as e:
+            raise RequestValidationError(e.errors(include_url=False), body=raw) from None
         return await _write(request, caller, [_put(doc_id, body, _default_acl(request))])
 
     @router.delete("/documents/{doc_id:path}", response_model=WriteOut, responses=ERRORS,

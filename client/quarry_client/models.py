@@ -29,6 +29,8 @@ class ContextItem(BaseModel):
     source: str | None
     date: str | None
     offsets: Offsets
+    page: int | None = Field(default=None, description="the PDF page the passage is on (1-based)")
+    section: list[str] = Field(default_factory=list, description="the heading path of a DOCX or HTML passage, outermost first")
     score: float
     retrievers: list[str]
     trust: Literal["untrusted_evidence"]
@@ -38,6 +40,7 @@ class ContextItem(BaseModel):
         LangChain and LlamaIndex retrievers attach to each passage."""
         return {"doc_id": self.doc_id, "chunk_id": self.chunk_id, "title": self.title, "source": self.source,
                 "date": self.date, "offsets": {"start": self.offsets.start, "end": self.offsets.end},
+                "page": self.page, "section": list(self.section),
                 "score": self.score, "retrievers": list(self.retrievers), "trust": self.trust}
 
 
@@ -96,6 +99,15 @@ class SqlOut(BaseModel):
     trace_id: str
 
 
+class RegionOut(BaseModel):
+    """Where a span of a document read from a file came from."""
+
+    start: int
+    end: int
+    page: int | None = None
+    section: list[str] = Field(default_factory=list)
+
+
 class DocumentOut(BaseModel):
     doc_id: str
     title: str | None
@@ -103,6 +115,8 @@ class DocumentOut(BaseModel):
     source: str | None
     date: str | None
     metadata: dict[str, Any]
+    regions: list[RegionOut] = Field(default_factory=list, description="a PDF's pages or a DOCX/HTML file's sections, "
+                                     "as offsets into `text`; empty for a document written as text")
     trust: Literal["untrusted_evidence"]
 
 

@@ -6,6 +6,14 @@ function fmt(x) {
   return typeof x === "number" ? (Number.isInteger(x) ? String(x) : x.toFixed(4)) : (x === null || x === undefined ? "" : String(x));
 }
 
+// Where a passage of a file was: its PDF page, or its heading path (DOCX, HTML).
+function placeOf(item) {
+  const parts = [];
+  if (item.page) parts.push("page " + item.page);
+  if (item.section && item.section.length) parts.push(item.section.join(" › "));
+  return parts.join(" · ");
+}
+
 function renderContext(items) {
   const list = document.getElementById("context");
   list.replaceChildren();
@@ -16,6 +24,8 @@ function renderContext(items) {
     head.appendChild(el("strong", item.title || item.doc_id));
     head.appendChild(el("span", " " + item.doc_id + " · score " + fmt(item.score) + " · " + item.retrievers.join("+")
                               + (item.date ? " · " + item.date : "") + " · chars " + item.offsets.start + "–" + item.offsets.end, "meta"));
+    const place = placeOf(item);
+    if (place) head.appendChild(el("span", " · " + place, "place"));
     const open = el("button", "open", "open-doc");
     open.type = "button";
     open.addEventListener("click", () => openDocument(item.doc_id));

@@ -17,7 +17,7 @@ from tests.conftest import DEMO
 
 BUDGET = "What is the Q3 2025 budget for the payments platform?"
 FINANCE_DOC = "note-finance-q3-2025-budget"
-METADATA = {"doc_id", "chunk_id", "title", "source", "date", "offsets", "score", "retrievers", "trust"}
+METADATA = {"doc_id", "chunk_id", "title", "source", "date", "offsets", "page", "section", "score", "retrievers", "trust"}
 
 
 class Events(BaseCallbackHandler):

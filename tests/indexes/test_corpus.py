@@ -108,9 +108,16 @@ def test_malformed_front_matter_names_the_line(tmp_path):
 
 
 def test_unsupported_file_type_is_refused(tmp_path):
-    path = write(tmp_path / "x.docx", "binary")
+    path = write(tmp_path / "x.pptx", "binary")
     with pytest.raises(IngestError, match="unsupported file type"):
         load_documents([path])
+
+
+def test_a_docx_that_is_not_one_is_named_with_its_reason(tmp_path):
+    path = write(tmp_path / "x.docx", "binary")
+    with pytest.raises(IngestError, match="not_docx") as err:
+        load_documents([path])
+    assert err.value.path == str(path)
 
 
 def test_jsonl_is_read_by_line_and_names_the_line_that_is_not_utf8(tmp_path):

@@ -1,0 +1,168 @@
+"""DOCX body text in document order, with regions by heading path (python-docx).
+
+Paragraphs and tables are read in the body's order (python-docx's `paragraphs` and `tables`
+lists would separate them). A heading is known by its style name ("Heading 1".."Heading 9",
+"Title") or by an outline level on the paragraph or its style chain, so renamed or localized
+heading styles still count. Page headers and footers are separate parts and are left out as
+boilerplate. `Block` and `assemble` are shared with the HTML extractor.
+"""
+
+from __future__ import annotations
+
+import io
+import re
+import zipfile
+from dataclasses import dataclass
+from typing import Any, Iterable, Iterator
+
+import docx
+from docx.oxml.ns import qn
+
+from indexes.corpus import MAX_TEXT_CHARS
+from indexes.extract.record import BadFile, Extracted
+from retrieval.types import Region
+
+OLE_MAGIC = bytes.fromhex("D0CF11E0A1B11AE1")  # an encrypted OOXML file is an OLE compound file
+MAX_UNZIPPED_BYTES = 256 * 1024 * 1024  # a zip that inflates past this is refused (a zip bomb)
+_HEADING_NAME = re.compile(r"heading\s*([1-9])", re.IGNORECASE)
+_BODY_LEVEL = 9  # w:outlineLvl 9 is body text; 0..8 are heading levels 1..9
+# Runs of a paragraph, tracked insertions and hyperlinks included; text boxes are separate blocks
+# of a drawing (and repeat in their fallback copy), deleted text has no w:t to read.
+_RUNS = ".//w:r[not(ancestor::w:txbxContent)]"
+
+
+@dataclass(frozen=True)
+class Block:
+    """A unit of text; `level` is set for a heading (0 for a title, 1..9)."""
+
+    text: str
+    level: int | None = None
+
+
+def assemble(blocks: Iterable[Block]) -> tuple[str, tuple[Region, ...]]:
+    """Blocks joined by blank lines, and one region per maximal run of blocks under the same
+    heading path. The path is a stack: a heading pops every heading of its level or deeper,
+    and belongs to the section it opens; text before the first heading has the path ()."""
+    stack: list[tuple[int, str]] = []
+    parts: list[str] = []
+    regions: list[Region] = []
+    offset = 0
+    for block in blocks:
+        text = block.text
+        if not text.strip():
+            continue
+        if block.level is not None:
+            while stack and stack[-1][0] >= block.level:
+                stack.pop()
+            stack.append((block.level, " ".join(text.split())))
+        path = tuple(name for _, name in stack)
+        start = offset + 2 if parts else 0
+        if regions and regions[-1].section == path:
+            regions[-1] = Region(regions[-1].start, start + len(text), section=path)
+        else:
+            regions.append(Region(start, start + len(text), section=path))
+        parts.append(text)
+        offset = start + len(text)
+    return "\n\n".join(parts), tuple(regions)
+
+
+def extract_docx(data: bytes) -> Extracted:
+    """A Word document's body text, heading-path regions and core properties. Raises BadFile
+    for a file that is not a zip, an encrypted or non-Word file, a zip bomb or no text."""
+    if data[:8] == OLE_MAGIC:
+        raise BadFile("encrypted", "an OLE compound file: a password-protected Office file (or a legacy .doc); "
+                                   "save it as an unprotected .docx")
+    try:
+        with zipfile.ZipFile(io.BytesIO(data)) as archive:
+            unzipped = sum(info.file_size for info in archive.infolist())
+    except Exception as error:  # zipfile raises several types on garbage; all mean "not a zip"
+        raise BadFile("not_docx", f"not a zip archive, so not a .docx ({error})") from error
+    if unzipped > MAX_UNZIPPED_BYTES:
+        raise BadFile("too_large", f"the archive inflates to {unzipped} bytes, over {MAX_UNZIPPED_BYTES}")
+    try:
+        document = docx.Document(io.BytesIO(data))
+        levels = _style_levels(document)
+        blocks = list(_blocks(document.element.body, levels))
+        props = document.core_properties
+        core = {name: getattr(props, name) for name in ("title", "author", "subject", "keywords", "category",
+                                                        "created", "modified")}
+    except Exception as error:  # python-docx on a zip that is no Word document: any failure is the file's
+        raise BadFile("corrupt", f"not a readable Word document: {type(error).__name__}: {error}") from error
+    text, regions = assemble(blocks)
+    if not text:
+        raise BadFile("no_text", "the document body has no text (page headers and footers are not read)")
+    if len(text) > MAX_TEXT_CHARS:
+        raise BadFile("too_large", f"the text has {len(text)} characters, over {MAX_TEXT_CHARS}")
+    title = _clean(core["title"]) or next((_clean(b.text) for b in blocks if b.level == 0 and b.text), None)
+    metadata = {name: _clean(core[name]) for name in ("author", "subject", "keywords", "category") if _clean(core[name])}
+    if core["modified"] is not None:
+        metadata["modified"] = core["modified"].date().isoformat()
+    created = core["created"].date() if core["created"] is not None else None
+    return Extracted(text=text, regions=regions, title=title, date=created, metadata=metadata)
+
+
+def _clean(value: Any) -> str:
+    return " ".join(value.split()) if isinstance(value, str) else ""
+
+
+def _blocks(container: Any, levels: dict[str, int]) -> Iterator[Block]:
+    """The body's paragraphs and tables in order; content controls and custom XML are opened."""
+    for child in container.iterchildren():
+        if child.tag == qn("w:p"):
+            yield Block(_paragraph_text(child).strip(), _paragraph_level(child, levels))
+        elif child.tag == qn("w:tbl"):
+            rows = [" | ".join(cell for cell in (_cell_text(tc) for tc in tr.iterchildren(qn("w:tc"))) if cell)
+                    for tr in child.iterchildren(qn("w:tr"))]
+            yield Block("\n".join(row for row in rows if row))
+        elif child.tag == qn("w:sdt"):
+            for content in child.iterchildren(qn("w:sdtContent")):
+                yield from _blocks(content, levels)
+        elif child.tag == qn("w:customXml"):
+            yield from _blocks(child, levels)
+
+
+def _paragraph_text(p: Any) -> str:
+    return "".join(run.text for run in p.xpath(_RUNS))
+
+
+def _cell_text(tc: Any) -> str:
+    """A cell's paragraphs (nested tables' too) on one line."""
+    return " ".join(" ".join(_paragraph_text(p).split()) for p in tc.xpath(".//w:p[not(ancestor::w:txbxContent)]")
+                    ).strip()
+
+
+def _outline_level(element: Any) -> int | None:
+    """`w:pPr/w:outlineLvl` of a paragraph or style, as a heading level 1..9 (None: none set,
+    _BODY_LEVEL + 1: explicitly body text)."""
+    found = element.find(f"{qn('w:pPr')}/{qn('w:outlineLvl')}")
+    if found is None:
+        return None
+    try:
+        return min(int(found.get(qn("w:val"), _BODY_LEVEL)), _BODY_LEVEL) + 1
+    except ValueError:
+        return None
+
+
+def _paragraph_level(p: Any, levels: dict[str, int]) -> int | None:
+    own = _outline_level(p)
+    if own is not None:
+        return own if own <= _BODY_LEVEL else None
+    style = p.find(f"{qn('w:pPr')}/{qn('w:pStyle')}")
+    return levels.get(style.get(qn("w:val"), "")) if style is not None else None
+
+
+def _style_levels(document: Any) -> dict[str, int]:
+    """Heading level by paragraph style id: by name ("Title" 0, "Heading N" N), else by the
+    outline level of the style or the styles it is based on."""
+    levels: dict[str, int] = {}
+    for style in document.styles:
+        name = (style.name or "").strip()
+        match = _HEADING_NAME.fullmatch(name)
+        level = 0 if name.lower() == "title" else int(match.group(1)) if match else None
+        base, depth = style, 0
+        while level is None and base is not None and depth < 10:  # based-on chains can loop
+            level = _outline_level(base.element)
+            base, depth = getattr(base, "base_style", None), depth + 1
+        if level is not None and level <= _BODY_LEVEL and style.style_id:
+            levels[style.style_id] = level
+    return levels

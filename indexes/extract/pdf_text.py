@@ -1,0 +1,273 @@
+"""PDF text in reading order, one region per page (pypdfium2).
+
+A content stream's order is not the reading order (a two-column page may be drawn line by line
+across both columns), so the text is rebuilt from character boxes: characters make words, and
+a recursive XY-cut orders them (Nagy & Seth 1984, "Hierarchical representation of optically
+scanned documents"): split a block on wide horizontal whitespace bands; within a band, group
+consecutive lines that share a vertical gutter and read such a group column by column. Running
+headers and footers (a line in the top or bottom band whose text, digits masked, recurs on
+half the pages or more) are dropped, so they do not repeat in every chunk.
+"""
+
+from __future__ import annotations
+
+import re
+import threading
+from dataclasses import dataclass
+from datetime import date
+from itertools import pairwise
+from statistics import median
+
+import pypdfium2 as pdfium  # type: ignore[import-untyped]
+import pypdfium2.raw as pdfium_c  # type: ignore[import-untyped]
+
+from indexes.corpus import MAX_TEXT_CHARS
+from indexes.extract.record import BadFile, Extracted
+from retrieval.types import Region
+
+# PDFium is not thread-safe, not even across documents (pypdfium2's docs): one call at a time.
+_PDFIUM = threading.Lock()
+# PDFium marks a line-end hyphen as 0x02; ligatures are spelled out so that search finds "file".
+_CHAR_MAP = {0x02: "-", 0xFFFE: "-", 0xAD: "-", 0xFB00: "ff", 0xFB01: "fi", 0xFB02: "fl", 0xFB03: "ffi", 0xFB04: "ffl",
+             0xFB05: "st", 0xFB06: "st"}
+BAND = 0.12  # top and bottom share of the page where running headers and footers live
+WIDE_BAND = 2.0  # a horizontal whitespace band this many line heights tall separates blocks
+GUTTER = 1.2  # a vertical gutter is at least this many line heights wide
+COLUMN_SHARE = 0.25  # each side of a gutter spans this share of the block (else: a table row)
+_WORD_SPLIT_LOWER = re.compile(r"(?<![^\W\d_])([^\W\d_]+)-$")
+_WORD_START = re.compile(r"[^\W\d_]+")
+_PDF_DATE = re.compile(r"(?:D:)?\s*(\d{4})(\d{2})?(\d{2})?")
+
+
+@dataclass
+class _Box:
+    """A word or line: text and its box in points, top-down (top < bottom)."""
+
+    text: str
+    x0: float
+    top: float
+    x1: float
+    bottom: float
+
+    @property
+    def height(self) -> float:
+        return self.bottom - self.top
+
+
+def extract_pdf(data: bytes) -> Extracted:
+    """The text of a PDF in reading order, one region per page that has text, and its info
+    dictionary's metadata. Raises BadFile for encrypted, unreadable, text-less or oversized files."""
+    with _PDFIUM:
+        try:
+            return _extract(data)
+        except BadFile:
+            raise
+        except Exception as error:  # PDFium on hostile input: any failure is the file's
+            raise BadFile("corrupt", f"PDFium could not read the file: {type(error).__name__}: {error}") from error
+
+
+def _extract(data: bytes) -> Extracted:
+    try:
+        pdf = pdfium.PdfDocument(data)
+    except pdfium.PdfiumError as error:
+        if error.err_code in (pdfium_c.FPDF_ERR_PASSWORD, pdfium_c.FPDF_ERR_SECURITY):
+            raise BadFile("encrypted", "the PDF is password-protected: save a copy without the password") from error
+        raise BadFile("corrupt", f"not a readable PDF ({error})") from error
+    try:
+        pages: list[list[_Box]] = []
+        total = 0
+        heights: list[float] = []
+        for index in range(len(pdf)):
+            lines, height = _page_lines(pdf, index)
+            pages.append(lines)
+            heights.append(height)
+            total += sum(len(line.text) + 1 for line in lines)
+            if total > MAX_TEXT_CHARS:
+                raise BadFile("too_large", f"the text passes {MAX_TEXT_CHARS} characters by page {index + 1}")
+        info = pdf.get_metadata_dict(skip_empty=True)
+    finally:
+        pdf.close()
+    running = _running_lines(pages, heights)
+    texts: list[str] = []
+    regions: list[Region] = []
+    offset = 0
+    for number, (lines, height) in enumerate(zip(pages, heights, strict=True), start=1):
+        kept = [line for line in lines if not (_in_band(line, height) and _key(line.text) in running)]
+        text = _join_lines(kept)
+        if not text:
+            continue
+        if texts:
+            offset += 2
+        regions.append(Region(offset, offset + len(text), page=number))
+        texts.append(text)
+        offset += len(text)
+    if not texts:
+        raise BadFile("no_text", f"no text layer on any of its {len(pages)} pages (a scan? OCR it first)")
+    joined = "\n\n".join(texts)
+    if len(joined) > MAX_TEXT_CHARS:
+        raise BadFile("too_large", f"the text has {len(joined)} characters, over {MAX_TEXT_CHARS}")
+    metadata = {key.lower(): info[name].strip() for name, key in
+                (("Author", "author"), ("Subject", "subject"), ("Keywords", "keywords")) if info.get(name, "").strip()}
+    modified = _pdf_date(info.get("ModDate", ""))
+    if modified:
+        metadata["modified"] = modified.isoformat()
+    return Extracted(text=joined, regions=tuple(regions), title=info.get("Title", "").strip() or None,
+                     date=_pdf_date(info.get("CreationDate", "")), metadata=metadata, pages=len(pages))
+
+
+def _page_lines(pdf: pdfium.PdfDocument, index: int) -> tuple[list[_Box], float]:
+    """One page's lines in reading order and its height (its PDFium page and text page are
+    closed on return: they hold native memory)."""
+    page = pdf.get_page(index)
+    try:
+        _, bottom, _, top = page.get_bbox()  # the visible box: its top is y = 0 for the layout rule
+        height = top - bottom
+        textpage = page.get_textpage()
+        try:
+            words = _words(textpage, top)
+        finally:
+            textpage.close()
+    finally:
+        page.close()
+    if not words:
+        return [], height
+    return _order(words, max(1.0, median(w.height for w in words))), height  # 1 pt: fonts without a height
+
+
+def _words(textpage: pdfium.PdfTextPage, page_top: float) -> list[_Box]:
+    """Characters to words: a word ends at whitespace, at a horizontal gap wider than a fifth
+    of the glyph height, or where the text jumps to another line or back to the left (the
+    characters of a ligature share one box, so they are no jump)."""
+    words: list[_Box] = []
+    current: _Box | None = None
+    last_x0 = 0.0
+    rect = pdfium_c.FS_RECTF()
+    for i in range(textpage.count_chars()):
+        code = pdfium_c.FPDFText_GetUnicode(textpage, i)
+        char = _CHAR_MAP.get(code) or (chr(code) if 0x20 <= code < 0xD800 or 0xE000 <= code <= 0x10FFFF else "")
+        if not char or char.isspace() or not pdfium_c.FPDFText_GetLooseCharBox(textpage, i, rect):
+            current = None
+            continue
+        x0, x1, top, bottom = rect.left, rect.right, page_top - rect.top, page_top - rect.bottom
+        if current is not None and (x0 - current.x1 > 0.2 * current.height or x0 < last_x0 - 0.1 * current.height
+                                    or abs((top + bottom) - (current.top + current.bottom)) > current.height):
+            current = None
+        if current is None:
+            current = _Box(char, x0, top, x1, bottom)
+            words.append(current)
+        else:
+            current.text += char
+            current.x1, current.top, current.bottom = max(current.x1, x1), min(current.top, top), max(current.bottom, bottom)
+        last_x0 = x0
+    return words
+
+
+def _order(words: list[_Box], line_height: float) -> list[_Box]:
+    """Recursive XY-cut: blocks split by wide horizontal bands, top to bottom; in each block,
+    runs of lines that share a vertical gutter are read left column first, then right."""
+    lines: list[_Box] = []
+    for block in _bands(words, WIDE_BAND * line_height):
+        groups: list[list[_Box]] = []
+        for stripe in _bands(block, 0.0):
+            if groups and _gutter(groups[-1] + stripe, line_height):
+                groups[-1] += stripe
+            else:
+                groups.append(stripe)
+        for group in groups:
+            gutter = _gutter(group, line_height)
+            if gutter is None:
+                lines.append(_line(group))
+            else:
+                lines += _order([w for w in group if w.x1 <= gutter], line_height)
+                lines += _order([w for w in group if w.x1 > gutter], line_height)
+    return lines
+
+
+def _bands(words: list[_Box], min_gap: float) -> list[list[_Box]]:
+    """Split at horizontal whitespace bands taller than `min_gap` (0: every line gap), top to
+    bottom. Boxes count by their middle half, so touching lines still separate."""
+    spans = sorted(words, key=lambda w: w.top + w.height / 4)
+    bands: list[list[_Box]] = []
+    reach = float("-inf")
+    for word in spans:
+        top, bottom = word.top + word.height / 4, word.bottom - word.height / 4
+        if not bands or top - reach > min_gap:
+            bands.append([])
+        bands[-1].append(word)
+        reach = max(reach, bottom)
+    return bands
+
+
+def _gutter(words: list[_Box], line_height: float) -> float | None:
+    """The middle of the widest vertical gap that runs the whole height of `words`, is at least
+    GUTTER line heights wide, and leaves a column of COLUMN_SHARE of the width on each side."""
+    spans = sorted((w.x0, w.x1) for w in words)
+    left, right = spans[0][0], max(x1 for _, x1 in spans)
+    best, best_width = None, GUTTER * line_height
+    reach = spans[0][1]
+    for x0, x1 in spans[1:]:
+        gap = x0 - reach
+        if gap >= best_width and min(reach - left, right - x0) >= COLUMN_SHARE * (right - left):
+            best, best_width = (reach + x0) / 2, gap
+        reach = max(reach, x1)
+    return best
+
+
+def _line(words: list[_Box]) -> _Box:
+    words = sorted(words, key=lambda w: w.x0)
+    return _Box(" ".join(w.text for w in words), min(w.x0 for w in words), min(w.top for w in words),
+                max(w.x1 for w in words), max(w.bottom for w in words))
+
+
+def _join_lines(lines: list[_Box]) -> str:
+    """Lines joined by "\\n", paragraphs (a gap clearly above the page's line spacing, a jump
+    back up or sideways to another column) by "\\n\\n"; a word hyphenated at a line end is
+    rejoined when both halves are lowercase letters."""
+    if not lines:
+        return ""
+    gaps = [b.top - a.bottom for a, b in pairwise(lines) if b.top >= a.bottom and b.x0 < a.x1 and a.x0 < b.x1]
+    usual = median(gaps) if gaps else 0.0
+    parts = [lines[0].text]
+    for prev, line in pairwise(lines):
+        new_column = line.top < prev.bottom - prev.height / 2 or line.x0 >= prev.x1 or line.x1 <= prev.x0
+        if new_column or line.top - prev.bottom > usual + 0.6 * min(prev.height, line.height):
+            parts += ["\n\n", line.text]
+            continue
+        head, tail = _WORD_SPLIT_LOWER.search(prev.text), _WORD_START.match(line.text)
+        if head and head.group(1).islower() and tail and tail.group().islower():
+            parts[-1] = parts[-1][:-1]
+            parts.append(line.text)
+        else:
+            parts += ["\n", line.text]
+    return "".join(parts)
+
+
+def _running_lines(pages: list[list[_Box]], heights: list[float]) -> set[str]:
+    """Keys of band lines that recur on at least half the pages of a document of 3 or more."""
+    if len(pages) < 3:
+        return set()
+    counts: dict[str, int] = {}
+    for lines, height in zip(pages, heights, strict=True):
+        for key in {_key(line.text) for line in lines if _in_band(line, height)}:
+            counts[key] = counts.get(key, 0) + 1
+    return {key for key, count in counts.items() if count >= 2 and 2 * count >= len(pages)}
+
+
+def _in_band(line: _Box, page_height: float) -> bool:
+    return line.bottom <= BAND * page_height or line.top >= (1 - BAND) * page_height
+
+
+def _key(text: str) -> str:
+    return re.sub(r"\d+", "#", " ".join(text.split())).lower()
+
+
+def _pdf_date(value: str) -> date | None:
+    """A PDF date (`D:YYYYMMDDHHmmSS+hh'mm'`), leniently: month and day default to 1, and a
+    value that is no date gives None."""
+    match = _PDF_DATE.match(value)
+    if not match:
+        return None
+    try:
+        return date(int(match.group(1)), int(match.group(2) or 1), int(match.group(3) or 1))
+    except ValueError:
+        return None

@@ -1,0 +1,196 @@
+"""PDF, DOCX and HTML files as documents: extraction, the metadata people attach to them, and
+what a bad file does to an ingest.
+
+Files carry no front matter, so their ACL and metadata come from beside them:
+
+- a sidecar `<file>.meta.json` (`{"id", "title", "source", "date", "metadata", "acl"}`, each
+  optional) says it for one file;
+- a folder manifest `quarry.manifest.json` (`{"files": [{"match": GLOB, "acl", "source",
+  "date", "metadata"}, ...]}`) says it for the files below its folder that a glob matches
+  (fnmatch on the path relative to the manifest's folder, `*` crossing folders). Entries
+  apply in order and manifests from the outermost folder in; a later one overrides an
+  earlier one's fields and adds to its metadata.
+
+The file's own metadata (PDF info, DOCX core properties, HTML `<title>` and meta) is the
+weakest; manifests override it and a sidecar overrides both. A Markdown file's front matter
+overrides manifests; a field both its front matter and its sidecar set is an error (two
+statements of one fact, neither visibly the one in force). A file nothing gives an ACL gets
+the ingest default (admins only unless said otherwise). JSONL lines carry their own fields.
+
+A bad file (encrypted, corrupt, a scan without a text layer, a DOCX that is not one, HTML
+without body text) stops the ingest by default, naming the file and the reason, like a
+malformed JSONL line: nothing is published. With `skip_bad` it is left out and listed.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+from indexes.extract.record import BadFile, Extracted
+from retrieval.errors import IngestError
+
+FileKind = Literal["pdf", "docx", "html"]
+FILE_SUFFIXES: dict[str, FileKind] = {".pdf": "pdf", ".docx": "docx", ".html": "html", ".htm": "html"}
+CONTENT_TYPES: dict[str, FileKind] = {
+    "application/pdf": "pdf",
+    "application/vnd.openxmlformats-officedocument.wordprocessingml.document": "docx",
+    "text/html": "html",
+    "application/xhtml+xml": "html",
+}
+SIDECAR_SUFFIX = ".meta.json"
+MANIFEST_NAME = "quarry.manifest.json"
+SIDECAR_FIELDS = frozenset({"id", "title", "source", "date", "metadata", "acl"})
+MANIFEST_FIELDS = frozenset({"match", "source", "date", "metadata", "acl"})
+MAX_META_BYTES = 1 << 20  # a sidecar or manifest is configuration, not content
+CACHE_CHARS = 64_000_000  # extracted text kept between an ingest's passes (beyond it, files are read again)
+
+
+def extract(data: bytes, kind: FileKind) -> Extracted:
+    """The text, regions and metadata of one file's bytes; raises BadFile for a file that
+    gives no document (the same code serves an ingest and a live PUT)."""
+    if kind == "pdf":
+        from indexes.extract.pdf_text import extract_pdf
+
+        return extract_pdf(data)
+    if kind == "docx":
+        from indexes.extract.docx_text import extract_docx
+
+        return extract_docx(data)
+    from indexes.extract.html_text import extract_html
+
+    return extract_html(data)
+
+
+@dataclass(frozen=True)
+class Skipped:
+    path: str
+    reason: str
+    message: str
+
+    def to_json(self) -> dict[str, str]:
+        return {"path": self.path, "reason": self.reason, "message": self.message}
+
+
+@dataclass
+class FileReader:
+    """One ingest's reading of its files: each extracted once (an ingest reads its sources in
+    two passes; extracted text is kept up to CACHE_CHARS), manifests parsed once, and bad
+    files either stopping the ingest or collected in `skipped`."""
+
+    skip_bad: bool = False
+    skipped: dict[str, Skipped] = field(default_factory=dict)
+    _cache: dict[tuple[str, int, int], Extracted] = field(default_factory=dict, repr=False)
+    _cached_chars: int = field(default=0, repr=False)
+    _manifests: dict[Path, list[dict[str, Any]]] = field(default_factory=dict, repr=False)
+
+    def extract(self, path: Path) -> Extracted | None:
+        """The file's extraction, or None when it is bad and skipped; raises IngestError naming
+        the file when it is bad and the ingest stops on bad files."""
+        try:
+            st = path.stat()
+            key = (str(path), st.st_size, st.st_mtime_ns)
+            got = self._cache.get(key)
+            if got is None:
+                got = extract(path.read_bytes(), FILE_SUFFIXES[path.suffix.lower()])
+                if self._cached_chars + len(got.text) <= CACHE_CHARS:
+                    self._cache[key] = got
+                    self._cached_chars += len(got.text)
+            return got
+        except OSError as e:
+            raise IngestError(f"cannot read file: {e.strerror}", str(path)) from None
+        except BadFile as e:
+            if not self.skip_bad:
+                raise IngestError(f"{e.reason}: {e.message} (--skip-bad-files leaves such files out and lists them)",
+                                  str(path)) from None
+            self.skipped[str(path)] = Skipped(str(path), e.reason, e.message)
+            return None
+
+    def overrides(self, path: Path, root: Path) -> tuple[dict[str, Any], dict[str, Any]]:
+        """(what the folder manifests say of `path`, what its sidecar says), each a record of
+        document fields; metadata of later statements is merged over earlier ones."""
+        merged: dict[str, Any] = {}
+        folder = path.parent
+        chain = [folder, *folder.parents]
+        for d in reversed(chain[: len(path.relative_to(root).parts)]):  # root first, the file's folder last
+            for entry in self._manifest(d):
+                if fnmatch.fnmatchcase(path.relative_to(d).as_posix(), entry["match"]):
+                    merged = merge_fields(merged, {k: v for k, v in entry.items() if k != "match"})
+        return merged, read_sidecar(path)
+
+    def _manifest(self, folder: Path) -> list[dict[str, Any]]:
+        got = self._manifests.get(folder)
+        if got is None:
+            got = self._manifests[folder] = read_manifest(folder / MANIFEST_NAME)
+        return got
+
+
+def merge_fields(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
+    out = {**base, **over}
+    if isinstance(base.get("metadata"), dict) and isinstance(over.get("metadata"), dict):
+        out["metadata"] = {**base["metadata"], **over["metadata"]}
+    return out
+
+
+def _read_json(path: Path) -> Any:
+    try:
+        raw = path.read_bytes()
+    except OSError as e:
+        raise IngestError(f"cannot read file: {e.strerror}", str(path)) from None
+    if len(raw) > MAX_META_BYTES:
+        raise IngestError(f"larger than {MAX_META_BYTES} bytes", str(path))
+    try:
+        return json.loads(raw.decode("utf-8"))
+    except UnicodeDecodeError as e:
+        raise IngestError(f"not UTF-8 text ({e.reason} at byte {e.start})", str(path)) from None
+    except json.JSONDecodeError as e:
+        raise IngestError(f"malformed JSON: {e.msg} at line {e.lineno} column {e.colno}", str(path), e.lineno) from None
+
+
+def read_sidecar(path: Path) -> dict[str, Any]:
+    """The sidecar of `path` (empty when it has none); unknown fields are refused."""
+    side = path.with_name(path.name + SIDECAR_SUFFIX)
+    if not side.is_file():
+        return {}
+    record = _read_json(side)
+    if not isinstance(record, dict):
+        raise IngestError("a sidecar must be a JSON object of document fields", str(side))
+    unknown = set(record) - SIDECAR_FIELDS
+    if unknown:
+        raise IngestError(f"unknown fields {sorted(unknown)}; allowed: {sorted(SIDECAR_FIELDS)}", str(side))
+    return record
+
+
+def read_manifest(path: Path) -> list[dict[str, Any]]:
+    """A folder manifest's entries (none when the folder has no manifest), checked for shape;
+    the fields' values are checked with the document they apply to."""
+    if not path.is_file():
+        return []
+    record = _read_json(path)
+    if not isinstance(record, dict) or set(record) != {"files"} or not isinstance(record["files"], list):
+        raise IngestError('a manifest must be {"files": [{"match": GLOB, ...}, ...]}', str(path))
+    entries = []
+    for n, entry in enumerate(record["files"], start=1):
+        if not isinstance(entry, dict) or not isinstance(entry.get("match"), str) or not entry["match"].strip():
+            raise IngestError(f"entry {n} must be an object with a non-empty string 'match' (a glob)", str(path))
+        unknown = set(entry) - MANIFEST_FIELDS
+        if unknown:
+            raise IngestError(f"entry {n}: unknown fields {sorted(unknown)}; allowed: {sorted(MANIFEST_FIELDS)}", str(path))
+        if "metadata" in entry and not isinstance(entry["metadata"], dict):
+            raise IngestError(f"entry {n}: metadata must be an object", str(path))
+        entries.append(entry)
+    return entries
+
+
+def orphan_sidecars(folder: Path) -> list[Path]:
+    """Sidecars whose file is missing: a renamed file would otherwise lose its ACL silently."""
+    return sorted(p for p in folder.rglob("*" + SIDECAR_SUFFIX)
+                  if p.is_file() and not p.with_name(p.name[: -len(SIDECAR_SUFFIX)]).is_file())
+
+
+def config_files(folder: Path) -> list[Path]:
+    """The sidecars and manifests under `folder`: an ingest notices one changed between passes."""
+    return sorted(p for p in folder.rglob("*") if p.is_file() and (p.name == MANIFEST_NAME or p.name.endswith(SIDECAR_SUFFIX)))
