@@ -329,13 +329,15 @@ class Catalog:
         )
 
     def _places(self) -> dict[int, Region]:
-        """Per chunk row of a document with regions, the region its passage lies in."""
+        """Per chunk of a document with regions, by its position in the chunk table (a delta
+        segment's rows are numbered after its base's), the region its passage lies in."""
         regions_sql = self._regions_sql()
         if regions_sql == "NULL":
             return {}
         got = self.cursor().execute(
-            f"""SELECT d.doc_id, any_value({regions_sql}), list(c."row" ORDER BY c."row"), list(c.end_offset ORDER BY c."row")
-               FROM quarry.documents d JOIN quarry.chunks c USING (doc_id) WHERE {regions_sql} IS NOT NULL
+            f"""WITH c AS (SELECT doc_id, end_offset, row_number() OVER (ORDER BY "row") - 1 AS at FROM quarry.chunks)
+               SELECT d.doc_id, any_value({regions_sql}), list(c.at ORDER BY c.at), list(c.end_offset ORDER BY c.at)
+               FROM quarry.documents d JOIN c USING (doc_id) WHERE {regions_sql} IS NOT NULL
                GROUP BY d.doc_id""").fetchall()
         places: dict[int, Region] = {}
         for _, stored, rows, ends in got:

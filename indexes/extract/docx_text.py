@@ -4,7 +4,7 @@ Paragraphs and tables are read in the body's order (python-docx's `paragraphs` a
 lists would separate them). A heading is known by its style name ("Heading 1".."Heading 9",
 "Title") or by an outline level on the paragraph or its style chain, so renamed or localized
 heading styles still count. Page headers and footers are separate parts and are left out as
-boilerplate. `Block` and `assemble` are shared with the HTML extractor.
+boilerplate.
 """
 
 from __future__ import annotations
@@ -12,15 +12,14 @@ from __future__ import annotations
 import io
 import re
 import zipfile
-from dataclasses import dataclass
-from typing import Any, Iterable, Iterator
+from typing import Any, Iterator
 
 import docx
 from docx.oxml.ns import qn
 
 from indexes.corpus import MAX_TEXT_CHARS
 from indexes.extract.record import BadFile, Extracted
-from retrieval.types import Region
+from indexes.extract.sections import Block, assemble
 
 OLE_MAGIC = bytes.fromhex("D0CF11E0A1B11AE1")  # an encrypted OOXML file is an OLE compound file
 MAX_UNZIPPED_BYTES = 256 * 1024 * 1024  # a zip that inflates past this is refused (a zip bomb)
@@ -29,41 +28,6 @@ _BODY_LEVEL = 9  # w:outlineLvl 9 is body text; 0..8 are heading levels 1..9
 # Runs of a paragraph, tracked insertions and hyperlinks included; text boxes are separate blocks
 # of a drawing (and repeat in their fallback copy), deleted text has no w:t to read.
 _RUNS = ".//w:r[not(ancestor::w:txbxContent)]"
-
-
-@dataclass(frozen=True)
-class Block:
-    """A unit of text; `level` is set for a heading (0 for a title, 1..9)."""
-
-    text: str
-    level: int | None = None
-
-
-def assemble(blocks: Iterable[Block]) -> tuple[str, tuple[Region, ...]]:
-    """Blocks joined by blank lines, and one region per maximal run of blocks under the same
-    heading path. The path is a stack: a heading pops every heading of its level or deeper,
-    and belongs to the section it opens; text before the first heading has the path ()."""
-    stack: list[tuple[int, str]] = []
-    parts: list[str] = []
-    regions: list[Region] = []
-    offset = 0
-    for block in blocks:
-        text = block.text
-        if not text.strip():
-            continue
-        if block.level is not None:
-            while stack and stack[-1][0] >= block.level:
-                stack.pop()
-            stack.append((block.level, " ".join(text.split())))
-        path = tuple(name for _, name in stack)
-        start = offset + 2 if parts else 0
-        if regions and regions[-1].section == path:
-            regions[-1] = Region(regions[-1].start, start + len(text), section=path)
-        else:
-            regions.append(Region(start, start + len(text), section=path))
-        parts.append(text)
-        offset = start + len(text)
-    return "\n\n".join(parts), tuple(regions)
 
 
 def extract_docx(data: bytes) -> Extracted:

@@ -17,8 +17,8 @@ from typing import Any
 from selectolax.lexbor import LexborHTMLParser, LexborNode
 
 from indexes.corpus import MAX_TEXT_CHARS
-from indexes.extract.docx_text import Block, assemble
 from indexes.extract.record import BadFile, Extracted
+from indexes.extract.sections import Block, assemble
 
 _NEVER_CONTENT = {"script", "style", "noscript", "template", "svg", "iframe", "button", "select", "nav", "aside"}
 _LANDMARK_ROLES = {"navigation", "banner", "contentinfo", "complementary", "search"}

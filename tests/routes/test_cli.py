@@ -74,6 +74,26 @@ def test_ingest_with_a_bad_file_names_file_and_line(tmp_path):
     assert not (tmp_path / "index" / "CURRENT").exists()
 
 
+def test_ingest_stops_on_a_bad_pdf_naming_it_or_skips_and_lists_it(tmp_path):
+    from benchmarks.file_corpus import write_bad_files
+
+    folder = tmp_path / "files"
+    write_bad_files(tmp_path / "bad")
+    folder.mkdir()
+    (folder / "scan.pdf").write_bytes((tmp_path / "bad" / "scan.pdf").read_bytes())
+    (folder / "notes.md").write_text("# Notes\n\nThe Harlow pump is serviced in May.\n")
+    out = quarry("ingest", str(folder), "--index", str(tmp_path / "index"))
+    assert out.returncode == 2
+    error = one_line_error(out)
+    assert error["message"].startswith(f"{folder / 'scan.pdf'}: no_text: ") and "--skip-bad-files" in error["message"]
+    assert not (tmp_path / "index" / "CURRENT").exists()
+    out = quarry("ingest", str(folder), "--index", str(tmp_path / "index"), "--skip-bad-files", "--no-progress")
+    assert out.returncode == 0, out.stderr
+    assert f"skipped {folder / 'scan.pdf'}: no_text:" in out.stderr
+    printed = json.loads(out.stdout)
+    assert printed["counts"]["documents"] == 1 and [s["reason"] for s in printed["skipped_files"]] == ["no_text"]
+
+
 @pytest.mark.slow
 def test_serve_without_an_active_key_refuses_to_start_and_says_how_to_create_one(mini_index, tmp_path):
     from routes.keys import KeyStore

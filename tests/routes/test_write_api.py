@@ -461,3 +461,62 @@ def test_a_large_put_embeds_outside_the_writers_lock_so_small_puts_of_another_ke
     found = httpx.post(slow_writer.url + "/v1/search", json={"retriever": "exact", "query": '"Harrowgate pump station"',
                                                              "k": 3}, headers=_h(slow_writer, "small"), timeout=60)
     assert found.json()["hits"][0]["doc_id"] == "bulk-manual"
+
+
+def _two_page_pdf(second_page: str) -> bytes:
+    from fpdf import FPDF
+
+    pdf = FPDF()
+    pdf.set_title("Sluice handbook")
+    pdf.set_font("Helvetica", size=12)
+    for text in ("General notes on the Quenlar works and their opening hours.", second_page):
+        pdf.add_page()
+        pdf.multi_cell(170, 8, text)
+    return bytes(pdf.output())
+
+
+def test_a_pdf_put_is_found_with_its_page_and_keeps_it_through_replay_and_compaction(writable, embedder):
+    from routes.engine import open_engine
+
+    data = _two_page_pdf("The Quenlar sluice gate opens with override key ZK-4471 after the tide alarm.")
+    r = httpx.put(writable.url + "/v1/documents/sluice-handbook", params=[("acl", "public"), ("acl", "group:content")],
+                  content=data, headers=_h(writable, "wendy", **{"Content-Type": "application/pdf"}), timeout=60)
+    assert r.status_code == 200, r.text
+    hits = httpx.post(writable.url + "/v1/search", json={"retriever": "exact", "query": "ZK-4471", "k": 3},
+                      headers=_h(writable, "erin"), timeout=60).json()["hits"]
+    assert [(h["doc_id"], h["page"], h["section"]) for h in hits] == [("sluice-handbook", 2, [])]
+    doc = httpx.get(writable.url + "/v1/documents/sluice-handbook", headers=_h(writable, "erin"), timeout=30).json()
+    assert doc["title"] == "Sluice handbook" and [g["page"] for g in doc["regions"]] == [1, 2]
+    replayed = open_engine(writable.index, embedder)  # another process's view: the change replayed from the log
+    try:
+        hit = search(replayed.retrievers, "exact", "ZK-4471", Principal("erin", ()), 3, Filters(), replayed.limits)[0]
+        assert (hit.doc_id, hit.page) == ("sluice-handbook", 2)
+    finally:
+        replayed.close()
+    assert httpx.post(writable.url + "/v1/admin/compact", headers=_h(writable, "ops"), timeout=120).status_code == 200
+    hits = httpx.post(writable.url + "/v1/search", json={"retriever": "bm25", "query": "Quenlar sluice override key", "k": 3},
+                      headers=_h(writable, "erin"), timeout=60).json()["hits"]
+    assert (hits[0]["doc_id"], hits[0]["page"]) == ("sluice-handbook", 2)
+
+
+def test_a_bad_file_put_is_a_typed_error_and_changes_nothing(writable):
+    before = _generation(writable)
+    cases = [
+        ({"Content-Type": "application/pdf"}, b"%PDF-1.7 not really", {}, 400, "corrupt"),
+        ({"Content-Type": "application/vnd.openxmlformats-officedocument.wordprocessingml.document"}, b"plain text", {},
+         400, "not_docx"),
+        ({"Content-Type": "text/html"}, b"<html><body><nav><a href='/'>Home</a></nav></body></html>", {}, 400,
+         "no_body_text"),
+        ({"Content-Type": "application/pdf"}, _two_page_pdf("Fine text."), {"acl": "everyone"}, 400, "everyone"),
+        ({"Content-Type": "application/pdf"}, _two_page_pdf("Fine text."), {"metadata": "[1]"}, 400, "JSON object"),
+        ({"Content-Type": "application/json"}, json.dumps({"text": "x"}).encode(), {"title": "t"}, 400, "file body"),
+        ({"Content-Type": "application/msword"}, b"\xd0\xcf", {}, 400, "unsupported content type"),
+        ({"Content-Type": "application/pdf"}, b"%PDF" + b"0" * 30_000, {}, 413, "exceeds"),
+    ]
+    for headers, body, params, status, words in cases:
+        r = httpx.put(writable.url + "/v1/documents/bad-file", params=params, content=body,
+                      headers=_h(writable, "wendy", **headers), timeout=60)
+        assert r.status_code == status and words in r.json()["error"]["message"], (headers, r.text)
+        assert r.json()["error"]["code"] in ("invalid_request", "payload_too_large")
+    assert _generation(writable) == before
+    assert httpx.get(writable.url + "/v1/documents/bad-file", headers=_h(writable, "wendy"), timeout=30).status_code == 404

@@ -1,0 +1,315 @@
+"""Files: how well the PDF, DOCX and HTML extractors read, how fast, and what extraction costs
+against chunking and embedding the same text.
+
+    .venv/bin/python benchmarks/extraction.py [--seeds 5] [--docs 4] [--repeats 5] [--embed-repeats 2]
+
+Quality, on generated files with ground truth (benchmarks/file_corpus.py, seeds 0..seeds-1,
+`--docs` PDFs, DOCX files and HTML pages each): character error rate per format (mean and max
+over files); the two-column page's CER and the share of its sentences read whole, with the
+layout rule against PDFium's stream order (`get_text_range`, the known boilerplate lines
+removed so only the order differs); the share of facts whose sentence lies inside a region of
+the expected page or heading path; and how many boilerplate strings reach the text (should be 0).
+
+Throughput, on this machine, single thread: each format's files extracted from bytes in memory
+(no disk reads), best and median of `--repeats` passes, as PDF pages, files and characters
+per second; then the same text chunked (`chunk_documents`) and embedded under its title, as an
+ingest does, by the real offline model (the embedder `quarry serve` builds here, best of
+`--embed-repeats`), so extraction is stated as a share of extraction + chunking + embedding.
+Real PDFs found under `--real-pdf-dir` (default /usr/share/doc; nothing is downloaded) are
+timed the same way, named with their page counts. Writes benchmarks/results/extraction.json.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import argparse
+import os
+import statistics
+import tempfile
+import time
+from dataclasses import dataclass
+from typing import Any, Callable, Sequence
+
+import pypdfium2 as pdfium  # type: ignore[import-untyped]
+
+from benchmarks.common import machine, make_embedder, write_json
+from benchmarks.file_corpus import Fact, FileCorpus, cer, write_file_corpus
+from indexes.chunking import chunk_documents
+from indexes.extract.record import BadFile, Extracted
+from indexes.files import FILE_SUFFIXES, FileKind, extract
+from indexes.snapshot_build import index_text
+from retrieval.types import Document
+
+KINDS: tuple[FileKind, ...] = ("pdf", "docx", "html")
+
+
+@dataclass(frozen=True)
+class Source:
+    """One file as the benchmark holds it: its bytes, read once, and its extraction."""
+
+    path: Path
+    kind: FileKind
+    data: bytes
+    got: Extracted
+
+
+def normal(text: str) -> str:
+    return " ".join(text.split())
+
+
+def best_and_median(fn: Callable[[], Any], repeats: int) -> tuple[float, float]:
+    """Seconds of `fn()`: the best and the median of `repeats` runs."""
+    runs = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        fn()
+        runs.append(time.perf_counter() - t0)
+    return min(runs), statistics.median(runs)
+
+
+# Quality ---------------------------------------------------------------------------------
+
+
+def cer_by_kind(corpora: Sequence[FileCorpus], sources: dict[Path, Source]) -> dict[str, dict[str, float]]:
+    out: dict[str, dict[str, float]] = {}
+    for kind in KINDS:
+        rates = [cer(c.truth[p], sources[p].got.text) for c in corpora for p in c.files if sources[p].kind == kind]
+        out[kind] = {"files": len(rates), "mean": round(statistics.mean(rates), 4), "max": round(max(rates), 4)}
+    return out
+
+
+def stream_order_text(path: Path, page: int | None = None) -> str:
+    """PDFium's text in content-stream order: one page, or every page joined by blank lines."""
+    pdf = pdfium.PdfDocument(path.read_bytes())
+    try:
+        texts = []
+        for index in range(len(pdf)) if page is None else (page - 1,):
+            pdf_page = pdf[index]
+            textpage = pdf_page.get_textpage()
+            texts.append(textpage.get_text_range())
+            textpage.close()
+            pdf_page.close()
+    finally:
+        pdf.close()
+    return "\n\n".join(texts)
+
+
+def without(text: str, lines: Sequence[str]) -> str:
+    for line in lines:
+        text = text.replace(line, "")
+    return text
+
+
+def two_column(corpora: Sequence[FileCorpus], sources: dict[Path, Source]) -> dict[str, Any]:
+    """The two-column page of each seed: CER and the share of its sentences read whole, with
+    the layout rule and in stream order (running header and footer removed from the latter)."""
+    rows: list[dict[str, float]] = []
+    for c in corpora:
+        page, got = c.columns, sources[c.columns.file].got
+        layout = "\n\n".join(got.text[r.start:r.end] for r in got.regions if r.page == page.page)
+        naive = without(stream_order_text(page.file, page.page), c.boilerplate[page.file])
+        sentences = [normal(s) for s in (*page.left, *page.right)]
+        rows.append({"cer_layout": cer(page.text, layout), "cer_stream": cer(page.text, naive),
+                     "whole_layout": sum(s in normal(layout) for s in sentences) / len(sentences),
+                     "whole_stream": sum(s in normal(naive) for s in sentences) / len(sentences)})
+    summary = {key: round(statistics.mean(r[key] for r in rows), 4) for key in rows[0]}
+    summary["cer_stream_min"] = round(min(r["cer_stream"] for r in rows), 4)
+    summary["cer_stream_max"] = round(max(r["cer_stream"] for r in rows), 4)
+    per_seed = [{"seed": seed, "page": c.columns.page, **{k: round(v, 4) for k, v in r.items()}}
+                for seed, (c, r) in enumerate(zip(corpora, rows, strict=True))]
+    return {"pages": len(rows), **summary, "per_seed": per_seed}
+
+
+def stream_order_whole_pdfs(corpora: Sequence[FileCorpus], sources: dict[Path, Source]) -> dict[str, float]:
+    """Context for the layout rule: stream-order CER over whole PDFs, boilerplate removed."""
+    rates = [cer(c.truth[p], without(stream_order_text(p), c.boilerplate[p]))
+             for c in corpora for p in c.files if sources[p].kind == "pdf"]
+    return {"files": len(rates), "mean": round(statistics.mean(rates), 4), "max": round(max(rates), 4)}
+
+
+def _in_expected_region(fact: Fact, got: Extracted) -> bool:
+    sentence = normal(fact.sentence)
+    return any(sentence in normal(got.text[r.start:r.end]) for r in got.regions
+               if (r.page == fact.page if fact.page is not None else r.section == fact.section))
+
+
+def facts_placed(corpora: Sequence[FileCorpus], sources: dict[Path, Source]) -> dict[str, dict[str, Any]]:
+    """Per format: facts, how many sentences are in the text at all, and how many lie inside a
+    region with the fact's page (PDF) or heading path (DOCX, HTML)."""
+    out: dict[str, dict[str, Any]] = {}
+    for kind in KINDS:
+        facts = [f for c in corpora for f in c.facts if sources[f.file].kind == kind]
+        found = sum(normal(f.sentence) in normal(sources[f.file].got.text) for f in facts)
+        placed = sum(_in_expected_region(f, sources[f.file].got) for f in facts)
+        out[kind] = {"facts": len(facts), "found": found, "placed": placed, "placed_share": round(placed / len(facts), 4)}
+    return out
+
+
+def boilerplate_leaks(corpora: Sequence[FileCorpus], sources: dict[Path, Source]) -> dict[str, Any]:
+    checked, leaked = 0, []
+    for c in corpora:
+        for path in c.files:
+            text = normal(sources[path].got.text)
+            for line in c.boilerplate[path]:
+                checked += 1
+                if normal(line) in text:
+                    leaked.append(f"{path.parent.name}/{path.name}: {line}")
+    return {"strings_checked": checked, "found": len(leaked), "leaked": leaked}
+
+
+# Throughput --------------------------------------------------------------------------------
+
+
+def extraction_speed(group: Sequence[Source], repeats: int) -> dict[str, Any]:
+    """Single-thread extraction of every file of one format from bytes, `repeats` passes."""
+    best, median = best_and_median(lambda: [extract(s.data, s.kind) for s in group], repeats)
+    pages = sum(s.got.pages or 0 for s in group)
+    chars = sum(len(s.got.text) for s in group)
+    out = {"files": len(group), "chars": chars, "best_s": round(best, 4), "median_s": round(median, 4),
+           "files_per_s": round(len(group) / best, 1), "chars_per_s": round(chars / best)}
+    if pages:
+        out |= {"pages": pages, "pages_per_s": round(pages / best, 1), "pages_per_s_median": round(pages / median, 1)}
+    return out
+
+
+def documents(group: Sequence[Source]) -> list[Document]:
+    """The extracted files as the documents an ingest would chunk (id, title, text, regions)."""
+    return [Document(id=f"{s.path.parent.name}:{s.path.name}", text=s.got.text, title=s.got.title, regions=s.got.regions)
+            for s in group]
+
+
+def ingest_speed(group: Sequence[Source], embedder: Any, extract_s: float, repeats: int) -> dict[str, Any]:
+    """Chunking and embedding one format's extracted text (each chunk under its document's
+    title, as the ingest embeds it); extraction's share of the three together."""
+    docs = documents(group)
+    chunk_s, _ = best_and_median(lambda: chunk_documents(docs), repeats)
+    chunks = chunk_documents(docs)
+    by_id = {d.id: d for d in docs}
+    texts = [index_text(by_id[c.doc_id], c) for c in chunks]
+    embed_s, embed_median = best_and_median(lambda: embedder.encode(texts), repeats)
+    pages = sum(s.got.pages or 0 for s in group)
+    total = extract_s + chunk_s + embed_s
+    out = {"chunks": len(chunks), "chunk_s": round(chunk_s, 4), "embed_s": round(embed_s, 3),
+           "embed_median_s": round(embed_median, 3), "chunks_per_s": round(len(chunks) / embed_s, 1),
+           "files_per_s": round(len(group) / embed_s, 2), "extraction_share": round(extract_s / total, 4)}
+    if pages:
+        out["pages_per_s"] = round(pages / embed_s, 2)
+    return out
+
+
+def real_pdfs(folder: Path, limit: int) -> list[tuple[Path, bytes, Extracted]]:
+    """Up to `limit` readable PDFs under `folder` (none: an empty list, nothing reported)."""
+    found = []
+    for path in sorted(folder.rglob("*.pdf")) if folder.is_dir() else []:
+        try:
+            data = path.read_bytes()
+            found.append((path, data, extract(data, "pdf")))
+        except (OSError, BadFile):
+            continue
+        if len(found) == limit:
+            break
+    return found
+
+
+def real_pdf_speed(found: Sequence[tuple[Path, bytes, Extracted]], embedder: Any, repeats: int,
+                   embed_repeats: int) -> list[dict[str, Any]]:
+    out = []
+    for path, data, got in found:
+        source = Source(path, "pdf", data, got)
+        speed = extraction_speed([source], repeats)
+        ingest = ingest_speed([source], embedder, speed["best_s"], embed_repeats)
+        out.append({"path": str(path), "pages": got.pages, "chars": len(got.text), "best_s": speed["best_s"],
+                    "pages_per_s": speed["pages_per_s"], "chars_per_s": speed["chars_per_s"],
+                    "chunks": ingest["chunks"], "embed_s": ingest["embed_s"],
+                    "extraction_share": ingest["extraction_share"]})
+    return out
+
+
+# Report ------------------------------------------------------------------------------------
+
+
+def print_report(result: dict[str, Any]) -> None:
+    q, t = result["quality"], result["throughput"]
+    corpus = result["corpus"]
+    print(f"corpus: seeds {corpus['seeds']}, {corpus['files']['pdf']} PDFs ({corpus['pdf_pages']} pages), "
+          f"{corpus['files']['docx']} DOCX, {corpus['files']['html']} HTML")
+    print("\nformat   CER mean   CER max   facts placed     extract files/s  pages/s   chars/s     "
+          "embed chunks/s  pages/s  extraction share")
+    for kind in KINDS:
+        c, f, e, i = q["cer"][kind], q["facts"][kind], t["extraction"][kind], t["ingest"][kind]
+        pages = f"{e['pages_per_s']:>8}" if "pages_per_s" in e else f"{'':>8}"
+        embed_pages = f"{i['pages_per_s']:>8}" if "pages_per_s" in i else f"{'':>8}"
+        print(f"{kind:<6} {c['mean']:>10.4f} {c['max']:>9.4f}   {f['placed']:>4}/{f['facts']:<4} "
+              f"{e['files_per_s']:>20} {pages} {e['chars_per_s']:>10}   {i['chunks_per_s']:>14} {embed_pages}"
+              f"   {i['extraction_share']:>8.1%}")
+    col = q["two_column"]
+    print(f"\ntwo-column page ({col['pages']} seeds): CER {col['cer_layout']:.4f} with the layout rule, "
+          f"{col['cer_stream']:.4f} in stream order ({col['cer_stream_min']:.3f}-{col['cer_stream_max']:.3f}); "
+          f"sentences read whole {col['whole_layout']:.0%} vs {col['whole_stream']:.0%}")
+    whole = q["stream_order_whole_pdfs"]
+    print(f"stream order over whole PDFs (boilerplate removed): CER mean {whole['mean']:.4f}, max {whole['max']:.4f}")
+    b = q["boilerplate"]
+    print(f"boilerplate strings in extracted text: {b['found']} of {b['strings_checked']} checked")
+    for r in t["real_pdfs"]:
+        print(f"real PDF {r['path']} ({r['pages']} pages, {r['chars']} chars): {r['pages_per_s']} pages/s, "
+              f"{r['chars_per_s']} chars/s; {r['chunks']} chunks embedded in {r['embed_s']} s, "
+              f"extraction {r['extraction_share']:.1%} of the three")
+    print(f"load average (1 min) during the run: {', '.join(f'{x:.2f}' for x in result['machine']['loadavg_1m'])}")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--seeds", type=int, default=5, help="corpora generated (seeds 0..N-1); each has one two-column page")
+    ap.add_argument("--docs", type=int, default=4, help="PDFs, DOCX files and HTML pages per seed (a PDF has 3-4 pages)")
+    ap.add_argument("--repeats", type=int, default=5, help="extraction passes timed (best and median reported)")
+    ap.add_argument("--embed-repeats", type=int, default=2, help="chunking and embedding passes timed (best reported)")
+    ap.add_argument("--real-pdf-dir", type=Path, default=Path("/usr/share/doc"), help="where to look for real PDFs")
+    ap.add_argument("--real-pdfs", type=int, default=2, help="at most this many real PDFs timed")
+    args = ap.parse_args()
+    load = [os.getloadavg()[0]]
+
+    with tempfile.TemporaryDirectory() as tmp:
+        corpora = [write_file_corpus(Path(tmp) / f"seed-{seed}", seed, args.docs) for seed in range(args.seeds)]
+        sources = {}
+        for c in corpora:
+            for path in c.files:
+                data = path.read_bytes()
+                kind = FILE_SUFFIXES[path.suffix]
+                sources[path] = Source(path, kind, data, extract(data, kind))
+        quality = {"cer": cer_by_kind(corpora, sources), "two_column": two_column(corpora, sources),
+                   "stream_order_whole_pdfs": stream_order_whole_pdfs(corpora, sources),
+                   "facts": facts_placed(corpora, sources), "boilerplate": boilerplate_leaks(corpora, sources)}
+    groups = {kind: [s for s in sources.values() if s.kind == kind] for kind in KINDS}
+    load.append(os.getloadavg()[0])
+
+    speed = {kind: extraction_speed(groups[kind], args.repeats) for kind in KINDS}
+    load.append(os.getloadavg()[0])
+    embedder = make_embedder()
+    embedder.encode(["warm-up: the model loads and runs once before it is timed"] * 8)
+    ingest = {kind: ingest_speed(groups[kind], embedder, speed[kind]["best_s"], args.embed_repeats) for kind in KINDS}
+    load.append(os.getloadavg()[0])
+    real = real_pdf_speed(real_pdfs(args.real_pdf_dir, args.real_pdfs), embedder, args.repeats, args.embed_repeats)
+    load.append(os.getloadavg()[0])
+
+    import torch
+
+    result = {
+        "command": "benchmarks/extraction.py " + " ".join(sys.argv[1:]),
+        "corpus": {"seeds": args.seeds, "docs_per_seed": args.docs, "files": {k: len(g) for k, g in groups.items()},
+                   "pdf_pages": sum(s.got.pages or 0 for s in groups["pdf"])},
+        "quality": quality,
+        "throughput": {"repeats": args.repeats, "embed_repeats": args.embed_repeats, "extraction": speed,
+                       "ingest": ingest, "real_pdfs": real},
+        "machine": {**machine(), "torch_threads": torch.get_num_threads(), "embedder": embedder.model_id,
+                    "loadavg_1m": [round(x, 2) for x in load]},
+    }
+    print_report(result)
+    write_json("extraction", result)
+
+
+if __name__ == "__main__":
+    main()
