@@ -38,7 +38,7 @@ def test_a_passage_never_crosses_a_page_or_section_and_names_its_region():
     pages = ["Alpha line one. " * 30, "Beta line two. " * 30, "Gamma three."]
     text = "\n\n".join(pages)
     starts = [0, len(pages[0]) + 2, len(pages[0]) + len(pages[1]) + 4]
-    regions = tuple(Region(s, s + len(p), page=i + 1) for i, (s, p) in enumerate(zip(starts, pages)))
+    regions = tuple(Region(s, s + len(p), page=i + 1) for i, (s, p) in enumerate(zip(starts, pages, strict=True)))
     doc = Document(id="d", text=text, regions=regions)
     spans = document_spans(doc, max_chars=200)
     for s, e in spans:

@@ -284,3 +284,16 @@ def test_html_wrappers_named_like_boilerplate_keep_the_page_they_hold():
     page = (b"<html><body class='has-sidebar'><form id='aspnetForm'><div class='page-with-menu'><h1>Pumps</h1>"
             b"<p>The page body sits inside one form, as ASP.NET pages do.</p></div></form></body></html>")
     assert extract_html(page).text == "Pumps\n\nThe page body sits inside one form, as ASP.NET pages do."
+
+
+def test_a_page_nested_past_any_real_one_is_refused_before_it_is_parsed():
+    from indexes.extract.html_text import MAX_DEPTH, nesting_bound
+
+    n = MAX_DEPTH + 10
+    deep = ("<html><body>" + "<div>" * n + "text" + "</div>" * n + "<p>Body.</p></body></html>").encode()
+    with pytest.raises(BadFile) as err:
+        extract_html(deep)
+    assert err.value.reason == "too_large" and "nested" in err.value.message
+    sloppy = "<html><body>" + "<p>para<li>item<td>cell<br>" * 5000 + "</body></html>"
+    assert nesting_bound(sloppy) < 5  # elements a parser closes by itself are not depth
+    assert extract_html(sloppy.encode()).text
