@@ -35,13 +35,13 @@ import numpy as np
 from sklearn.metrics import roc_auc_score
 
 from benchmarks.common import DATASETS, write_json
-from indexes import answer_data as data
 from indexes.answer_model import AnswerModel
 from indexes.embedder import Embedder
 from retrieval.answer_level import AnswerScores
 from retrieval.grader import GraderConfig
 from routes.answer_policy import ModelScorer
 from routes.tuning import answer_examples
+from training import answer_data as data
 
 
 def _auc(pos: list[float], neg: list[float]) -> float:

@@ -1,7 +1,7 @@
 """Answer-level scores: P(this passage answers the question) from a small cross-encoder.
 
 The model is all-MiniLM-L6-v2's transformer fine-tuned as a cross-encoder on SQuAD 2.0
-(`indexes/answer_train.py`; recipe, data, licenses and held-out figures in
+(`training/answer_train.py`; recipe, data, licenses and held-out figures in
 `indexes/models/answer-minilm-l6/MODEL_CARD.md`), exported to ONNX and quantized to int8.
 It runs on onnxruntime with the `tokenizers` library: no PyTorch at query time, nothing
 downloaded. Loading checks the weights against the folder's SHA256SUMS, so a partial copy

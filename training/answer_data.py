@@ -1,4 +1,4 @@
-"""Training and held-out pairs for the answer model (see indexes/answer_train.py).
+"""Training and held-out pairs for the answer model (see training/answer_train.py).
 
 Everything here is a pure function of the dataset files and a seed, so a run rebuilt on
 resume gets the same pairs in the same order (the checkpoint stores a digest to prove it).

@@ -1,4 +1,4 @@
-"""From trained PyTorch weights to the shipped answer-model folder (indexes/answer_train.py).
+"""From trained PyTorch weights to the shipped answer-model folder (training/answer_train.py).
 
 ONNX export with dynamic batch and sequence axes, a check against PyTorch, int8 dynamic
 quantization, the tokenizer and config files `AnswerModel.load` reads, SHA256SUMS, and the
@@ -16,9 +16,9 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from indexes.answer_data import Pair
 from indexes.answer_model import (CHECKED_FILES, CONFIG_FILE, INPUT_NAMES, MODEL_FILE, SUMS_FILE, AnswerModel,
                                   encode_pairs, pad_batch)
+from training.answer_data import Pair
 
 MODEL_ID = "quarry-answer-minilm-l6"
 TOKENIZER_FILES = ("vocab.txt", "tokenizer_config.json", "special_tokens_map.json")

