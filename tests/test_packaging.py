@@ -47,5 +47,6 @@ def test_wheel_holds_only_the_serving_packages(wheel_names: list[str]) -> None:
 
 def test_wheel_holds_the_answer_model_and_its_loader(wheel_names: list[str]) -> None:
     assert "indexes/answer_model.py" in wheel_names
+    assert {"indexes/extract/pdf_text.py", "indexes/extract/docx_text.py", "indexes/extract/html_text.py"} <= set(wheel_names)
     assert "indexes/models/answer-minilm-l6/model.int8.onnx" in wheel_names
     assert "indexes/models/answer-minilm-l6/SHA256SUMS" in wheel_names
