@@ -23,7 +23,8 @@ configure_process()
 
 def build_or_reuse(name: str, sources: list[Path], embedder, rebuild: bool = False, **options: Any) -> tuple[Path, dict]:
     """Build the benchmark index once (or again with rebuild=True); returns (index dir, manifest)."""
-    from indexes.snapshot import FORMAT_VERSION, BuildOptions, build_snapshot, current_snapshot_path, read_manifest
+    from indexes.snapshot_build import BuildOptions, build_snapshot
+    from indexes.snapshot_load import FORMAT_VERSION, current_snapshot_path, read_manifest
 
     index = CACHE / name
     if not rebuild:

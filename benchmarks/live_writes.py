@@ -29,7 +29,7 @@ from benchmarks.common import CACHE, DATASETS, build_or_reuse, machine, make_emb
 from indexes.beir import load_qrels, load_queries
 from indexes.corpus import make_document
 from indexes.live import Delete, Put, SetAcl, live_documents
-from indexes.snapshot import BuildOptions, build_snapshot
+from indexes.snapshot_build import BuildOptions, build_snapshot
 from retrieval.metrics import doc_ranking, mean, ndcg_at_k, percentile
 from retrieval.search import search
 from retrieval.types import Filters, Principal

@@ -31,7 +31,7 @@ from benchmarks.common import CACHE, DATASETS, ROOT, build_or_reuse, machine, ma
 from indexes.beir import load_qrels, load_queries
 from indexes.corpus import load_documents
 from indexes.embedder import Embedder
-from indexes.snapshot import BuildOptions, build_snapshot
+from indexes.snapshot_build import BuildOptions, build_snapshot
 from retrieval.metrics import all_found, doc_ranking, mean, ndcg_at_k, percentile
 from retrieval.types import Filters, Principal
 from benchmarks.domains import PREVIOUS

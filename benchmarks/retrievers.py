@@ -85,8 +85,8 @@ def scale_run(embedder, n_chunks: int = 100_000) -> dict:
     """Latency at 100k chunks. BM25 indexes synthetic 60-token passages drawn from SciFact's
     vocabulary; the FAISS index holds random unit vectors (search cost does not depend on the
     values), while queries are embedded by the real model. ACL masks are applied as in serving."""
-    from indexes.bm25 import Bm25Index
-    from indexes.dense import DenseIndex
+    from indexes.bm25_index import Bm25Index
+    from indexes.dense_index import DenseIndex
     from retrieval.access import ChunkTable
     from retrieval.retrievers.bm25 import Bm25Retriever
     from retrieval.retrievers.dense import DenseRetriever

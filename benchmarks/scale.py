@@ -100,7 +100,7 @@ def reference_vectors(root: Path, index: Path, encoder: Any, n: int, kind: str) 
     """Exact float vectors of the index's rows, in row order, for recall: the stand-in encodes
     again (cheap); a real-model build's are the ones its Recorder kept, saved beside it."""
     from indexes.catalog import Catalog
-    from indexes.snapshot import current_snapshot_path
+    from indexes.snapshot_load import current_snapshot_path
 
     saved = root / "reference.npy"
     if saved.exists():
@@ -132,7 +132,8 @@ def reference_vectors(root: Path, index: Path, encoder: Any, n: int, kind: str) 
 
 def build(n: int, rebuild: bool, encoder: Any, kind: str = "zipf",
           graph_from: int | None = None, encoder_name: str = "standin") -> tuple[Path, dict]:
-    from indexes.snapshot import BuildOptions, build_snapshot, current_snapshot_path, read_manifest
+    from indexes.snapshot_build import BuildOptions, build_snapshot
+    from indexes.snapshot_load import current_snapshot_path, read_manifest
 
     root = root_of(n, kind, encoder_name)
     corpus, index = root / "docs.jsonl", root / "index"
@@ -162,10 +163,10 @@ def build(n: int, rebuild: bool, encoder: Any, kind: str = "zipf",
 
 def memory_by_structure(index: Path, principals: dict[str, Principal]) -> dict[str, float]:
     """RSS growth (MB) while each structure loads, in order, in this process."""
-    from indexes.bm25 import Bm25Index
+    from indexes.bm25_index import Bm25Index
     from indexes.catalog import Catalog
-    from indexes.dense import DenseIndex
-    from indexes.snapshot import current_snapshot_path
+    from indexes.dense_index import DenseIndex
+    from indexes.snapshot_load import current_snapshot_path
     from retrieval.entities import EntityIndex
 
     path = current_snapshot_path(index)

@@ -24,12 +24,12 @@ import json
 
 import numpy as np
 
-import indexes.dense as dense_module
+import indexes.dense_index as dense_module
 from benchmarks.common import RESULTS, timed
 from benchmarks.scale import ENCODERS, PRINCIPALS, exact_top, make_encoder, queries, reference_vectors, root_of
 from benchmarks.scale_corpus import KINDS
-from indexes.dense import DenseIndex
-from indexes.snapshot import current_snapshot_path
+from indexes.dense_index import DenseIndex
+from indexes.snapshot_load import current_snapshot_path
 from retrieval.metrics import percentile
 from retrieval.types import Filters
 

@@ -37,13 +37,13 @@ import sys
 sys.path.insert(0, sys.argv[1])
 from pathlib import Path
 from benchmarks.scale_corpus import StandInEncoder
-from indexes.snapshot import BuildOptions, build_snapshot
+from indexes.snapshot_build import BuildOptions, build_snapshot
 build_snapshot([Path(sys.argv[2])], Path(sys.argv[3]), StandInEncoder(), BuildOptions(embed_batch=4096))
 """
 
 
 def ingest(corpus: Path, index: Path) -> tuple[dict, float]:
-    from indexes.snapshot import BuildOptions, build_snapshot
+    from indexes.snapshot_build import BuildOptions, build_snapshot
 
     peak_rss_mb(reset=True)
     t0 = time.perf_counter()
@@ -54,9 +54,9 @@ def ingest(corpus: Path, index: Path) -> tuple[dict, float]:
 
 def main() -> None:
     from indexes.catalog import Catalog
-    from indexes.dense import DenseIndex
+    from indexes.dense_index import DenseIndex
     from indexes.embed_journal import JOURNAL_DIR
-    from indexes.snapshot import current_snapshot_path
+    from indexes.snapshot_load import current_snapshot_path
 
     ap = argparse.ArgumentParser()
     ap.add_argument("--chunks", type=int, default=100_000)

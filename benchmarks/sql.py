@@ -20,7 +20,8 @@ from datetime import date
 from benchmarks.common import CACHE, ROOT, machine, make_embedder, write_json
 from indexes.catalog import Catalog
 from indexes.sql_runner import SqlRunner
-from indexes.snapshot import build_snapshot, current_snapshot_path
+from indexes.snapshot_build import build_snapshot
+from indexes.snapshot_load import current_snapshot_path
 from retrieval.metrics import percentile
 from retrieval.retrievers.sql import SqlRetriever, compare_rows
 from retrieval.sql.meaning import ColumnMeaning

@@ -41,7 +41,8 @@ import httpx
 from benchmarks.common import CACHE, ROOT, machine, make_embedder, write_json
 from benchmarks.hostile_sql import Peak, Schema, hostile_statements, rss_mb
 from indexes.catalog import Catalog
-from indexes.snapshot import build_snapshot, current_snapshot_path
+from indexes.snapshot_build import build_snapshot
+from indexes.snapshot_load import current_snapshot_path
 from indexes.sql_runner import SqlRunner
 from retrieval.errors import RetrievalError
 from retrieval.retrievers.sql import SqlLimits, SqlRetriever

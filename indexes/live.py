@@ -31,11 +31,11 @@ from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
-from indexes.bm25 import Bm25Index, Bm25Params
+from indexes.bm25_index import Bm25Index, Bm25Params
 from indexes.catalog import Catalog, parse_regions, regions_json
 from indexes.chunking import DEFAULT_MAX_CHARS, chunk_documents
 from indexes.corpus import ADMIN_ONLY, make_document
-from indexes.dense import DenseIndex
+from indexes.dense_index import DenseIndex
 from indexes.segments import LiveCatalog, SegmentedBm25, SegmentedDense, view_chunks
 from indexes.snapshot_build import embed_key, index_text
 from indexes.snapshot_load import Snapshot
@@ -315,7 +315,8 @@ def compact(index_dir: Path, embedder: Any, progress: Any = None, through: int |
     running on the old snapshot until they reload (`serve` follows CURRENT). The log's writer
     then drops the folded records (`Writer.compact`); a reader that opened the old base just
     before finds the log folded past it (`Superseded`) and opens CURRENT again."""
-    from indexes.snapshot import BuildOptions, compact_snapshot, load_snapshot
+    from indexes.snapshot_build import BuildOptions, compact_snapshot
+    from indexes.snapshot_load import load_snapshot
 
     base = load_snapshot(index_dir, embedder, verify_hashes=False)
     try:

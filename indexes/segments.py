@@ -25,9 +25,9 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from indexes.bm25 import Bm25Index, CollectionStats
+from indexes.bm25_index import Bm25Index, CollectionStats
 from indexes.catalog import Catalog
-from indexes.dense import DenseIndex
+from indexes.dense_index import DenseIndex
 from retrieval.access import ChunkTable, top_k
 from retrieval.types import Document
 

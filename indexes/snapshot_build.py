@@ -33,11 +33,11 @@ from typing import Any, Callable, Iterable, Iterator, Sequence
 import numpy as np
 
 from indexes.answer_model import shipped_identity
-from indexes.bm25 import Bm25Builder, Bm25Params
+from indexes.bm25_index import Bm25Builder, Bm25Params
 from indexes.catalog import Catalog, CatalogWriter, chunk_texts
 from indexes.chunking import DEFAULT_MAX_CHARS, chunk_documents
 from indexes.corpus import ADMIN_ONLY, LoadedDocument, discover, iter_documents
-from indexes.dense import DenseIndex
+from indexes.dense_index import DenseIndex
 from indexes.embed_journal import EmbedJournal
 from indexes.embedder import Embedder
 from indexes.files import SIDECAR_SUFFIX, FileReader, config_files
@@ -66,7 +66,7 @@ class BuildOptions:
     reuse_from: Path | None = None  # another index directory to reuse vectors from (default: this one)
     answer_model: Path | None = None  # the answer model served beside this index (default: the shipped one)
     dense_graph_from: int | None = 200_000  # chunks from which the dense index has HNSW graphs (None: never)
-    dense_whole_graph: bool = True  # with two or more class graphs, one more over all their rows (indexes/dense.py)
+    dense_whole_graph: bool = True  # with two or more class graphs, one more over all their rows (indexes/dense_index.py)
     embed_batch: int = 4096  # texts per embedding batch; each finished batch is journaled (indexes/embed_journal.py)
     skip_bad_files: bool = False  # a bad PDF, DOCX or HTML file is left out and listed, instead of stopping the ingest
     document_batch: int = 32_768  # documents an ingest holds in memory at a time (at most BATCH_CHARS of text)

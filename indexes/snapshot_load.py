@@ -2,8 +2,16 @@
 hashes, then the catalog and in-memory indexes. A snapshot this code or the configured
 embedding model cannot serve correctly is refused with a clear message, never loaded.
 
-A loaded snapshot holds a serving lease (indexes/snapshot_lease.py) until it is closed, so
-no ingest deletes it while this process may still read it.
+Layout of an index directory:
+
+    DIR/CURRENT                  name of the snapshot being served (replaced atomically)
+    DIR/snapshots/<name>/        manifest.json, catalog.duckdb, bm25/, dense.faiss, .serving.lock
+    DIR/snapshots/.building-*/   a build in progress (never loaded; removed by the next build)
+    DIR/snapshots/.pruning-*/    a snapshot being removed (a killed prune's is removed by the next build)
+
+A build (indexes/snapshot_build.py) writes this layout; this module reads it. A loaded
+snapshot holds a serving lease (indexes/snapshot_lease.py) until it is closed, so no ingest
+deletes it while this process may still read it.
 """
 
 from __future__ import annotations
@@ -13,9 +21,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Sequence
 
-from indexes.bm25 import Bm25Index
+from indexes.bm25_index import Bm25Index
 from indexes.catalog import Catalog
-from indexes.dense import DenseIndex
+from indexes.dense_index import DenseIndex
 from indexes.embedder import Embedder
 from indexes.snapshot_lease import SnapshotLease, acquire
 from indexes.tables import file_digest

@@ -1,6 +1,6 @@
 """Light, dependency-free text normalisation for the pure core (grader, rewrites, router).
 
-The BM25 index has its own stemming tokenizer (indexes/bm25.py); this one only needs to be
+The BM25 index has its own stemming tokenizer (indexes/bm25_index.py); this one only needs to be
 stable so that term coverage and query normalisation are comparable across attempts.
 """
 

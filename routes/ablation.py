@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Sequence
 
 from indexes.embedder import Embedder
-from indexes.snapshot import BuildOptions, Progress, build_snapshot
+from indexes.snapshot_build import BuildOptions, Progress, build_snapshot
 from retrieval.evaluate import Label
 from retrieval.metrics import mean
 from routes.engine import Engine

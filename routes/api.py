@@ -15,6 +15,7 @@ from fastapi.responses import JSONResponse
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from starlette.concurrency import run_in_threadpool
 
+from quarry_client.models import Answer, DocumentOut, SearchOut, SqlOut, ToolCallOut
 from retrieval.answer import document_json, hit_json, hits_json, result_json
 from retrieval.errors import NotFound
 from retrieval.limits import check_query
@@ -23,8 +24,7 @@ from retrieval.sql.translate import Decline
 from retrieval.types import Filters
 from routes.audit import answer_fields, tool_fields
 from routes.auth import Caller, caller_from_header, require_scope
-from routes.schemas import (Answer, DocumentOut, RequestModels, SearchOut, SqlOut, ToolCallIn, ToolCallOut,
-                            error_responses)
+from routes.schemas import RequestModels, ToolCallIn, error_responses
 
 ERRORS = error_responses(400, 401, 403, 413, 422, 429, 503)
 # Declares the bearer scheme in OpenAPI (so /docs can send a key); the check itself is

@@ -24,6 +24,7 @@ from fastapi.responses import PlainTextResponse
 from starlette.concurrency import run_in_threadpool
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from quarry_client.models import ErrorOut
 from retrieval.errors import PayloadTooLarge, RetrievalError, RetrievalUnavailable
 from retrieval.types import Filters, Principal
 from starlette.routing import Route
@@ -35,13 +36,13 @@ from routes.docs import install_docs
 from routes.auth import Caller, Gate, caller_from_header, require_scope
 from routes.engine import Engine, open_engine
 from routes.generations import Generations
-from routes.errors import error_code, install_error_handlers
+from routes.error_handlers import error_code, install_error_handlers
 from routes.keys import KeyStore
-from routes.metrics import Metrics
+from routes.prometheus import Metrics
 from routes.console import ConsoleHeaders, install_console
 from routes.reload import Reloader, serves_from
 from routes.write_api import build_write_router
-from routes.schemas import ErrorOut, error_responses, request_models
+from routes.schemas import error_responses, request_models
 from routes.settings import Settings
 from routes.tools import Toolset
 

@@ -8,7 +8,8 @@ from pathlib import Path
 
 from indexes.beir import load_corpus_ids, load_qrels, load_queries
 from indexes.embedder import Embedder
-from indexes.snapshot import BuildOptions, Progress, build_snapshot, current_snapshot_path
+from indexes.snapshot_build import BuildOptions, Progress, build_snapshot
+from indexes.snapshot_load import current_snapshot_path
 from retrieval.errors import SnapshotError
 from retrieval.evaluate import Label
 from retrieval.types import Principal

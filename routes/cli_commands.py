@@ -20,7 +20,7 @@ from routes.cli_common import _emit, _filters, _index, _principal, _progress_bar
 
 
 def cmd_ingest(args: argparse.Namespace, settings: Settings) -> int:
-    from indexes.snapshot import build_snapshot
+    from indexes.snapshot_build import build_snapshot
 
     acl = default_acl(settings.default_acl)
     meanings: dict[tuple[str, ...], str] = {("public",): " (everyone)", ("group:admin",): " (admins only)"}

@@ -25,7 +25,7 @@ def _eval_target(args: argparse.Namespace, settings: Settings, progress: Callabl
     --cache; a labels file needs an existing index. The engine, its limits and the default date
     follow the settings, and a --k over max_k is refused before any question runs."""
     from indexes.beir import is_beir_dir
-    from indexes.snapshot import current_snapshot_path
+    from indexes.snapshot_load import current_snapshot_path
     from retrieval.errors import SnapshotError
     from routes.engine import open_engine
     from routes.evaluation import beir_index, beir_labels, ensure_beir_index, load_label_file

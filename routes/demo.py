@@ -14,7 +14,8 @@ import sys
 from pathlib import Path
 
 from indexes.embedder import Embedder
-from indexes.snapshot import BuildOptions, build_snapshot, corpus_digest, current_snapshot_path, read_manifest
+from indexes.snapshot_build import BuildOptions, build_snapshot, corpus_digest
+from indexes.snapshot_load import current_snapshot_path, read_manifest
 from retrieval.errors import ServerFault, SnapshotError
 from routes.keys import KeyStore
 from routes.settings import Settings

@@ -14,7 +14,7 @@ from typing import Callable
 from indexes.sql_runner import SqlRunner
 from indexes.embedder import Embedder
 from indexes.live import LiveState, Superseded, live_view, replay
-from indexes.snapshot import Snapshot, load_snapshot
+from indexes.snapshot_load import Snapshot, load_snapshot
 from retrieval.answer_level import AnswerConfig, AnswerScores, RerankConfig
 from retrieval.calls import CallPool
 from retrieval.entities import EntityIndex

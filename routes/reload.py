@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from indexes.live import wal_path
-from indexes.snapshot import current_snapshot_path
+from indexes.snapshot_load import current_snapshot_path
 from indexes.wal import log_end
 from retrieval.errors import SnapshotError
 from routes.engine import Engine, open_engine

@@ -1,8 +1,9 @@
-"""Request and response models of the HTTP API (and the OpenAPI document at /docs).
+"""Request models of the HTTP API (and the OpenAPI document at /docs), and its error entries.
 
 Requests are strict: unknown fields are rejected, a boolean is not an integer, strings and
 lists are bounded. Responses describe the answer shape shared with MCP and the CLI; they are
-defined once, in the client distribution (`client/quarry_client/models.py`), and imported here.
+defined once, in the client distribution (`client/quarry_client/models.py`), and the routes
+import them from there.
 """
 
 from __future__ import annotations
@@ -13,8 +14,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StrictInt, StrictStr, model_validator
 
-from quarry_client.models import (Answer, ContextItem, DocumentOut, ErrorDetail, ErrorOut, Gap, Offsets, RouteOut, Rows,
-                                  SearchOut, SqlOut, ToolCallOut, ToolErrorOut, WriteOut, WrittenDocument)
+from quarry_client.models import ErrorOut
 from retrieval.limits import Limits
 from retrieval.registry import SEARCH_ROUTES
 from retrieval.sql.guard import MAX_SQL_CHARS
@@ -179,8 +179,3 @@ class ToolCallIn(Strict):
     call_id: StrictStr = Field(min_length=1, max_length=200, description="echoed back in the answer")
     name: StrictStr = Field(min_length=1, max_length=100)
     arguments: dict[str, Any] | StrictStr | None = Field(default=None, description="a JSON object, or a JSON string of one")
-
-
-__all__ = ["AclIn", "Answer", "ContextItem", "DocumentIn", "DocumentOut", "ErrorDetail", "ErrorOut", "Gap", "Offsets",
-           "RequestModels", "RouteOut", "Rows", "SearchOut", "SqlOut", "Strict", "ToolCallIn", "ToolCallOut", "ToolErrorOut",
-           "WriteOut", "WrittenDocument", "batch_model", "error_responses", "request_models"]

@@ -326,8 +326,8 @@ class Settings(BaseSettings):
 
     def build_options(self, default_acl: tuple[str, ...]) -> Any:
         """`quarry ingest`'s options; `default_acl` is the checked ACL (see routes/cli.py)."""
-        from indexes.bm25 import Bm25Params
-        from indexes.snapshot import BuildOptions
+        from indexes.bm25_index import Bm25Params
+        from indexes.snapshot_build import BuildOptions
 
         bm25 = Bm25Params(method=self.bm25_method, k1=self.bm25_k1, b=self.bm25_b, stem=self.bm25_stem,
                           stopwords=self.bm25_stopwords)

@@ -27,11 +27,12 @@ from indexes.corpus import make_document
 from indexes.extract.record import BadFile
 from indexes.files import CONTENT_TYPES, FileKind, extract, merge_fields
 from indexes.live import Change, Delete, Put, SetAcl, options_of
+from quarry_client.models import WriteOut
 from retrieval.errors import Conflict, Forbidden, InvalidRequest
 from retrieval.types import check_acl, check_doc_id
 from routes.api import _body, current_caller
 from routes.auth import Caller
-from routes.schemas import AclIn, DocumentIn, WriteOut, batch_model, error_responses
+from routes.schemas import AclIn, DocumentIn, batch_model, error_responses
 
 ERRORS = error_responses(400, 401, 403, 404, 409, 413, 422, 429, 503)
 IDEMPOTENCY_HEADER = "idempotency-key"

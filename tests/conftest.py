@@ -118,7 +118,7 @@ def embedder():
 
 @pytest.fixture(scope="session")
 def mini_index(tmp_path_factory, embedder) -> Path:
-    from indexes.snapshot import build_snapshot
+    from indexes.snapshot_build import build_snapshot
 
     index = tmp_path_factory.mktemp("mini-index")
     build_snapshot([MINI], index, embedder)
@@ -138,7 +138,7 @@ def engine(mini_index, embedder):
 def trial_engine(tmp_path_factory, embedder):
     from datetime import date
 
-    from indexes.snapshot import build_snapshot
+    from indexes.snapshot_build import build_snapshot
     from routes.engine import open_engine
 
     index = tmp_path_factory.mktemp("trial-index")
@@ -151,7 +151,7 @@ def trial_engine(tmp_path_factory, embedder):
 @pytest.fixture(scope="session")
 def tables_index(tmp_path_factory, embedder) -> Path:
     """A snapshot of the demo tables alone (no documents, so nothing to embed)."""
-    from indexes.snapshot import build_snapshot
+    from indexes.snapshot_build import build_snapshot
 
     index = tmp_path_factory.mktemp("tables-index")
     build_snapshot([DEMO / "tables"], index, embedder)
@@ -162,7 +162,7 @@ def tables_index(tmp_path_factory, embedder) -> Path:
 def sql_retriever(tables_index):
     from indexes.catalog import Catalog
     from indexes.sql_runner import SqlRunner
-    from indexes.snapshot import current_snapshot_path
+    from indexes.snapshot_load import current_snapshot_path
     from retrieval.retrievers.sql import SqlLimits, SqlRetriever
 
     catalog = Catalog(current_snapshot_path(tables_index) / "catalog.duckdb")
@@ -174,7 +174,7 @@ def sql_retriever(tables_index):
 
 @pytest.fixture(scope="session")
 def demo_index(tmp_path_factory, embedder) -> Path:
-    from indexes.snapshot import build_snapshot
+    from indexes.snapshot_build import build_snapshot
 
     index = tmp_path_factory.mktemp("demo-index")
     build_snapshot([DEMO / "docs", DEMO / "tables"], index, embedder)

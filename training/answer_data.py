@@ -335,7 +335,7 @@ def _bm25_other_article(squad: Squad, questions: Sequence[Question], paras: Sequ
                         rng: random.Random | None, per_question: int, top: int) -> list[Pair]:
     """`per_question` of the `top` best BM25 paragraphs from other articles (at random with
     `rng`, else the best ones)."""
-    from indexes.bm25 import Bm25Index
+    from indexes.bm25_index import Bm25Index
 
     index = Bm25Index.build([p.text for p in paras])
     titles = np.array([p.title for p in paras], dtype=object)
@@ -356,7 +356,7 @@ def _bm25_other_article(squad: Squad, questions: Sequence[Question], paras: Sequ
 
 def _scifact(claims: dict[str, str], docs: dict[str, str], qrels: dict[str, list[str]], rng: random.Random | None,
              negatives: int, top: int) -> tuple[list[Pair], list[Pair]]:
-    from indexes.bm25 import Bm25Index
+    from indexes.bm25_index import Bm25Index
 
     ids = sorted(docs)
     index = Bm25Index.build([docs[d] for d in ids])

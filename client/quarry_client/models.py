@@ -1,9 +1,9 @@
 """The wire models of Quarry's HTTP API: what the server answers, defined once here.
 
-The server (`routes/schemas.py`) imports these for its responses and OpenAPI document, and
-the client parses answers with them, so both sides read one definition. Requests are built by
-the client as plain JSON; the server validates them with its own bounded models (their
-bounds are the server's limits, which a client cannot know in advance).
+The server's routes import these for their responses and OpenAPI document, and the client
+parses answers with them, so both sides read one definition. Requests are built by the client
+as plain JSON; the server validates them with its own bounded models (`routes/schemas.py`:
+their bounds are the server's limits, which a client cannot know in advance).
 """
 
 from __future__ import annotations

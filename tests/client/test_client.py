@@ -22,7 +22,7 @@ FINANCE_DOC = "note-finance-q3-2025-budget"
 
 @pytest.fixture(scope="module")
 def writable(tmp_path_factory, embedder):
-    from indexes.snapshot import build_snapshot
+    from indexes.snapshot_build import build_snapshot
     from routes.app import create_app
     from routes.keys import KeyStore
     from routes.settings import Settings

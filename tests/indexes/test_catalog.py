@@ -10,7 +10,7 @@ import pytest
 
 from indexes.catalog import Catalog
 from indexes.sql_runner import SqlRunner
-from indexes.snapshot import current_snapshot_path
+from indexes.snapshot_load import current_snapshot_path
 from retrieval.errors import RetrievalUnavailable, SqlRejected
 
 

@@ -14,7 +14,8 @@ import pytest
 
 from benchmarks.file_corpus import write_bad_files, write_file_corpus
 from indexes.catalog import Catalog
-from indexes.snapshot import BuildOptions, build_snapshot, current_snapshot_path
+from indexes.snapshot_build import BuildOptions, build_snapshot
+from indexes.snapshot_load import current_snapshot_path
 from retrieval.errors import IngestError
 from retrieval.search import search
 from retrieval.types import NO_FILTERS, Principal

@@ -8,7 +8,7 @@ import random
 import numpy as np
 import pytest
 
-from indexes.bm25 import Bm25Index, Bm25Params
+from indexes.bm25_index import Bm25Index, Bm25Params
 from indexes.segments import SegmentedBm25
 
 WORDS = ["pump", "valve", "seal", "torque", "gasket", "flange", "rotor", "stator", "bearing", "coupling",

@@ -14,7 +14,8 @@ from typing import Callable
 import numpy as np
 import pytest
 
-from indexes.snapshot import build_snapshot, current_snapshot_path, load_snapshot
+from indexes.snapshot_build import build_snapshot
+from indexes.snapshot_load import current_snapshot_path, load_snapshot
 from retrieval.errors import IngestError, SnapshotError
 from routes.engine import open_engine
 from retrieval.search import search
@@ -154,7 +155,7 @@ def test_an_ingest_killed_while_embedding_resumes_after_its_last_finished_batch(
     journaled batches are taken, only the rest is embedded, every vector equals what the
     model gives for its text, and publishing removes the journal."""
     from indexes.embed_journal import JOURNAL_DIR
-    from indexes.snapshot import BuildOptions
+    from indexes.snapshot_build import BuildOptions
 
     big = tmp_path / "big.jsonl"
     texts = [f"Resumable passage {i} on berths, cranes and tide tables, gate {i * 13}." for i in range(1500)]
@@ -181,7 +182,7 @@ def _garbage_vectors(index: Path) -> None:
     """Overwrite the current snapshot's vectors with large garbage ones (same file size)."""
     import numpy as np
 
-    from indexes.dense import DenseIndex
+    from indexes.dense_index import DenseIndex
 
     path = current_snapshot_path(index) / "dense.faiss"
     old = DenseIndex.load(path)
@@ -226,7 +227,7 @@ def test_reused_vectors_must_be_finite_and_unit_length_even_when_the_manifest_ag
 
 def _snapshot_content(index: Path) -> tuple:
     from indexes.catalog import Catalog
-    from indexes.dense import DenseIndex
+    from indexes.dense_index import DenseIndex
 
     path = current_snapshot_path(index)
     manifest = json.loads((path / "manifest.json").read_text())
@@ -246,7 +247,7 @@ def test_an_ingest_read_a_few_documents_at_a_time_builds_the_same_snapshot(embed
     """The corpus is read in passes of `document_batch` documents and embedded in batches of
     `embed_batch`: batch sizes that split the corpus anywhere give the same snapshot as one
     batch (catalog rows, BM25 files byte for byte, vectors to float precision)."""
-    from indexes.snapshot import BuildOptions
+    from indexes.snapshot_build import BuildOptions
 
     whole = _snapshot_content(tmp_path / "whole") if build_snapshot(
         [MINI], tmp_path / "whole", embedder, BuildOptions(reuse_embeddings=False)) else None

@@ -14,7 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from indexes.snapshot import LEASE_FILE, build_snapshot, current_snapshot_path, is_served, load_snapshot
+from indexes.snapshot_build import build_snapshot
+from indexes.snapshot_lease import LEASE_FILE, is_served
+from indexes.snapshot_load import current_snapshot_path, load_snapshot
 from indexes.snapshot_lease import acquire, remove_unless_served
 from tests.conftest import MINI, PATIENCE_S, ROOT
 

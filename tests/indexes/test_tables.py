@@ -6,7 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from indexes.snapshot import build_snapshot, current_snapshot_path
+from indexes.snapshot_build import build_snapshot
+from indexes.snapshot_load import current_snapshot_path
 from indexes.tables import plan_tables, table_name
 from retrieval.errors import IngestError
 

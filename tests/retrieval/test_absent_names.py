@@ -28,7 +28,7 @@ QUESTION = "What are the opening hours of the Ravensholt store?"
 @pytest.fixture(scope="module")
 def engines(tmp_path_factory, embedder):
     """The corpus, and the same corpus without the forbidden document."""
-    from indexes.snapshot import build_snapshot
+    from indexes.snapshot_build import build_snapshot
     from routes.engine import open_engine
 
     root = tmp_path_factory.mktemp("absent-names")

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
-from indexes.bm25 import Tokenizer
+from indexes.bm25_index import Tokenizer
 from retrieval.access import ChunkTable
 from retrieval.retrievers.bm25 import Bm25Retriever
 from retrieval.retrievers.dense import DenseRetriever

@@ -10,7 +10,7 @@ from datetime import date
 import pytest
 
 from indexes.corpus import load_documents
-from indexes.snapshot import BuildOptions, build_snapshot
+from indexes.snapshot_build import BuildOptions, build_snapshot
 from retrieval.types import Principal
 from routes.engine import open_engine
 from tests.conftest import DEMO

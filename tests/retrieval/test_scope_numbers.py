@@ -12,8 +12,8 @@ from datetime import date
 
 import pytest
 
-import indexes.dense as dense_module
-from indexes.snapshot import BuildOptions, build_snapshot
+import indexes.dense_index as dense_module
+from indexes.snapshot_build import BuildOptions, build_snapshot
 from retrieval.types import Principal
 from routes.engine import open_engine
 

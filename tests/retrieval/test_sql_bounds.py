@@ -23,7 +23,7 @@ NESTED_REPLACE = ("SELECT max(length(regexp_replace(regexp_replace(title, '', ti
 @pytest.fixture(scope="module")
 def bounded(tables_index):
     from indexes.catalog import Catalog
-    from indexes.snapshot import current_snapshot_path
+    from indexes.snapshot_load import current_snapshot_path
     from indexes.sql_runner import SqlRunner
 
     catalog = Catalog(current_snapshot_path(tables_index) / "catalog.duckdb")
@@ -50,7 +50,7 @@ def test_a_call_that_would_build_past_its_share_of_the_row_budget_is_refused_bef
 ])
 def test_calls_within_the_budget_answer_what_they_always_did(bounded, tables_index, statement):
     from indexes.catalog import Catalog
-    from indexes.snapshot import current_snapshot_path
+    from indexes.snapshot_load import current_snapshot_path
 
     plain = Catalog(current_snapshot_path(tables_index) / "catalog.duckdb")  # DuckDB itself, unguarded
     try:
@@ -79,7 +79,7 @@ def test_nesting_grows_the_statement_linearly(tables_index):
     """sqlglot writes initcap for DuckDB with its argument three times; bound through the
     lambda, seven nested calls make a statement of thousands of characters, not millions."""
     from indexes.catalog import Catalog
-    from indexes.snapshot import current_snapshot_path
+    from indexes.snapshot_load import current_snapshot_path
 
     catalog = Catalog(current_snapshot_path(tables_index) / "catalog.duckdb")
     try:
@@ -157,7 +157,7 @@ def test_the_reported_statements_end_typed_and_another_callers_simple_sql_keeps_
     slots for 85 s); each ends as a typed refusal, and a third caller's simple statement,
     waiting for a slot within its own time limit, is answered every time."""
     from indexes.catalog import Catalog
-    from indexes.snapshot import current_snapshot_path
+    from indexes.snapshot_load import current_snapshot_path
     from indexes.sql_runner import SqlRunner
 
     catalog = Catalog(current_snapshot_path(tables_index) / "catalog.duckdb")

@@ -156,7 +156,7 @@ def test_sending_sql_needs_the_sql_scope(sql_retriever):
 def test_runaway_query_is_interrupted_at_the_time_limit(tables_index):
     from indexes.catalog import Catalog
     from indexes.sql_runner import SqlRunner
-    from indexes.snapshot import current_snapshot_path
+    from indexes.snapshot_load import current_snapshot_path
 
     catalog = Catalog(current_snapshot_path(tables_index) / "catalog.duckdb")
     slow = SqlRetriever(SqlRunner(catalog), SqlLimits(timeout_s=0.3))
@@ -171,7 +171,7 @@ def test_runaway_query_is_interrupted_at_the_time_limit(tables_index):
 def test_row_limit_truncates_and_says_so(tables_index):
     from indexes.catalog import Catalog
     from indexes.sql_runner import SqlRunner
-    from indexes.snapshot import current_snapshot_path
+    from indexes.snapshot_load import current_snapshot_path
 
     catalog = Catalog(current_snapshot_path(tables_index) / "catalog.duckdb")
     try:
@@ -184,7 +184,7 @@ def test_row_limit_truncates_and_says_so(tables_index):
 def _runner(tables_index, **kw):
     from indexes.catalog import Catalog
     from indexes.sql_runner import SqlRunner
-    from indexes.snapshot import current_snapshot_path
+    from indexes.snapshot_load import current_snapshot_path
 
     catalog = Catalog(current_snapshot_path(tables_index) / "catalog.duckdb")
     return catalog, SqlRunner(catalog, **kw)

@@ -61,7 +61,7 @@ def test_the_grade_is_the_models_and_the_context_is_in_its_order(answer_engine, 
 @pytest.fixture(scope="module")
 def erins_own_engine(embedder, tmp_path_factory):
     """The same service over only the documents erin may read."""
-    from indexes.snapshot import build_snapshot
+    from indexes.snapshot_build import build_snapshot
     from tests.conftest import MINI
 
     root = tmp_path_factory.mktemp("erin-only")

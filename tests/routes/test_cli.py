@@ -152,7 +152,7 @@ def _files_of_at_most_64_kib() -> None:
 
 
 def test_an_ingest_the_disk_refuses_is_one_typed_path_free_line_and_keeps_the_snapshot_serving(mini_index, tmp_path):
-    from indexes.snapshot import current_snapshot_path
+    from indexes.snapshot_load import current_snapshot_path
 
     index = tmp_path / "index"
     shutil.copytree(mini_index, index)

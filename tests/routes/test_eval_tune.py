@@ -244,7 +244,7 @@ def test_tune_cli_warns_on_a_small_training_set_and_keeps_the_previous_tuned_jso
 
 @pytest.fixture(scope="module")
 def dated_tables_index(tmp_path_factory, embedder):
-    from indexes.snapshot import BuildOptions, build_snapshot
+    from indexes.snapshot_build import BuildOptions, build_snapshot
 
     root = tmp_path_factory.mktemp("dated-tables")
     (root / "incidents.csv").write_text("incident_id,title,service,severity,opened_at\n" + "".join(

@@ -65,7 +65,7 @@ def _services(rng: random.Random) -> list[dict]:
 
 @pytest.fixture(scope="module")
 def domain(tmp_path_factory, embedder):
-    from indexes.snapshot import BuildOptions, build_snapshot
+    from indexes.snapshot_build import BuildOptions, build_snapshot
     from routes.engine import open_engine
 
     root = tmp_path_factory.mktemp("studio")

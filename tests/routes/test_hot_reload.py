@@ -19,7 +19,9 @@ import pytest
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 
-from indexes.snapshot import build_snapshot, current_snapshot_path, is_served
+from indexes.snapshot_build import build_snapshot
+from indexes.snapshot_lease import is_served
+from indexes.snapshot_load import current_snapshot_path
 from routes.app import create_app
 from routes.settings import Settings
 from tests.conftest import MINI, PATIENCE_S, LiveServer, counter, wait_until

@@ -10,10 +10,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-import indexes.dense as dense_module
+import indexes.dense_index as dense_module
 from indexes.corpus import make_document
 from indexes.live import Delete, Put, SetAcl
-from indexes.snapshot import BuildOptions, build_snapshot
+from indexes.snapshot_build import BuildOptions, build_snapshot
 from retrieval.errors import Conflict, NotFound
 from retrieval.search import search
 from retrieval.types import Filters, Principal
@@ -207,7 +207,7 @@ def test_a_write_checks_the_whole_batch_and_applies_nothing_on_a_bad_change(tmp_
 
 
 def test_past_compact_after_changes_a_background_compaction_folds_them(tmp_path, embedder):
-    from indexes.snapshot import current_snapshot_path
+    from indexes.snapshot_load import current_snapshot_path
     from tests.conftest import wait_until
 
     rng = random.Random(9)

@@ -40,11 +40,11 @@ def test_every_setting_has_a_default_and_a_line_of_help():
 
 
 def test_the_settings_defaults_are_those_of_the_classes_they_configure():
-    from indexes.bm25 import Bm25Params
+    from indexes.bm25_index import Bm25Params
     from indexes.sql_runner import SqlRunner
     from indexes.chunking import DEFAULT_MAX_CHARS
     from indexes.embedder import Embedder
-    from indexes.snapshot import BuildOptions
+    from indexes.snapshot_build import BuildOptions
     from retrieval.access import ChunkTable
     from retrieval.calls import CallPool
     from retrieval.limits import Limits
@@ -190,7 +190,7 @@ def test_quarry_settings_refuses_a_bad_variable_with_a_typed_error():
 def test_ingest_chunks_and_guards_documents_as_the_build_settings_say(tmp_path):
     import duckdb
 
-    from indexes.snapshot import current_snapshot_path
+    from indexes.snapshot_load import current_snapshot_path
     from tests.conftest import MINI
 
     default = quarry("ingest", str(MINI), "--index", str(tmp_path / "default"), env=_env())

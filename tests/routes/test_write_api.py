@@ -20,7 +20,7 @@ NEW_TEXT = "The gorvane compressor manual: bleed the gorvane line before replaci
 @pytest.fixture(scope="module")
 def writable(tmp_path_factory, embedder):
     """A server that owns its index (so it writes to it), with a writer key."""
-    from indexes.snapshot import build_snapshot
+    from indexes.snapshot_build import build_snapshot
     from routes.app import create_app
     from routes.keys import KeyStore
     from routes.settings import Settings
@@ -90,7 +90,7 @@ def test_put_is_found_by_every_route_then_delete_hides_it_everywhere(writable):
 
 
 def test_acl_change_revokes_on_the_next_request_and_equals_a_fresh_build(writable, embedder, tmp_path):
-    from indexes.snapshot import BuildOptions, build_snapshot
+    from indexes.snapshot_build import BuildOptions, build_snapshot
     from routes.engine import open_engine
 
     text = "Quarterly spend on the Halvorsen retrofit came to 412k, under the approved envelope."
@@ -252,7 +252,7 @@ def test_mcp_write_tools_are_listed_only_for_write_keys_and_apply_at_once(writab
 
 
 def test_an_ingest_under_a_writing_server_replaces_the_corpus_and_numbering_goes_on(writable, embedder):
-    from indexes.snapshot import build_snapshot
+    from indexes.snapshot_build import build_snapshot
 
     put = httpx.put(writable.url + "/v1/documents/before-ingest", json={"text": "Quillmere sluice log.", "acl": ["public"]},
                     headers=_h(writable, "wendy"), timeout=60)
@@ -389,7 +389,7 @@ def slow_writer(tmp_path, embedder):
     60 s pass): a large write that is still embedding."""
     import threading
 
-    from indexes.snapshot import build_snapshot
+    from indexes.snapshot_build import build_snapshot
     from routes.app import create_app
     from routes.engine import open_engine
     from routes.keys import KeyStore

@@ -13,7 +13,7 @@ from retrieval.errors import (CALLER_MISTAKE_EXIT, SERVER_FAULT_EXIT, RetrievalE
                               all_error_classes)
 from retrieval.limits import Limits
 from retrieval.types import Principal
-from routes.errors import FRAMEWORK_CODES, HTTP_CODES, STATUS, install_error_handlers
+from routes.error_handlers import FRAMEWORK_CODES, HTTP_CODES, STATUS, install_error_handlers
 from tests.conftest import LiveServer
 
 CLASSES = all_error_classes()

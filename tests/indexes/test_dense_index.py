@@ -9,8 +9,8 @@ import faiss
 import numpy as np
 import pytest
 
-import indexes.dense as dense_module
-from indexes.dense import DenseIndex, graphs_path
+import indexes.dense_index as dense_module
+from indexes.dense_index import DenseIndex, graphs_path
 
 
 def _clustered(n: int, dim: int, seed: int) -> np.ndarray:

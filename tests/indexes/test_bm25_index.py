@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings, strategies as st
 from rank_bm25 import BM25Okapi
 
-from indexes.bm25 import Bm25Index, Bm25Params, Tokenizer
+from indexes.bm25_index import Bm25Index, Bm25Params, Tokenizer
 from tests.conftest import MINI
 
 TEXTS = [json.loads(line)["text"] for line in (MINI / "docs.jsonl").read_text().splitlines() if line.strip()]

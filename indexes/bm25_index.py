@@ -8,7 +8,7 @@ Variant served: bm25s `lucene` (Lucene's idf `log(1 + (N - df + 0.5) / (df + 0.5
 positive; Kamphuis et al., ECIR 2020). Robertson's idf, which rank-bm25's BM25Okapi uses,
 goes negative for terms in more than half the chunks, so a very common query term would push
 a chunk down for containing it; the Lucene idf keeps such terms slightly positive instead.
-With `method="robertson"` the rankings equal rank_bm25.BM25Okapi's (tests/indexes/test_bm25.py).
+With `method="robertson"` the rankings equal rank_bm25.BM25Okapi's (tests/indexes/test_bm25_index.py).
 
 Collection statistics follow the access scope: when a principal may not read every chunk,
 N, each term's df and the average chunk length are counted over the authorized chunks only,
