@@ -186,13 +186,23 @@ def chunk_texts(path: Path, size: int = 4096) -> Generator[list[tuple[int, str |
         con.close()
 
 
+def region_rows(regions: Sequence[Region]) -> list[list[Any]]:
+    """A document's regions as JSON values, [start, end, page, [section...]] each: how the
+    catalog, the write-ahead log and the content hash hold them."""
+    return [[r.start, r.end, r.page, list(r.section)] for r in regions]
+
+
+def regions_of(rows: Sequence[Sequence[Any]]) -> tuple[Region, ...]:
+    return tuple(Region(int(s), int(e), p, tuple(sec)) for s, e, p, sec in rows)
+
+
 def regions_json(regions: Sequence[Region]) -> str | None:
-    """A document's regions as stored (None for a document without any): [start, end, page, [section...]]."""
-    return json.dumps([[r.start, r.end, r.page, list(r.section)] for r in regions]) if regions else None
+    """The catalog column (None for a document without regions)."""
+    return json.dumps(region_rows(regions)) if regions else None
 
 
 def parse_regions(stored: str | None) -> tuple[Region, ...]:
-    return tuple(Region(int(s), int(e), p, tuple(sec)) for s, e, p, sec in json.loads(stored)) if stored else ()
+    return regions_of(json.loads(stored)) if stored else ()
 
 
 def _insert(con: duckdb.DuckDBPyConnection, table: str, rows: pa.Table) -> None:

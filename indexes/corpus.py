@@ -121,7 +121,7 @@ def _load_file(path: Path, root: Path, default_acl: tuple[str, ...], reader: Fil
 def _path_id(path: Path, root: Path, keep_suffix: bool) -> str:
     """A file's default id: its path below the source folder, with ':' between folders (an id
     holds no '/': it is one segment of a URL)."""
-    rel = path.relative_to(root) if path != root else Path(path.name)
+    rel = path.relative_to(root)
     return ":".join(rel.parts if keep_suffix else rel.with_suffix("").parts)
 
 
@@ -132,9 +132,7 @@ def _load_extracted(path: Path, root: Path, default_acl: tuple[str, ...], reader
     if got is None:
         return None
     manifest, sidecar = reader.overrides(path, root)
-    record: dict[str, Any] = {"id": _path_id(path, root, keep_suffix=True), "title": got.title,
-                              "date": got.date.isoformat() if got.date else None, "metadata": dict(got.metadata)}
-    record = merge_fields(merge_fields(record, manifest), sidecar)
+    record = merge_fields(merge_fields({"id": _path_id(path, root, keep_suffix=True), **got.fields()}, manifest), sidecar)
     record["text"] = got.text
     try:
         doc = make_document(record, default_source=path.parent.name, default_acl=default_acl)

@@ -86,6 +86,7 @@ class FileReader:
     _cache: dict[tuple[str, int, int], Extracted] = field(default_factory=dict, repr=False)
     _cached_chars: int = field(default=0, repr=False)
     _manifests: dict[Path, list[dict[str, Any]]] = field(default_factory=dict, repr=False)
+    _sidecars: dict[Path, dict[str, Any]] = field(default_factory=dict, repr=False)
 
     def extract(self, path: Path) -> Extracted | None:
         """The file's extraction, or None when it is bad and skipped; raises IngestError naming
@@ -119,7 +120,10 @@ class FileReader:
             for entry in self._manifest(d):
                 if fnmatch.fnmatchcase(path.relative_to(d).as_posix(), entry["match"]):
                     merged = merge_fields(merged, {k: v for k, v in entry.items() if k != "match"})
-        return merged, read_sidecar(path)
+        sidecar = self._sidecars.get(path)
+        if sidecar is None:
+            sidecar = self._sidecars[path] = read_sidecar(path)
+        return merged, sidecar
 
     def _manifest(self, folder: Path) -> list[dict[str, Any]]:
         got = self._manifests.get(folder)

@@ -22,7 +22,6 @@ seq, since a full ingest replaces the whole corpus with its sources.
 from __future__ import annotations
 
 import base64
-import json
 import logging
 from collections import Counter
 from dataclasses import dataclass, field, replace
@@ -32,7 +31,7 @@ from typing import Any, Callable, Mapping, Sequence
 import numpy as np
 
 from indexes.bm25_index import Bm25Index, Bm25Params
-from indexes.catalog import Catalog, parse_regions, regions_json
+from indexes.catalog import Catalog, region_rows, regions_of
 from indexes.chunking import DEFAULT_MAX_CHARS, chunk_documents
 from indexes.corpus import ADMIN_ONLY, make_document
 from indexes.dense_index import DenseIndex
@@ -156,7 +155,7 @@ def doc_json(doc: Document) -> JSONObject:
     out: JSONObject = {"id": doc.id, "text": doc.text, "title": doc.title, "source": doc.source,
                        "date": doc.date.isoformat() if doc.date else None, "metadata": dict(doc.metadata), "acl": list(doc.acl)}
     if doc.regions:
-        out["regions"] = json.loads(regions_json(doc.regions) or "[]")
+        out["regions"] = region_rows(doc.regions)
     return out
 
 
@@ -192,7 +191,7 @@ def parse_record(record: Record, model_id: str, max_chars: int, encode: Encode |
                 regions = fields.pop("regions", None)
                 doc = make_document(fields, default_source=None, default_acl=default_acl, logged=True)
                 if regions:
-                    doc = replace(doc, regions=parse_regions(json.dumps(regions)))
+                    doc = replace(doc, regions=regions_of(regions))
                 stored = op.get("vectors") or {}
                 vectors = None
                 if stored.get("model") == model_id and stored.get("max_chars") == max_chars:

@@ -34,7 +34,7 @@ import numpy as np
 
 from indexes.answer_model import shipped_identity
 from indexes.bm25_index import Bm25Builder, Bm25Params
-from indexes.catalog import Catalog, CatalogWriter, chunk_texts
+from indexes.catalog import Catalog, CatalogWriter, chunk_texts, region_rows
 from indexes.chunking import DEFAULT_MAX_CHARS, chunk_documents
 from indexes.corpus import ADMIN_ONLY, LoadedDocument, discover, iter_documents
 from indexes.dense_index import DenseIndex
@@ -92,7 +92,7 @@ def content_hash(docs: Iterable[Document], tables: Sequence[TableSource] = ()) -
         record: dict[str, Any] = {"id": d.id, "text": d.text, "title": d.title, "source": d.source,
                   "date": d.date.isoformat() if d.date else None, "metadata": dict(d.metadata), "acl": list(d.acl)}
         if d.regions:  # only then, so a corpus without files hashes as before
-            record["regions"] = [[r.start, r.end, r.page, list(r.section)] for r in d.regions]
+            record["regions"] = region_rows(d.regions)
         h.update(json.dumps(record, sort_keys=True, ensure_ascii=False).encode("utf-8"))
         h.update(b"\n")
     return h.hexdigest()

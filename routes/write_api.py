@@ -66,9 +66,7 @@ def _file_put(doc_id: str, data: bytes, kind: FileKind, given: dict[str, Any], d
         got = extract(data, kind)
     except BadFile as e:
         raise InvalidRequest(f"{e.reason}: {e.message}") from None
-    record: dict[str, Any] = {"title": got.title, "date": got.date.isoformat() if got.date else None,
-                              "metadata": dict(got.metadata)}
-    record = merge_fields(record, given)
+    record = merge_fields(got.fields(), given)
     doc = make_document({**record, "id": doc_id, "text": got.text}, default_source=None, default_acl=default_acl)
     return Put(replace(doc, regions=got.regions), "api")
 

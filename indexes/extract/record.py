@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from datetime import date
-from typing import Literal
+from typing import Any, Literal
 
 from retrieval.types import Region
 
@@ -25,6 +25,11 @@ class Extracted:
     date: date | None = None
     metadata: dict[str, str] = field(default_factory=dict)
     pages: int | None = None  # PDF page count (pages per second in the benchmark)
+
+    def fields(self) -> dict[str, Any]:
+        """The document fields the file itself says (the weakest statement: an ingest's
+        manifests and sidecar, or a PUT's query, override them)."""
+        return {"title": self.title, "date": self.date.isoformat() if self.date else None, "metadata": dict(self.metadata)}
 
 
 class BadFile(Exception):
