@@ -6,7 +6,7 @@
   claims with half their gold documents hidden; the answer grader's combination,
   calibration, threshold (5% false gaps) and cascade band are fitted on them
   (retrieval.tune.fit_answer_grader): these are the shipped defaults
-  (routes/answer_policy.py). AUCs of the cheap score and the model on the same examples.
+  (routes/policies/answer_policy.py). AUCs of the cheap score and the model on the same examples.
 - demo: the test split through the whole loop: gap precision, recall and F1, leakage, for
   the signal grader, the answer grader with and without the cascade.
 - waterworks: eval_data/waterworks (written before any threshold was set, never tuned on):
@@ -48,14 +48,14 @@ from retrieval.metrics import all_found, doc_ranking, mean, ndcg_at_k, percentil
 from retrieval.policy import Policy
 from retrieval.tune import fit_answer_grader
 from retrieval.types import Filters, Principal
-from routes.ablation import ablate, ablated_index, gap_accuracy, unambiguous
+from routes.eval.ablation import ablate, ablated_index, gap_accuracy, unambiguous
 from indexes.answer_model import default_path
-from routes.answer_policy import DEFAULTS_FILE, ModelScorer, shipped_defaults
-from routes.beir_eval import beir_labels
-from routes.demo import DEMO_SOURCES
-from routes.engine import Engine, Policies, open_engine
-from routes.evaluation import evaluate, load_label_file
-from routes.tuning import answer_examples, grade_rows, split_labels
+from routes.policies.answer_policy import DEFAULTS_FILE, ModelScorer, shipped_defaults
+from routes.eval.beir_eval import beir_labels
+from routes.cli.demo import DEMO_SOURCES
+from routes.service.view import Engine, Policies, open_engine
+from routes.eval.evaluation import evaluate, load_label_file
+from routes.eval.tuning import answer_examples, grade_rows, split_labels
 
 TODAY = date(2025, 11, 1)
 SEED = 13
@@ -99,7 +99,7 @@ def false_gaps(engine: Engine, labels: Sequence[Label], k: int = 8) -> dict[str,
 
 
 def part_fit(embedder: Embedder, scores: AnswerScores) -> dict[str, Any]:
-    """The answer grader fitted as `quarry tune` fits it (routes/tuning.py), on demo train
+    """The answer grader fitted as `quarry tune` fits it (routes/eval/tuning.py), on demo train
     questions and SciFact train claims with half their gold hidden, together."""
     index, _ = build_or_reuse("demo", DEMO_SOURCES, embedder)
     demo = open_engine(index, embedder, today=TODAY, policies=Policies())

@@ -39,8 +39,8 @@ from indexes.answer_model import AnswerModel
 from indexes.embedder import Embedder
 from retrieval.answer_level import AnswerScores
 from retrieval.grader import GraderConfig
-from routes.answer_policy import ModelScorer
-from routes.tuning import answer_examples
+from routes.policies.answer_policy import ModelScorer
+from routes.eval.tuning import answer_examples
 from training import answer_data as data
 
 
@@ -79,10 +79,10 @@ def first_attempts() -> dict[str, Any]:
     from datetime import date
 
     from benchmarks.common import ROOT, build_or_reuse, make_embedder
-    from routes.demo import DEMO_SOURCES
-    from routes.engine import Policies, open_engine
-    from routes.evaluation import load_label_file
-    from routes.tuning import grade_rows
+    from routes.cli.demo import DEMO_SOURCES
+    from routes.service.view import Policies, open_engine
+    from routes.eval.evaluation import load_label_file
+    from routes.eval.tuning import grade_rows
 
     embedder = make_embedder()
     found = lambda lb, docs: lb.answerable and bool(set(lb.relevant) & set(docs))  # noqa: E731

@@ -16,7 +16,7 @@ DATASETS = ROOT.parent / "shared" / "datasets"
 RESULTS = ROOT / "benchmarks" / "results"
 CACHE = ROOT / "var" / "bench"
 
-from routes.runtime import configure_process  # noqa: E402
+from routes.service.process import configure_process  # noqa: E402
 
 configure_process()
 
@@ -44,7 +44,7 @@ def build_or_reuse(name: str, sources: list[Path], embedder, rebuild: bool = Fal
 def make_embedder() -> Any:
     """The embedder `quarry serve` would build here, so QUARRY_ONNX, QUARRY_ONNX_THREADS,
     QUARRY_CACHE_DIR and QUARRY_MODEL_PATH apply to benchmarks too."""
-    from routes.settings import Settings
+    from routes.service.settings import Settings
 
     return Settings.load().embedder()
 

@@ -39,9 +39,9 @@ from retrieval.answer_level import AnswerScores
 from retrieval.grader import GraderConfig, relevance
 from retrieval.limits import Limits
 from retrieval.tune import SCALE_FREE_FEATURES, DomainRows, fit_domains_grader
-from routes.engine import Policies, open_engine
-from routes.evaluation import load_label_file, run_labels
-from routes.tuning import GradeRows, grade_rows
+from routes.service.view import Policies, open_engine
+from routes.eval.evaluation import load_label_file, run_labels
+from routes.eval.tuning import GradeRows, grade_rows
 
 DOMAINS = ("demo", "waterworks", "contracts", "product", "retail")
 TODAY = date(2025, 11, 1)
@@ -104,7 +104,7 @@ def signal_aucs(names: Sequence[str], rows: dict[str, DomainRows], graded: dict[
     the score fitted on the other domains, and the answer model's best probability over the
     top 3 passages (the shipped model, one pair per run)."""
     from indexes.answer_model import AnswerModel
-    from routes.answer_policy import ModelScorer
+    from routes.policies.answer_policy import ModelScorer
 
     scores = AnswerScores(ModelScorer(AnswerModel.load()))
     out = {}

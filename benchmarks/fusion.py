@@ -22,7 +22,7 @@ from indexes.beir import load_qrels, load_queries  # noqa: E402
 from retrieval.fusion import rrf_scores, zscore_scores  # noqa: E402
 from retrieval.metrics import all_found, mean, ndcg_at_k  # noqa: E402
 from retrieval.types import Filters, Principal  # noqa: E402
-from routes.engine import open_engine  # noqa: E402
+from routes.service.view import open_engine  # noqa: E402
 
 READER = Principal("bench-reader")
 WEIGHTS = (0.3, 0.4, 0.5, 0.6, 0.7)

@@ -35,9 +35,9 @@ import numpy as np
 from benchmarks.common import ROOT, build_or_reuse, machine, make_embedder, write_json
 from retrieval.grader import GRADE_FEATURES, evidence_features
 from retrieval.text import content_terms
-from routes.demo import DEMO_SOURCES
-from routes.engine import Policies, open_engine
-from routes.evaluation import first_attempt_evidence, load_label_file
+from routes.cli.demo import DEMO_SOURCES
+from routes.service.view import Policies, open_engine
+from routes.eval.evaluation import first_attempt_evidence, load_label_file
 
 SENTENCE = re.compile(r"(?<=[.!?])\s+|\n+")
 

@@ -32,9 +32,9 @@ from benchmarks.common import CACHE, ROOT, machine, make_embedder, write_json
 from retrieval.metrics import percentile
 from retrieval.search import search
 from retrieval.types import Filters, Principal
-from routes.demo import ensure_demo_index
-from routes.engine import open_engine
-from routes.keys import KeyStore
+from routes.cli.demo import ensure_demo_index
+from routes.service.view import open_engine
+from routes.service.keys import KeyStore
 
 QUESTIONS = [json.loads(line)["question"] for line in (ROOT / "eval_data" / "demo" / "questions.jsonl").read_text().splitlines()
              if line.strip()]
@@ -43,7 +43,7 @@ QUESTIONS = [json.loads(line)["question"] for line in (ROOT / "eval_data" / "dem
 def start_server(index: Path, keys: Path, port: int) -> subprocess.Popen:
     env = dict(os.environ, QUARRY_RATE_PER_SECOND="100000", QUARRY_BURST="100000", QUARRY_MAX_CONCURRENT_PER_KEY="1000",
                QUARRY_TODAY="2025-11-01")
-    proc = subprocess.Popen([sys.executable, "-m", "routes.cli", "serve", "--index", str(index), "--keys", str(keys),
+    proc = subprocess.Popen([sys.executable, "-m", "routes.cli.main", "serve", "--index", str(index), "--keys", str(keys),
                              "--port", str(port)], cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline:

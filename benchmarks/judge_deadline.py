@@ -78,8 +78,8 @@ def summary(values: list[float]) -> dict:
 
 
 def main() -> None:
-    from routes.engine import open_engine
-    from routes.plugins import load_policy
+    from routes.service.view import open_engine
+    from routes.service.plugins import load_policy
 
     parser = argparse.ArgumentParser()
     parser.add_argument("--runs", type=int, default=5)
@@ -91,7 +91,7 @@ def main() -> None:
     state: dict = {"requests": [], "sleep": 60.0}
     judge = StandIn(state)
     try:
-        settings = SimpleNamespace(grader="routes.judge:make_judge", judge_url=judge.url, judge_model="stand-in",
+        settings = SimpleNamespace(grader="routes.policies.judge:make_judge", judge_url=judge.url, judge_model="stand-in",
                                    judge_timeout_s=60.0, judge_max_passages=3)
         deps = replace(engine.deps, policy=load_policy(settings, engine, engine.deps.policy))
         budget = Budget(max_attempts=1, deadline_ms=args.deadline_ms, call_timeout_ms=min(1500, args.deadline_ms))

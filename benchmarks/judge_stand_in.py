@@ -3,7 +3,7 @@
 It answers `true` for the passages that contain `state["needle"]`, or misbehaves as
 `state["mode"]` says: `slow` (answers after `state["sleep"]` seconds), `error` (HTTP 500),
 `garbage` (text that is not the verdict JSON), `drip` (one byte every 0.5 s for a minute),
-`huge` (200 MB, then valid JSON). Used by tests/routes/test_judge.py and
+`huge` (200 MB, then valid JSON). Used by tests/routes/policies/test_judge.py and
 benchmarks/judge_deadline.py; every request it receives is appended to `state["requests"]`.
 """
 

@@ -33,9 +33,9 @@ from indexes.snapshot_build import BuildOptions, build_snapshot
 from retrieval.metrics import doc_ranking, mean, ndcg_at_k, percentile
 from retrieval.search import search
 from retrieval.types import Filters, Principal
-from routes.engine import open_engine
-from routes.generations import Generations
-from routes.writes import Writer
+from routes.service.view import open_engine
+from routes.service.generations import Generations
+from routes.service.writes import Writer
 
 READER = Principal("bench")
 ROUTES = ("bm25", "dense", "hybrid")

@@ -36,7 +36,7 @@ from retrieval.metrics import all_found, doc_ranking, mean, ndcg_at_k, percentil
 from retrieval.types import Filters, Principal
 from benchmarks.domains import PREVIOUS
 from retrieval.grader import GraderConfig
-from routes.engine import Policies, open_engine
+from routes.service.view import Policies, open_engine
 
 READER = Principal("bench")
 SEED = 13

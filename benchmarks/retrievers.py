@@ -26,7 +26,7 @@ from benchmarks.common import DATASETS, build_or_reuse, machine, make_embedder, 
 from indexes.beir import load_qrels, load_queries
 from retrieval.metrics import doc_ranking, mean, ndcg_at_k, percentile, recall_at_k
 from retrieval.types import Filters, Principal
-from routes.engine import open_engine
+from routes.service.view import open_engine
 
 READER = Principal("bench")
 DEPTH = 100

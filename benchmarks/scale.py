@@ -150,7 +150,7 @@ def build(n: int, rebuild: bool, encoder: Any, kind: str = "zipf",
     peak_rss_mb(reset=True)
     t0 = time.perf_counter()
     if graph_from is None:  # what an ingest with the default settings builds
-        from routes.settings import Settings
+        from routes.service.settings import Settings
 
         graph_from = int(Settings.model_fields["dense_graph_from"].default)
     manifest = build_snapshot([corpus], index, encoder, BuildOptions(reuse_embeddings=False, dense_graph_from=graph_from),
@@ -233,8 +233,8 @@ def serving_process(index: Path, qs: list[str]) -> dict[str, float]:
 
 def _serve_and_measure(index: str, qs: list[str]) -> dict[str, float]:
     from retrieval.search import search
-    from routes.engine import open_engine
-    from routes.settings import Settings
+    from routes.service.view import open_engine
+    from routes.service.settings import Settings
 
     encoder = make_encoder(Path(index, "..", "encoder").resolve().read_text())
     engine = open_engine(Path(index), embedder=encoder, settings=Settings(index_dir=Path(index)))
@@ -262,8 +262,8 @@ def main() -> None:
                          "or the real embedding model (with --corpus real)")
     args = ap.parse_args()
     from retrieval.search import search
-    from routes.engine import open_engine
-    from routes.settings import Settings
+    from routes.service.view import open_engine
+    from routes.service.settings import Settings
 
     encoder: Any = Recorder(make_embedder().load()) if args.encoder == "model" else make_encoder(args.encoder)
     rss_start = rss_mb()

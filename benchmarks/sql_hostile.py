@@ -97,7 +97,7 @@ class Server:
     """`quarry serve` in a child process, with a key for the attacker and one for another caller."""
 
     def __init__(self, index: Path, work: Path) -> None:
-        from routes.keys import KeyStore
+        from routes.service.keys import KeyStore
 
         store = KeyStore(work / "keys.json")
         self.attacker = store.add("mallory", ["sre"], ["query", "sql"])[0]
@@ -107,7 +107,7 @@ class Server:
             self.port = s.getsockname()[1]
         self.url = f"http://127.0.0.1:{self.port}"
         env = {**os.environ, "QUARRY_RATE_PER_SECOND": "1000", "QUARRY_BURST": "1000", "QUARRY_RELOAD_INTERVAL_S": "0"}
-        self.proc = subprocess.Popen([sys.executable, "-m", "routes.cli", "serve", "--index", str(index), "--keys",
+        self.proc = subprocess.Popen([sys.executable, "-m", "routes.cli.main", "serve", "--index", str(index), "--keys",
                                       str(work / "keys.json"), "--port", str(self.port)], cwd=ROOT, env=env,
                                      stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         deadline = time.monotonic() + 300

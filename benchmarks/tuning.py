@@ -29,9 +29,9 @@ from benchmarks.common import CACHE, DATASETS, ROOT, build_or_reuse, machine, ma
 from indexes.embedder import Embedder
 from retrieval.metrics import doc_ranking, mean, ndcg_at_k
 from retrieval.types import Filters
-from routes.demo import DEMO_SOURCES
-from routes.engine import Policies, open_engine
-from routes.evaluation import (READER, ablate, ablated_index, beir_labels, evaluate, fit_policies, gap_accuracy,
+from routes.cli.demo import DEMO_SOURCES
+from routes.service.view import Policies, open_engine
+from routes.eval.evaluation import (READER, ablate, ablated_index, beir_labels, evaluate, fit_policies, gap_accuracy,
                                load_label_file, split_labels, unambiguous)
 
 KEYS = ("route_accuracy", "route_accuracy_strict", "gap_precision", "gap_recall", "gap_f1", "leakage", "ndcg@10", "recall@k",

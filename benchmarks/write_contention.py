@@ -25,9 +25,9 @@ from benchmarks.common import ROOT, build_or_reuse, machine, make_embedder, writ
 from indexes.corpus import make_document
 from indexes.live import Put
 from retrieval.types import Principal
-from routes.engine import open_engine
-from routes.generations import Generations
-from routes.writes import Writer
+from routes.service.view import open_engine
+from routes.service.generations import Generations
+from routes.service.writes import Writer
 
 LOADER, EDITOR = Principal("loader", ("content",), frozenset({"write"})), Principal("editor", ("content",), frozenset({"write"}))
 

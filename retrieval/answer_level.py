@@ -90,7 +90,7 @@ class AnswerScores:
 @dataclass(frozen=True)
 class AnswerConfig:
     """How the answer grader decides: fitted by `quarry tune`, or the fit shipped beside the
-    model (routes/answer_policy.py `shipped_defaults`); these field defaults are neutral."""
+    model (routes/policies/answer_policy.py `shipped_defaults`); these field defaults are neutral."""
 
     passages: int = 3  # top passages of the set the model reads
     skip_below: float = 0.0  # cheap p_sufficient below this: a gap without the model

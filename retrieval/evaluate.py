@@ -273,3 +273,16 @@ def wrong_questions(records: Iterable[Record], k: int) -> list[dict[str, Any]]:
                     "expected": {"route": lb.route, "status": expected_status, "relevant": list(lb.relevant)},
                     "got": got, "attempts": r.attempts, "trail": list(r.trail)})
     return out
+
+
+# The headline figures of a summary, in the order reports and the console show them.
+TOP = ("route_accuracy", "gap_precision", "gap_recall", "gap_f1", "false_gap_rate", "leakage", "ndcg@10",
+       "ndcg@10_self_removed", "recall@k", "mrr", "full_support@k", "sql_exact", "constraint_preservation", "mean_attempts",
+       "latency_p50_ms", "latency_p95_ms", "wrong_questions")
+
+
+def plot_grouping(result: dict[str, Any]) -> tuple[str, str]:
+    """(breakdown key, wording) of the per-route plots: the labeled route when the labels
+    name one, else the route the router chose (BEIR folders carry no route labels)."""
+    labeled = [name for name in result.get("per_route") or {} if name != "unlabeled"]
+    return ("per_route", "labeled route") if labeled else ("per_chosen_route", "chosen route")

@@ -1,5 +1,5 @@
 """Request limits and budgets, as the core checks them. The edges build them from the settings
-(routes/settings.py), which name each one with its default and a line of help."""
+(routes/service/settings.py), which name each one with its default and a line of help."""
 
 from __future__ import annotations
 

@@ -52,7 +52,7 @@ class Budget:
 
 @dataclass(frozen=True)
 class LoopDeps:
-    """Everything the loop calls, built once at startup (see routes/engine.py)."""
+    """Everything the loop calls, built once at startup (see routes/service/view.py)."""
 
     retrievers: Mapping[str, Retriever]  # the text routes by name
     policy: Policy

@@ -127,7 +127,7 @@ def mini_index(tmp_path_factory, embedder) -> Path:
 
 @pytest.fixture(scope="session")
 def engine(mini_index, embedder):
-    from routes.engine import open_engine
+    from routes.service.view import open_engine
 
     eng = open_engine(mini_index, embedder)
     yield eng
@@ -139,7 +139,7 @@ def trial_engine(tmp_path_factory, embedder):
     from datetime import date
 
     from indexes.snapshot_build import build_snapshot
-    from routes.engine import open_engine
+    from routes.service.view import open_engine
 
     index = tmp_path_factory.mktemp("trial-index")
     build_snapshot([TRIAL], index, embedder)
@@ -185,7 +185,7 @@ def demo_index(tmp_path_factory, embedder) -> Path:
 def demo_engine(demo_index, embedder):
     from datetime import date
 
-    from routes.engine import open_engine
+    from routes.service.view import open_engine
 
     eng = open_engine(demo_index, embedder, today=date(2025, 11, 1))
     yield eng
@@ -245,7 +245,7 @@ def grew(before: dict[str, float], after: dict[str, float]) -> dict[str, float]:
 
 @pytest.fixture(scope="session")
 def http_keys(tmp_path_factory):
-    from routes.keys import KeyStore
+    from routes.service.keys import KeyStore
 
     store = KeyStore(tmp_path_factory.mktemp("keys") / "keys.json")
     keys = {
@@ -260,8 +260,8 @@ def http_keys(tmp_path_factory):
 @pytest.fixture(scope="session")
 def live(demo_engine, http_keys, tmp_path_factory):
 
-    from routes.app import create_app
-    from routes.settings import Settings
+    from routes.server.app import create_app
+    from routes.service.settings import Settings
 
     store, keys = http_keys
     settings = Settings(index_dir=tmp_path_factory.mktemp("srv"), rate_per_second=1000.0, burst=1000,

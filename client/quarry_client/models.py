@@ -2,7 +2,7 @@
 
 The server's routes import these for their responses and OpenAPI document, and the client
 parses answers with them, so both sides read one definition. Requests are built by the client
-as plain JSON; the server validates them with its own bounded models (`routes/schemas.py`:
+as plain JSON; the server validates them with its own bounded models (`routes/service/schemas.py`:
 their bounds are the server's limits, which a client cannot know in advance).
 """
 

@@ -45,7 +45,7 @@ def test_a_broken_cached_export_is_replaced(tmp_path):
 
 
 def test_settings_choose_the_query_runtime(tmp_path):
-    from routes.settings import Settings
+    from routes.service.settings import Settings
 
     settings = Settings.load({"QUARRY_ONNX": "0", "QUARRY_CACHE_DIR": str(tmp_path)})
     assert settings.onnx is False and settings.cache_dir == tmp_path

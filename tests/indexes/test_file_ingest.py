@@ -19,7 +19,7 @@ from indexes.snapshot_load import current_snapshot_path
 from retrieval.errors import IngestError
 from retrieval.search import search
 from retrieval.types import NO_FILTERS, Principal
-from routes.engine import open_engine
+from routes.service.view import open_engine
 
 PRINCIPALS = {"pat": (), "fin": ("finance",), "hal": ("hr",), "root": ("admin", "finance", "hr")}
 MANIFEST = {"files": [

@@ -17,7 +17,7 @@ import pytest
 from indexes.snapshot_build import build_snapshot
 from indexes.snapshot_load import current_snapshot_path, load_snapshot
 from retrieval.errors import IngestError, SnapshotError
-from routes.engine import open_engine
+from routes.service.view import open_engine
 from retrieval.search import search
 from retrieval.types import Filters, Principal
 from tests.conftest import MINI, PATIENCE_S, ROOT
@@ -115,7 +115,7 @@ def test_a_second_concurrent_build_fails_fast(index_copy, embedder):
 
 def kill_ingest_when(source: Path, index: Path, ready: Callable[[], bool], timeout: float = PATIENCE_S, **env: str) -> None:
     """Run `quarry ingest source --index index` and SIGKILL it as soon as `ready()` holds."""
-    proc = subprocess.Popen([sys.executable, "-m", "routes.cli", "ingest", str(source), "--index", str(index)],
+    proc = subprocess.Popen([sys.executable, "-m", "routes.cli.main", "ingest", str(source), "--index", str(index)],
                             cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env={**os.environ, **env})
     try:
         deadline = time.monotonic() + timeout

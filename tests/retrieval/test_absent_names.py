@@ -29,7 +29,7 @@ QUESTION = "What are the opening hours of the Ravensholt store?"
 def engines(tmp_path_factory, embedder):
     """The corpus, and the same corpus without the forbidden document."""
     from indexes.snapshot_build import build_snapshot
-    from routes.engine import open_engine
+    from routes.service.view import open_engine
 
     root = tmp_path_factory.mktemp("absent-names")
     out = {}

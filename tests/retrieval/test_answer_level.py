@@ -1,5 +1,5 @@
 """The answer grader and reranker over an answer scorer: what they decide, when the model is
-asked, and what they may never change. The real model is tested in tests/routes/test_answer_policy.py;
+asked, and what they may never change. The real model is tested in tests/routes/policies/test_answer_policy.py;
 here a scorer with known outputs shows the policies' own logic."""
 
 from __future__ import annotations

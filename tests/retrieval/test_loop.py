@@ -150,7 +150,7 @@ def test_deadline_is_honoured_with_slow_retrievers(engine, deadline_ms):
 def test_slow_first_table_profiles_hold_up_neither_their_questions_nor_anyone_else(demo_index, embedder):
     """The first link for a new access scope profiles its tables, which may take long. The
     question goes on without tables, and the build must not take threads other callers need."""
-    from routes.engine import open_engine
+    from routes.service.view import open_engine
 
     engine = open_engine(demo_index, embedder, today=date(2025, 11, 1))
     question, regular = "how many incidents were opened in 2025", Principal("bob", ("finance",))
@@ -315,7 +315,7 @@ class Counting:
 
 
 def test_a_rewriter_that_drops_an_identifier_is_rejected_recorded_and_never_dispatched(engine):
-    from tests.routes.policy_plugins import DropsIdentifiers
+    from tests.routes.policies.policy_plugins import DropsIdentifiers
 
     sent: list[str] = []
     retrievers = {name: Counting(r, sent) for name, r in engine.deps.retrievers.items()}
@@ -335,7 +335,7 @@ def test_a_rewriter_that_drops_an_identifier_is_rejected_recorded_and_never_disp
 
 def test_a_rewriter_whose_every_plan_is_rejected_still_ends_with_a_typed_gap(engine):
     from retrieval.rewrite import Plan
-    from tests.routes.policy_plugins import DropsIdentifiers
+    from tests.routes.policies.policy_plugins import DropsIdentifiers
 
     class Careless(DropsIdentifiers):
         def first(self, ctx):

@@ -12,7 +12,7 @@ import pytest
 from indexes.corpus import load_documents
 from indexes.snapshot_build import BuildOptions, build_snapshot
 from retrieval.types import Principal
-from routes.engine import open_engine
+from routes.service.view import open_engine
 from tests.conftest import DEMO
 
 GROUPS = {"alice": ("sre",), "bob": ("finance",), "carol": ("security", "sre"), "dave": ("hr",), "erin": ()}

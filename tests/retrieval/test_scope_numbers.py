@@ -15,7 +15,7 @@ import pytest
 import indexes.dense_index as dense_module
 from indexes.snapshot_build import BuildOptions, build_snapshot
 from retrieval.types import Principal
-from routes.engine import open_engine
+from routes.service.view import open_engine
 
 pytestmark = pytest.mark.slow  # builds an index per principal, then compares every answer
 
@@ -179,9 +179,9 @@ def test_http_and_tool_answers_carry_the_numbers_of_the_readable_scope(scoped_en
 
     import httpx
 
-    from routes.app import create_app
-    from routes.keys import KeyStore
-    from routes.settings import Settings
+    from routes.server.app import create_app
+    from routes.service.keys import KeyStore
+    from routes.service.settings import Settings
     from tests.conftest import LiveServer
 
     full, alone, questions = scoped_engines

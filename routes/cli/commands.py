@@ -1,0 +1,176 @@
+"""The `quarry` commands that index, search, answer, serve and administer (eval and tune are in
+routes/cli/eval_commands.py, the parser in routes/cli/main.py)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from dataclasses import replace
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from retrieval.errors import InvalidRequest
+from retrieval.limits import check_k
+
+if TYPE_CHECKING:
+    from routes.service.settings import Settings
+
+from routes.cli.common import _emit, _filters, _index, _principal, _progress_bar, default_acl
+
+
+def cmd_ingest(args: argparse.Namespace, settings: Settings) -> int:
+    from indexes.snapshot_build import build_snapshot
+
+    acl = default_acl(settings.default_acl)
+    meanings: dict[tuple[str, ...], str] = {("public",): " (everyone)", ("group:admin",): " (admins only)"}
+    meaning = meanings.get(acl, "")
+    print(f"default ACL of documents and tables without one: {' '.join(acl)}{meaning}", file=sys.stderr)
+    options = replace(settings.build_options(acl), skip_bad_files=bool(getattr(args, "skip_bad_files", False)))
+    manifest = build_snapshot([Path(s) for s in args.sources], _index(settings), settings.embedder(),
+                              options, progress=_progress_bar(not args.no_progress))
+    for skipped in manifest["skipped_files"]:
+        print(f"skipped {skipped['path']}: {skipped['reason']}: {skipped['message']}", file=sys.stderr)
+    _emit({k: manifest[k] for k in ("snapshot", "counts", "embeddings", "model", "content_hash", "timings_s", "skipped_files")})
+    return 0
+
+
+def cmd_search(args: argparse.Namespace, settings: Settings) -> int:
+    from retrieval.answer import hits_json
+    from retrieval.search import search
+    from routes.service.view import open_engine
+
+    principal = _principal(args)
+    check_k(args.k, settings.limits)  # before the index and model load
+    engine = open_engine(_index(settings), settings=settings, warm=args.retriever in ("dense", "hybrid"), plugins=False)
+    try:
+        hits = search(engine.retrievers, args.retriever, args.query, principal, args.k, _filters(args), engine.limits)
+    finally:
+        engine.close()
+    if args.table:
+        for item in hits_json(hits):
+            print(f"{item['rank']:>3}  {item['score']:>9.4f}  {item['chunk_id']:<32}  {(item['title'] or '')[:60]}")
+    else:
+        _emit({"retriever": args.retriever, "hits": hits_json(hits)})
+    return 0
+
+
+def cmd_query(args: argparse.Namespace, settings: Settings) -> int:
+    """The loop for one question: an answer context or an evidence gap, as JSON."""
+    from retrieval.answer import result_json
+    from routes.service.view import open_engine
+
+    principal = _principal(args)
+    check_k(args.k, settings.limits)  # before the index and model load
+    engine = open_engine(_index(settings), settings=settings)
+    try:
+        result = engine.query(args.question, principal, k=args.k, max_attempts=args.max_attempts,
+                              deadline_ms=args.deadline_ms, filters=_filters(args))
+        _print_answer(result_json(result), args.table)  # before closing: the answer is computed whatever closing meets
+    finally:
+        engine.close()  # waits for (or stops) background work, such as a table profile the question did not wait for
+    return 0
+
+
+def _print_answer(payload: dict, table: bool) -> None:
+    if table:
+        print(f"{payload['status']}  route={payload['route']['chosen']}  stop={payload['stop_reason']}  "
+              f"{payload['elapsed_ms']} ms")
+        for a in payload["attempts"]:
+            g = a["grade"] or {}
+            print(f"  attempt {a['n']}: {a['strategy']:<12} {a['route']:<7} hits={a['hits']:<3} "
+                  f"sufficient={g.get('sufficient')} {g.get('reason') or ''} {a.get('error') or ''}")
+        for item in payload["context"]:
+            print(f"  {item['rank']:>2}. {item['doc_id']:<36} {(item['title'] or '')[:70]}")
+        if payload["gap"]:
+            print(f"  gap: {payload['gap']['reason']}: {payload['gap']['detail']}")
+    else:
+        _emit(payload)
+    sys.stdout.flush()
+
+
+def cmd_sql(args: argparse.Namespace, settings: Settings) -> int:
+    """Run SQL (the CLI caller holds the `sql` scope), or translate a question with --question."""
+    from retrieval.sql.translate import Decline
+    from routes.service.view import open_engine
+
+    principal = _principal(args, scopes=("query", "sql"))
+    engine = open_engine(_index(settings), settings=settings, warm=False, plugins=False)
+    try:
+        if args.question:
+            out = engine.sql.answer(args.statement, principal)
+            if isinstance(out, Decline):
+                _emit({"declined": {"reason": out.reason, "unlinked": list(out.unlinked)}})
+                return 3
+            _emit({"question": args.statement, "rows": out.to_json()})
+        else:
+            _emit({"rows": engine.sql.run_statement(args.statement, principal).to_json()})
+    finally:
+        engine.close()
+    return 0
+
+
+def cmd_serve(args: argparse.Namespace, settings: Settings) -> int:
+    from routes.server.serve import serve
+
+    _index(settings)
+    serve(settings)
+    return 0
+
+
+def cmd_demo(args: argparse.Namespace, settings: Settings) -> int:
+    from routes.cli.demo import run_demo
+
+    run_demo(settings, progress=not args.no_progress)
+    return 0
+
+
+def cmd_mcp(args: argparse.Namespace, settings: Settings) -> int:
+    """MCP over stdio for one principal, fixed here by the launching configuration."""
+    import anyio
+
+    from routes.service.view import open_engine
+    from routes.mcp.endpoint import run_stdio
+
+    principal = _principal(args, scopes=args.scopes)
+    engine = open_engine(_index(settings), settings=settings)
+    if engine.deps.tables is not None and engine.deps.tables.readable(principal):
+        engine.sql.profile_ready(principal, 30.0)  # one principal: its table profiles are built before the first question
+    try:
+        anyio.run(run_stdio, engine, principal)
+    finally:
+        engine.close()
+    return 0
+
+
+def cmd_keys(args: argparse.Namespace, settings: Settings) -> int:
+    """Add, list or revoke API keys; the plain key is printed once, only its hash is stored."""
+    from routes.service.keys import KeyStore
+
+    if settings.keys_file is None:
+        raise InvalidRequest(f"--keys is required (or set {settings.env_name('keys_file')})")
+    store = KeyStore(settings.keys_file)
+    if args.keys_command == "add":
+        token, rec = store.add(args.principal, args.groups or [], args.scopes or ["query"])
+        _emit({"key": token, **rec.public(), "note": "store this key now: it is not shown again"})
+    elif args.keys_command == "list":
+        _emit({"keys": [r.public() for r in store.records()]})
+    else:
+        _emit({"revoked": store.revoke(args.key_id).public()})
+    return 0
+
+
+def cmd_settings(args: argparse.Namespace, settings: Settings) -> int:
+    """Every setting with its value, where it came from and its help (secrets never shown)."""
+    described = settings.describe()
+    if args.json:
+        _emit(described)
+        return 0
+    group = None
+    for name, item in described.items():
+        if item["group"] != group:
+            group = item["group"]
+            print(f"\n[{group}]")
+        value = json.dumps(item["value"], ensure_ascii=False) if not isinstance(item["value"], str) else item["value"]
+        print(f"  {name} = {value}    ({item['source']})\n      {item['help']}")
+    return 0

@@ -1,0 +1,1 @@
+"""The evaluation edge: labeled questions and BEIR folders against an index, and tuning."""

@@ -1,0 +1,84 @@
+"""`quarry eval`: run labeled questions (or a BEIR folder's) through the engine exactly as
+`query` does and score them: route accuracy and confusion, ranking quality, gaps, leaks,
+errors and the wrong questions.
+
+The rest of `eval` and `tune` lives beside it: BEIR folders in `routes.eval.beir_eval`, reports
+and plots in `routes.eval.reports`, fitting and saving policies in `routes.eval.tuning`, ablation in
+`routes.eval.ablation`; their public names are importable from here too.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+from retrieval.evaluate import (TOP, Label, Record, breakdown, confusion, error_record, parse_labels, plot_grouping, record_for,
+                                summarize, wrong_questions)
+from retrieval.retrievers.sql import compare_rows
+from routes.eval.ablation import ablate, ablated_index, gap_accuracy, unambiguous
+from routes.eval.beir_eval import READER, beir_index, beir_labels, ensure_beir_index
+from routes.service.view import Engine
+from routes.eval.reports import failure_lines, report_markdown, write_report
+from routes.eval.tuning import (FUSION_GRID, MIN_TRAIN_QUESTIONS, TUNED_BACKUP, first_attempt_evidence, fit_policies,
+                           grader_got_worse, keep_grader, question_features, save_policies, split_labels)
+
+__all__ = [
+    "FUSION_GRID", "MIN_TRAIN_QUESTIONS", "READER", "TOP", "TUNED_BACKUP", "ablate", "ablated_index", "beir_index",
+    "beir_labels", "ensure_beir_index", "evaluate", "failure_lines", "first_attempt_evidence", "fit_policies",
+    "gap_accuracy", "grader_got_worse", "keep_grader", "load_label_file", "plot_grouping", "question_features",
+    "report_markdown", "run_labels", "save_policies", "split_labels", "unambiguous", "write_report",
+]
+
+
+def run_labels(engine: Engine, labels: Sequence[Label], k: int, progress: Callable[[int], None] | None = None) -> list[Record]:
+    catalog = engine.snapshot.catalog
+    acl_cache: dict[str, tuple[str, ...] | None] = {}
+
+    def acl_of(doc_id: str) -> tuple[str, ...] | None:
+        if doc_id not in acl_cache:
+            doc = catalog.document(doc_id)
+            acl_cache[doc_id] = doc.acl if doc else None
+        return acl_cache[doc_id]
+
+    records = []
+    for i, label in enumerate(labels):
+        principal = label.principal_obj()
+        engine.tables_ready(principal)  # no latency budget offline: a new scope's profiles are waited for, untimed
+        t0 = time.perf_counter()
+        try:
+            result = engine.query(label.question, principal, k=k, today=label.today)
+        except Exception as e:  # noqa: BLE001 - an error is a scored outcome (a failure), not a crash of the run
+            records.append(error_record(label, e, (time.perf_counter() - t0) * 1000))
+        else:
+            ms = (time.perf_counter() - t0) * 1000
+            records.append(record_for(label, result, ms, lambda d: principal.can_read(acl_of(d) or ()), compare_rows))  # noqa: B023 - record_for calls it before the loop moves on
+        if progress:
+            progress(i + 1)
+    return records
+
+
+def evaluate(engine: Engine, labels: Sequence[Label], k: int, progress: Callable[[int], None] | None = None) -> dict[str, Any]:
+    records = run_labels(engine, labels, k, progress)
+    out = summarize(records, k)
+    out["confusion"] = confusion(records)
+    out.update(breakdown(records, k))
+    out["policies"] = {"router": engine.policies.router.source, "grader": engine.policies.grader.source}
+    out["leaks"] = [{"id": r.label.id, "principal": r.label.principal, "docs": r.leaked} for r in records if r.leaked]
+    out["error_kinds"] = _error_kinds(records)
+    out["wrong"] = wrong_questions(records, k)
+    out["wrong_questions"] = len(out["wrong"])
+    return out
+
+
+def _error_kinds(records: Sequence[Record]) -> dict[str, dict[str, Any]]:
+    """Errors by class: how many, and the first message (say, the query limit that was hit)."""
+    kinds: dict[str, dict[str, Any]] = {}
+    for r in records:
+        if r.error:
+            kinds.setdefault(r.error, {"count": 0, "example": r.error_message})["count"] += 1
+    return kinds
+
+
+def load_label_file(path: Path) -> list[Label]:
+    return parse_labels(path.read_text(encoding="utf-8"), str(path))

@@ -1,0 +1,166 @@
+"""The /v1 router: query, search, sql and documents, each behind a bearer key and a scope.
+
+The hot endpoints return a JSONResponse built from the shared answer shape: the response
+models document it in OpenAPI (and the contract test checks the bodies against them) without
+re-validating every answer on the way out.
+"""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any, AsyncIterator, Callable, Literal, TypeVar
+
+from fastapi import APIRouter, Depends, Request, Security
+from fastapi.responses import JSONResponse
+from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
+from starlette.concurrency import run_in_threadpool
+
+from quarry_client.models import Answer, DocumentOut, SearchOut, SqlOut, ToolCallOut
+from retrieval.answer import document_json, hit_json, hits_json, result_json
+from retrieval.errors import NotFound
+from retrieval.limits import check_query
+from retrieval.search import search
+from retrieval.sql.translate import Decline
+from retrieval.types import Filters
+from routes.service.audit import answer_fields, tool_fields
+from routes.service.auth import Caller, caller_from_header, require_scope
+from routes.service.schemas import RequestModels, ToolCallIn, error_responses
+
+ERRORS = error_responses(400, 401, 403, 413, 422, 429, 503)
+# Declares the bearer scheme in OpenAPI (so /docs can send a key); the check itself is
+# caller_from_header's, which answers every failure in the error shape.
+BEARER = HTTPBearer(scheme_name="bearer", auto_error=False, description="An API key from `quarry keys add`.")
+
+
+async def current_caller(request: Request, _: HTTPAuthorizationCredentials | None = Security(BEARER)) -> Caller:
+    caller = caller_from_header(request.app.state.quarry.keys, request.headers.get("authorization"))
+    request.state.caller = caller
+    return caller
+
+
+async def served_engine(request: Request) -> AsyncIterator[Any]:
+    """The engine of the generation current when this request started, held (never closed
+    under it) until the request is answered, even if a reload installs another meanwhile.
+    Every handler reads its engine from here, once."""
+    with request.app.state.quarry.engines.lease() as generation:
+        yield generation.engine
+
+
+def _filters(f: Any) -> Filters:
+    return f.to_filters() if f is not None else Filters()
+
+
+Endpoint = TypeVar("Endpoint", bound=Callable[..., Any])
+
+
+def _body(model: type) -> Callable[[Endpoint], Endpoint]:
+    """Declare the endpoint's `body` as `model`, a class built at run time from the limits
+    (a string annotation could only name a module-level class)."""
+    def declare(endpoint: Endpoint) -> Endpoint:
+        endpoint.__annotations__["body"] = model
+        return endpoint
+    return declare
+
+
+def build_router(models: RequestModels) -> APIRouter:
+    """The retrieval endpoints, validating bodies with `models` (see `request_models`)."""
+    router = APIRouter(prefix="/v1", tags=["retrieval"])
+
+    @router.post("/query", response_model=Answer, responses=ERRORS,
+                 summary="Answer a question: an answer context or a typed evidence gap")
+    @_body(models.query)
+    async def query(body: Any, request: Request, caller: Caller = Depends(current_caller),
+                    engine: Any = Depends(served_engine)) -> JSONResponse:
+        require_scope(caller, "query")
+        state = request.app.state.quarry
+        with state.gate.enter(caller.key_id):
+            result = await run_in_threadpool(
+                engine.query, body.question, caller.principal, k=body.k, max_attempts=body.max_attempts,
+                deadline_ms=body.deadline_ms, filters=_filters(body.filters), today=body.today,
+            )
+        out = result_json(result)
+        request.state.audit = answer_fields(out, body.question)
+        state.metrics.count_answer(out)
+        return JSONResponse(out)
+
+    @router.post("/search", response_model=SearchOut, responses=ERRORS, summary="Run one retriever")
+    @_body(models.search)
+    async def search_one(body: Any, request: Request, caller: Caller = Depends(current_caller),
+                         engine: Any = Depends(served_engine)) -> JSONResponse:
+        require_scope(caller, "query")
+        state = request.app.state.quarry
+        with state.gate.enter(caller.key_id):
+            hits = await run_in_threadpool(search, engine.retrievers, body.retriever, body.query, caller.principal,
+                                           body.k, _filters(body.filters), engine.limits)
+        trace = uuid.uuid4().hex
+        request.state.audit = {"outcome": "hits", "route": body.retriever, "question": body.query, "trace_id": trace}
+        return JSONResponse({"retriever": body.retriever, "hits": hits_json(hits), "trace_id": trace})
+
+    @router.post("/sql", response_model=SqlOut, responses=ERRORS,
+                 summary="Run one read-only SELECT (sql scope) or translate a question to SQL")
+    @_body(models.sql)
+    async def sql(body: Any, request: Request, caller: Caller = Depends(current_caller),
+                  engine: Any = Depends(served_engine)) -> dict:
+        state = request.app.state.quarry
+        trace = uuid.uuid4().hex
+        with state.gate.enter(caller.key_id):
+            if body.sql is not None:
+                require_scope(caller, "sql")
+                result = await run_in_threadpool(engine.sql.run_statement, body.sql, caller.principal)
+            else:
+                require_scope(caller, "query")
+                question = check_query(body.question, engine.limits, "question")
+                result = await run_in_threadpool(engine.sql.answer, question, caller.principal, body.today or engine.today)
+        request.state.audit = {"route": "sql", "question": body.question, "trace_id": trace,
+                               "outcome": "declined" if isinstance(result, Decline) else "rows"}
+        if isinstance(result, Decline):
+            return {"status": "declined", "rows": None, "trace_id": trace,
+                    "declined": {"reason": result.reason, "unlinked": list(result.unlinked)}}
+        return {"status": "rows", "rows": result.to_json(), "declined": None, "trace_id": trace}
+
+    @router.get("/documents/{doc_id:path}", response_model=DocumentOut, responses=error_responses(401, 403, 404, 429),
+                summary="One document the caller may read (404 otherwise, exactly as if it did not exist)")
+    async def document(doc_id: str, request: Request, caller: Caller = Depends(current_caller),
+                       engine: Any = Depends(served_engine)) -> dict:
+        require_scope(caller, "query")
+        state = request.app.state.quarry
+        with state.gate.enter(caller.key_id):
+            doc = (await run_in_threadpool(engine.snapshot.catalog.readable_document, doc_id, caller.principal.can_read)
+                   if len(doc_id) <= 256 else None)
+        if doc is None:
+            raise NotFound(f"no document {doc_id[:80]!r}")
+        request.state.audit = {"outcome": "document"}
+        return document_json(doc)
+
+    return router
+
+
+def build_tools_router() -> APIRouter:
+    """Function tools for hosts without MCP: the same tools as provider schemas, and a dispatcher."""
+    router = APIRouter(prefix="/v1/tools", tags=["tools"])
+
+    @router.get("", responses=error_responses(401, 422, 429),
+                summary="The tools this key may call, as OpenAI or Anthropic function schemas")
+    async def list_tools(request: Request, format: Literal["openai", "anthropic"] = "openai",
+                         caller: Caller = Depends(current_caller), engine: Any = Depends(served_engine)) -> JSONResponse:
+        state = request.app.state.quarry
+        with state.gate.enter(caller.key_id):
+            render = state.tools.openai if format == "openai" else state.tools.anthropic
+            tools = await run_in_threadpool(render, engine, caller.principal)
+        return JSONResponse({"format": format, "tools": tools})
+
+    @router.post("/call", response_model=ToolCallOut, responses=error_responses(401, 413, 422, 429),
+                 summary="Call one tool: {call_id, name, arguments} -> {call_id, result} or {call_id, error}")
+    async def call(body: ToolCallIn, request: Request, caller: Caller = Depends(current_caller),
+                   engine: Any = Depends(served_engine)) -> JSONResponse:
+        state = request.app.state.quarry
+        with state.gate.enter(caller.key_id):
+            done = await run_in_threadpool(state.tools.call, engine, caller.principal, body.name, body.arguments)
+        request.state.audit = tool_fields(done)
+        state.metrics.count_tool(done)
+        return JSONResponse({"call_id": body.call_id, **done.to_dict()})
+
+    return router
+
+
+__all__ = ["build_router", "build_tools_router", "current_caller", "hit_json", "served_engine"]

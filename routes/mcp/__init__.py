@@ -1,0 +1,1 @@
+"""The MCP edge: Quarry's tools over stdio and Streamable HTTP."""

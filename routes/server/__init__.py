@@ -1,0 +1,1 @@
+"""One serving process: the app that composes the HTTP and MCP edges over one runtime, under uvicorn."""

@@ -1,0 +1,47 @@
+"""Run the HTTP app under uvicorn. Keys and the index are checked, and the engine built,
+before the server listens: a server that could answer nothing does not start."""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+import uvicorn
+from uvicorn.config import LOGGING_CONFIG
+
+from retrieval.errors import InvalidRequest
+from routes.server.app import create_app, engine_for
+from routes.service.keys import KeyStore
+from routes.service.settings import Settings
+
+HOW_TO_ADD_A_KEY = "create one with `quarry keys add --principal ID --keys FILE` and start with `--keys FILE`"
+
+
+def require_keys(settings: Settings) -> KeyStore:
+    """The keys file of `settings`, which must hold at least one key that is not revoked."""
+    if settings.keys_file is None:
+        raise InvalidRequest(f"serve needs an API keys file: {HOW_TO_ADD_A_KEY}")
+    store = KeyStore(settings.keys_file)
+    if not any(r.revoked_at is None for r in store.records()):
+        raise InvalidRequest(f"keys file {settings.keys_file} holds no active key: {HOW_TO_ADD_A_KEY}")
+    return store
+
+
+def log_config() -> dict[str, Any]:
+    """uvicorn's logging, plus the reload log (switches at INFO, refused snapshots at ERROR)
+    on the same stream, so an operator sees which snapshot serves."""
+    config = copy.deepcopy(LOGGING_CONFIG)
+    config["loggers"]["quarry.reload"] = {"handlers": ["default"], "level": "INFO", "propagate": False}
+    return config
+
+
+def serve(settings: Settings) -> None:
+    """Serve until stopped; the app owns the engine, closes it when a reload replaces it
+    (routes/service/reload.py), and closes the last one on the way out."""
+    keys = require_keys(settings)
+    app = create_app(settings, engine=engine_for(settings), keys=keys, own_engine=True)
+    try:
+        uvicorn.run(app, host=settings.host, port=settings.port, log_level="info", access_log=False,
+                    log_config=log_config())
+    finally:
+        app.state.quarry.engines.close()

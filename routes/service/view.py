@@ -1,0 +1,313 @@
+"""Wiring: load the model and the current snapshot once, build retrievers and the loop over them."""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+from concurrent.futures import Executor, ThreadPoolExecutor
+from dataclasses import dataclass, field, replace
+from datetime import date
+from pathlib import Path
+from typing import Callable
+
+from indexes.sql_runner import SqlRunner
+from indexes.embedder import Embedder
+from indexes.live import LiveState, Superseded, live_view, replay
+from indexes.snapshot_load import Snapshot, load_snapshot
+from retrieval.answer_level import AnswerConfig, AnswerScores, RerankConfig
+from retrieval.calls import CallPool
+from retrieval.entities import EntityIndex
+from retrieval.errors import InvalidRequest
+from retrieval.grader import GraderConfig
+from retrieval.limits import Limits, check_filters, check_k, check_query
+from retrieval.linking import EntityLinker, TableLinker
+from retrieval.loop import Budget, LoopDeps, LoopResult, Understood, run_loop, understand
+from retrieval.policy import FeatureRouter, Policy, SignalGrader
+from retrieval.registry import ROW_ROUTES
+from retrieval.retrievers import Retriever
+from retrieval.retrievers.bm25 import Bm25Retriever
+from retrieval.retrievers.dense import DenseRetriever
+from retrieval.retrievers.exact import ExactRetriever
+from retrieval.retrievers.hybrid import FusionParams, HybridRetriever
+from retrieval.retrievers.sql import SqlRetriever
+from retrieval.sql.meaning import ColumnMeaning
+from retrieval.router import RouterConfig
+from retrieval.signals import HitScorer
+from retrieval.types import Filters, Principal
+from routes.service.plugins import load_policy
+from routes.service.settings import Settings
+
+log = logging.getLogger("quarry.engine")
+TUNED_CONFIG = "tuned.json"  # written by `quarry tune` into the index directory
+
+
+def build_retrievers(snapshot: Snapshot, embedder: Embedder, fusion: FusionParams = FusionParams(),
+                     settings: Settings | None = None, today: date | None = None,
+                     side: Executor | None = None, sql: SqlRetriever | None = None) -> dict[str, Retriever]:
+    """The retrievers over one snapshot; `settings` sizes the SQL route (limits, slots, profiles).
+    `sql` reuses a SQL route (live writes change documents, never tables)."""
+    settings = settings or Settings()
+    bm25 = Bm25Retriever(snapshot.bm25, snapshot.chunks)
+    dense = DenseRetriever(snapshot.dense, embedder.encode_query, snapshot.chunks)
+    if sql is None:
+        runner = SqlRunner(snapshot.catalog, settings.sql_max_concurrent, settings.sql_max_result_bytes, settings.sql_memory_mb,
+                           settings.sql_threads)
+        sql = SqlRetriever(runner, settings.sql_limits, today, settings.profile_cache_size, settings.profile_workers,
+                           settings.profile_cache_mb << 20, ColumnMeaning(embedder.encode_query))
+    return {
+        "exact": ExactRetriever(snapshot.catalog, snapshot.chunks),
+        "bm25": bm25,
+        "dense": dense,
+        "hybrid": HybridRetriever(bm25, dense, fusion, side),
+        "sql": sql,
+    }
+
+
+class Shared:
+    """What every view of one base snapshot shares (the base itself, thread pools, the SQL
+    route), closed when the last engine using it closes."""
+
+    def __init__(self, close: Callable[[], None]) -> None:
+        self._close, self._users, self._lock = close, 1, threading.Lock()
+
+    def acquire(self) -> None:
+        with self._lock:
+            if self._users == 0:
+                raise RuntimeError("these engine resources are already closed")
+            self._users += 1
+
+    def release(self) -> None:
+        with self._lock:
+            self._users -= 1
+            last = self._users == 0
+        if last:
+            self._close()
+
+
+@dataclass(frozen=True)
+class Policies:
+    """Router, grader and fusion parameters: defaults, or what `quarry tune` fitted."""
+
+    router: RouterConfig = field(default_factory=RouterConfig)
+    grader: GraderConfig = field(default_factory=GraderConfig)
+    fusion: FusionParams = field(default_factory=FusionParams)
+    answer: AnswerConfig = field(default_factory=AnswerConfig)  # the answer grader's, when it is used
+    answer_model: str | None = None  # sha256 of the answer model `answer` was fitted with
+    rerank: RerankConfig | None = None  # what `quarry tune` chose for the answer reranker
+    rerank_model: str | None = None  # sha256 of the answer model it was chosen with
+
+    @classmethod
+    def load(cls, index_dir: Path, fusion: FusionParams = FusionParams()) -> Policies:
+        """What `quarry tune` saved in the index, else the defaults with `fusion` (the settings')."""
+        path = index_dir / TUNED_CONFIG
+        if not path.is_file():
+            return cls(fusion=fusion)
+        data = json.loads(path.read_text())
+        tuned = data.get("fusion") or {}
+        answer, rerank = data.get("answer"), data.get("rerank")
+        return cls(RouterConfig.from_json(data["router"]), GraderConfig.from_json(data["grader"]),
+                   FusionParams(rrf_k=int(tuned.get("rrf_k", fusion.rrf_k)), depth=int(tuned.get("depth", fusion.depth)),
+                                weights=dict(tuned.get("weights", fusion.weights)),
+                                method=str(tuned.get("method", fusion.method))),
+                   AnswerConfig.from_json(answer["config"]) if answer else AnswerConfig(),
+                   answer["model_sha256"] if answer else None,
+                   RerankConfig.from_json(rerank["config"]) if rerank else None, rerank["model_sha256"] if rerank else None)
+
+
+@dataclass
+class Engine:
+    """Everything a request needs, built once per process and passed in."""
+
+    snapshot: Snapshot
+    embedder: Embedder
+    retrievers: dict[str, Retriever]
+    limits: Limits
+    policies: Policies
+    titles: EntityIndex
+    names: EntityIndex
+    calls: CallPool
+    today: date | None = None
+    side: ThreadPoolExecutor | None = None  # the dense half of hybrid calls, beside the BM25 half
+    policy: Policy | None = None  # the loop's collaborators; None: the built-in ones over `policies`
+    answer: AnswerScores | None = None  # the answer model's scores, once a policy asked for them
+    base: Snapshot | None = None  # the loaded base snapshot `snapshot` is a live view of (None: itself)
+    live: LiveState = field(default_factory=LiveState)  # the changes written since the base was built
+    settings: Settings | None = None  # what it was opened with (a derived view loads the same plug-ins)
+    plugins: bool = True
+    shared: Shared | None = None  # None: this engine alone owns its snapshot and pools
+    deps: LoopDeps = field(init=False)
+
+    def __post_init__(self) -> None:
+        if self.policy is None:
+            self.policy = Policy(FeatureRouter(self.policies.router), SignalGrader(self.policies.grader))
+        chunks = self.snapshot.chunks
+        has_tables = bool(self.snapshot.catalog.tables())
+        self.deps = LoopDeps(
+            retrievers={k: v for k, v in self.retrievers.items() if k not in ROW_ROUTES},
+            policy=self.policy,
+            linker=EntityLinker(self.titles, self.names, chunks, self.snapshot.dense, self.embedder.encode_query),
+            signals=HitScorer(self.snapshot.bm25, self.snapshot.dense, self.embedder.encode_query, chunks),
+            calls=self.calls,
+            tables=TableLinker(self.sql) if has_tables else None,
+            today=lambda: self.today or date.today(),
+        )
+
+    def with_policy(self, policy: Policy) -> Engine:
+        """The same loaded index and threads with other collaborators (plug-ins, tests)."""
+        self.policy = policy
+        self.deps = replace(self.deps, policy=policy)
+        return self
+
+    @property
+    def sql(self) -> SqlRetriever:
+        return self.retrievers["sql"]  # type: ignore[return-value]
+
+    def understand(self, question: str, principal: Principal, today: date | None = None) -> Understood:
+        """How the loop reads this question before retrieving (constraints, route, table link)."""
+        return understand(check_query(question, self.limits, "question"), principal, self.deps, Filters(), today or self.today)
+
+    def tables_ready(self, principal: Principal) -> bool:
+        """Build this principal's table profiles, or wait for a build under way, as long as it
+        takes. A served question waits at most half its deadline for them and then routes
+        without tables; offline commands (eval, tune) have no latency budget, so they call
+        this first and every run routes its table questions the same way. False when the
+        principal reads no table or the build failed."""
+        if self.deps.tables is None or not self.deps.tables.readable(principal):
+            return False
+        return self.sql.profile_ready(principal, None)
+
+    def query(self, question: str, principal: Principal, *, k: int | None = None, max_attempts: int | None = None,
+              deadline_ms: int | None = None, filters: Filters = Filters(), today: date | None = None,
+              wait_for_tables: bool = False) -> LoopResult:
+        """Run the loop for one question with validated, capped budgets; `today` overrides the
+        engine's date for this question's relative dates (labeled questions carry their own).
+        `wait_for_tables`: first wait for the principal's table profiles (`tables_ready`),
+        outside the deadline."""
+        if wait_for_tables:
+            self.tables_ready(principal)
+        lim = self.limits
+        attempts = lim.default_attempts if max_attempts is None else max_attempts
+        if isinstance(attempts, bool) or not isinstance(attempts, int) or not 1 <= attempts <= lim.max_attempts:
+            raise InvalidRequest(f"max_attempts must be an integer from 1 to {lim.max_attempts}")
+        deadline = lim.default_deadline_ms if deadline_ms is None else deadline_ms
+        if isinstance(deadline, bool) or not isinstance(deadline, int) or not 1 <= deadline <= lim.max_deadline_ms:
+            raise InvalidRequest(f"deadline_ms must be an integer from 1 to {lim.max_deadline_ms}")
+        budget = Budget(attempts, deadline, min(lim.call_timeout_ms, deadline), check_k(k, lim))
+        return run_loop(check_query(question, lim, "question"), principal, budget, self.deps, check_filters(filters, lim),
+                        today or self.today)
+
+    def derive(self, live: LiveState) -> Engine:
+        """An engine over the same base snapshot with the changes `live` (a write's): it shares
+        the base, the models, the thread pools and the SQL route with this one, and only
+        builds the delta segment and the retrievers over it (no full rebuild)."""
+        base = self.base or self.snapshot
+        if self.shared is None:
+            raise RuntimeError("only an engine opened with open_engine can derive views")
+        self.shared.acquire()
+        view: Snapshot | None = None
+        try:
+            settings = self.settings or Settings()
+            view = live_view(base, live, settings.mask_cache_size)
+            engine = _assemble(view, base, live, self.embedder, self.limits, self.policies, self.calls, self.today,
+                               self.side, self.answer, settings, self.plugins, self.shared, sql=self.sql)
+        except BaseException:
+            if view is not None and view is not base:
+                view.close()
+            self.shared.release()
+            raise
+        return engine
+
+    def close(self) -> None:
+        if self.shared is None:
+            self._close_shared()
+            return
+        if self.base is not None and self.snapshot is not self.base:
+            self.snapshot.close()  # the view's delta segment
+        self.shared.release()
+
+    def _close_shared(self) -> None:
+        self.calls.shutdown()
+        self.sql.close()
+        if self.side is not None:
+            self.side.shutdown(wait=False, cancel_futures=True)
+        (self.base or self.snapshot).close()
+
+
+def open_engine(index_dir: Path, embedder: Embedder | None = None, limits: Limits | None = None,
+                today: date | None = None, policies: Policies | None = None, settings: Settings | None = None,
+                warm: bool = True, plugins: bool = True, answer: AnswerScores | None = None) -> Engine:
+    """Load everything once, sized by `settings` (thread pools, caches, SQL and fusion; the
+    defaults when None), with the policies the settings name (routes/service/plugins.py: a policy
+    that fails to load stops here; `plugins=False` for commands that run no loop). `limits`,
+    `today` and `policies`, when given, replace the settings' (and the index's tuned
+    policies); `answer` shares an already loaded answer model and its cache. `warm` loads
+    the embedding model and runs one query embedding now, so the first request does not
+    spend its deadline importing torch."""
+    settings = settings or Settings()
+    embedder = embedder or settings.embedder()
+    today = today or settings.today
+    base, live, view = _load_live(index_dir, embedder, settings.mask_cache_size, settings.mask_cache_mb << 20)
+    if warm and len(view.chunks):
+        embedder.load().encode_query("warm up")
+        embedder.clear_cache()
+    policies = policies or Policies.load(index_dir, settings.fusion)
+    side = ThreadPoolExecutor(max_workers=settings.side_workers, thread_name_prefix="quarry-dense")
+    calls = CallPool(settings.workers, settings.spare_workers)
+    holder: list[Engine] = []
+    shared = Shared(lambda: holder[0]._close_shared())
+    try:
+        engine = _assemble(view, base, live, embedder, limits or settings.limits, policies, calls, today, side, answer,
+                           settings, plugins, shared)
+    except BaseException:
+        calls.shutdown()
+        side.shutdown(wait=False, cancel_futures=True)
+        if view is not base:
+            view.close()
+        base.close()
+        raise
+    holder.append(engine)
+    return engine
+
+
+def _load_live(index_dir: Path, embedder: Embedder, mask_cache_size: int, mask_cache_bytes: int,
+               attempts: int = 5) -> tuple[Snapshot, LiveState, Snapshot]:
+    """(base snapshot, the log's changes on it, the view of both). A compaction may switch
+    CURRENT and fold the log between loading the base and reading the log: then again."""
+    for attempt in range(attempts):
+        base = load_snapshot(index_dir, embedder, mask_cache_size=mask_cache_size, mask_cache_bytes=mask_cache_bytes)
+        try:
+            live = replay(index_dir, base, embedder.model_id, embedder.encode)
+            return base, live, live_view(base, live, mask_cache_size)
+        except Superseded:
+            base.close()
+            if attempt == attempts - 1:
+                raise
+        except BaseException:
+            base.close()
+            raise
+    raise AssertionError("unreachable")
+
+
+def _assemble(view: Snapshot, base: Snapshot, live: LiveState, embedder: Embedder, limits: Limits, policies: Policies,
+              calls: CallPool, today: date | None, side: ThreadPoolExecutor | None, answer: AnswerScores | None,
+              settings: Settings, plugins: bool, shared: Shared, sql: SqlRetriever | None = None) -> Engine:
+    """The engine over `view` with the given shared parts and the plug-ins the settings name."""
+    titles, title_ids, values = view.catalog.entity_names()
+    engine = Engine(
+        snapshot=view, embedder=embedder,
+        retrievers=build_retrievers(view, embedder, policies.fusion, settings, today, side, sql),
+        limits=limits, policies=policies,
+        titles=EntityIndex.build(titles, title_ids, view.chunks.doc_ids), names=EntityIndex.build(values),
+        calls=calls, today=today, side=side, answer=answer, base=base if view is not base else None, live=live,
+        settings=settings, plugins=plugins, shared=shared,
+    )
+    if not plugins:
+        return engine
+    assert engine.policy is not None
+    try:
+        return engine.with_policy(load_policy(settings, engine, engine.policy))
+    except BaseException:
+        if sql is None:
+            engine.sql.close()  # its own; the caller closes the rest
+        raise

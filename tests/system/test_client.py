@@ -1,0 +1,242 @@
+"""The typed client against real uvicorn servers: every method, every error type, bounded
+retries of retryable errors only, sync and async."""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+
+import pytest
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse
+from starlette.routing import Route
+
+import quarry_client.errors as qe
+from quarry_client import AsyncQuarry, Quarry
+from tests.conftest import MINI, LiveServer
+
+BUDGET = "What is the Q3 2025 budget for the payments platform?"
+FINANCE_DOC = "note-finance-q3-2025-budget"
+
+
+@pytest.fixture(scope="module")
+def writable(tmp_path_factory, embedder):
+    from indexes.snapshot_build import build_snapshot
+    from routes.server.app import create_app
+    from routes.service.keys import KeyStore
+    from routes.service.settings import Settings
+
+    root = tmp_path_factory.mktemp("client-writable")
+    build_snapshot([MINI], root / "index", embedder)
+    store = KeyStore(root / "keys.json")
+    keys = {"wendy": store.add("wendy", ["content"], ["query", "write"])[0],
+            "slow": store.add("slow", [], ["query"])[0]}
+    settings = Settings(index_dir=root / "index", rate_per_second=1000.0, burst=1000, max_concurrent_per_key=64,
+                        write_max_body_bytes=10_000)
+    with LiveServer(create_app(settings, keys=store)) as server:
+        server.keys = keys
+        yield server
+
+
+class Scripted:
+    """A real HTTP server answering a fixed sequence of (status, body) and counting requests:
+    the server side of the retry tests (the client is what they test)."""
+
+    def __init__(self, answers: list[tuple[int, dict]], headers: dict[str, str] | None = None) -> None:
+        self.answers, self.headers, self.requests = answers, headers or {}, 0
+
+        async def any_path(request: Request) -> JSONResponse:
+            status, body = self.answers[min(self.requests, len(self.answers) - 1)]
+            self.requests += 1
+            return JSONResponse(body, status_code=status, headers=self.headers)
+
+        self.app = Starlette(routes=[Route("/{path:path}", any_path, methods=["GET", "POST", "PUT", "DELETE", "PATCH"])])
+
+    def __enter__(self):
+        self.server = LiveServer(self.app).__enter__()
+        self.url = self.server.url
+        return self
+
+    def __exit__(self, *exc):
+        self.server.__exit__(*exc)
+
+
+def _error(code: str, retryable: bool) -> dict:
+    return {"error": {"code": code, "message": f"scripted {code}", "retryable": retryable}}
+
+
+def test_every_read_method_returns_typed_results(live):
+    with Quarry(live.url, live.keys["bob"]) as bob, Quarry(live.url, live.keys["alice"]) as alice:
+        answer = bob.query(BUDGET)
+        assert answer.status == "answer_context" and not answer.is_gap
+        assert answer.context[0].doc_id == FINANCE_DOC and answer.context[0].trust == "untrusted_evidence"
+        assert answer.route.chosen and answer.attempts
+        gap = alice.query(BUDGET)
+        assert gap.is_gap and gap.gap is not None  # a result, not an exception
+        assert FINANCE_DOC not in {c.doc_id for c in gap.context}
+        hits = alice.search("E4012", "exact", k=3)
+        assert hits.retriever == "exact" and hits.hits and all(h.offsets.end > h.offsets.start for h in hits.hits)
+        rows = alice.sql("SELECT count(*) AS n FROM incidents")
+        assert rows.status == "rows" and rows.rows is not None and rows.rows.data == [[120]]
+        translated = alice.sql(question="How many incidents were there?")
+        assert translated.status in ("rows", "declined")
+        doc = bob.document(FINANCE_DOC)
+        assert doc.doc_id == FINANCE_DOC and doc.text
+        names = {t["function"]["name"] for t in alice.tools()}
+        assert {"retrieve_context", "search", "sql_query", "get_document"} <= names
+        assert {t["name"] for t in alice.tools("anthropic")} == names
+        call = alice.call_tool("search", {"query": "E4012", "retriever": "exact", "k": 2})
+        assert call.error is None and call.result is not None and call.result["hits"]
+        failed = alice.call_tool("search", {"query": "x", "retriever": "nope"})
+        assert failed.result is None and failed.error is not None and failed.error.code == "invalid_arguments"
+
+
+def test_every_error_code_is_its_own_exception(live):
+    with Quarry(live.url, live.keys["bob"], max_retries=0) as bob, Quarry(live.url, live.keys["alice"]) as alice:
+        with pytest.raises(qe.InvalidRequest) as bad:
+            bob.query("x", k=10_000)
+        assert bad.value.status == 422 and not bad.value.retryable
+        with pytest.raises(qe.Forbidden):
+            bob.sql("SELECT 1")  # no sql scope
+        with pytest.raises(qe.NotFound):
+            alice.document(FINANCE_DOC)  # not readable: the same as missing
+        with pytest.raises(qe.NotFound):
+            alice.document("no-such-document")
+        with pytest.raises(qe.SqlRejected) as rejected:
+            alice.sql("DROP TABLE incidents")
+        assert isinstance(rejected.value, qe.InvalidRequest) and rejected.value.status == 400
+        with pytest.raises(qe.PayloadTooLarge):
+            bob.query("x" * 70_000)
+    with Quarry(live.url, "qk_not-a-key", max_retries=0) as nobody, pytest.raises(qe.Unauthenticated):
+        nobody.query("x")
+
+
+def test_writes_and_their_errors(writable):
+    with Quarry(writable.url, writable.keys["wendy"]) as q, Quarry(writable.url, writable.keys["slow"]) as reader:
+        put = q.upsert("client-doc", "Harlan valve seats are lapped every 400 hours.", title="Harlan valves",
+                       source="manuals", date="2026-11-01", metadata={"plant": "north"}, acl=["public"])
+        assert put.status == "applied" and put.documents[0].doc_id == "client-doc"
+        assert reader.search("Harlan valve seats", "bm25").hits[0].doc_id == "client-doc"
+        again = q.upsert("client-doc", "Harlan valve seats are lapped every 400 hours.", title="Harlan valves",
+                         source="manuals", date="2026-11-01", metadata={"plant": "north"}, acl=["public"],
+                         idempotency_key="k-1")
+        assert q.upsert("client-doc", "Harlan valve seats are lapped every 400 hours.", title="Harlan valves",
+                        source="manuals", date="2026-11-01", metadata={"plant": "north"}, acl=["public"],
+                        idempotency_key="k-1") == again  # replayed: the first answer, no new generation
+        with pytest.raises(qe.Conflict):
+            q.upsert("client-doc", "other text", idempotency_key="k-1")
+        acl = q.set_acl("client-doc", ["group:content"])
+        assert acl.generation == again.generation + 1
+        with pytest.raises(qe.NotFound):
+            reader.document("client-doc")
+        batch = q.batch([{"op": "put", "id": "client-b", "document": {"text": "Batch one.", "acl": ["public"]}},
+                         {"op": "delete", "id": "client-doc"}])
+        assert [d.op for d in batch.documents] == ["put", "delete"]
+        assert q.delete("client-b").documents[0].op == "delete"
+        with pytest.raises(qe.NotFound):
+            q.delete("client-b")
+        with pytest.raises(qe.PayloadTooLarge):
+            q.upsert("big", "y" * 20_000)
+        with pytest.raises(qe.InvalidRequest):
+            q.upsert("bad id", "text")
+        with pytest.raises(qe.Forbidden):
+            reader.upsert("nope", "text", acl=["public"])
+
+
+def test_retryable_errors_are_retried_within_the_bound_and_4xx_never():
+    with Scripted([(503, _error("retrieval_unavailable", True))]) as srv:
+        with Quarry(srv.url, "k", max_retries=2, backoff=0.01) as q, pytest.raises(qe.RetrievalUnavailable):
+            q.search("x")
+        assert srv.requests == 3  # the first try and two retries, no more
+    with Scripted([(503, _error("retrieval_timeout", True)), (503, _error("retrieval_unavailable", True)),
+                   (200, {"retriever": "bm25", "hits": [], "trace_id": "t"})]) as srv:
+        with Quarry(srv.url, "k", max_retries=3, backoff=0.01) as q:
+            assert q.search("x").hits == []
+        assert srv.requests == 3
+    for status, code in [(400, "invalid_request"), (404, "not_found"), (409, "conflict"), (500, "internal")]:
+        with Scripted([(status, _error(code, False))]) as srv:
+            with Quarry(srv.url, "k", max_retries=3, backoff=0.01) as q, pytest.raises(qe.QuarryError) as e:
+                q.search("x")
+            assert srv.requests == 1, code  # never retried
+            assert e.value.code == code and e.value.status == status
+            assert type(e.value) is {400: qe.InvalidRequest, 404: qe.NotFound, 409: qe.Conflict, 500: qe.ServerError}[status]
+    with Scripted([(429, _error("rate_limited", True))], headers={"Retry-After": "0"}) as srv:
+        with Quarry(srv.url, "k", max_retries=1) as q, pytest.raises(qe.RateLimited) as limited:
+            q.search("x")
+        assert srv.requests == 2 and limited.value.retry_after == 0.0
+
+
+def test_a_real_rate_limit_carries_retry_after(tmp_path, demo_engine):
+    from routes.server.app import create_app
+    from routes.service.keys import KeyStore
+    from routes.service.settings import Settings
+
+    store = KeyStore(tmp_path / "keys.json")
+    key = store.add("rl", [], ["query"])[0]
+    (tmp_path / "srv").mkdir()
+    settings = Settings(index_dir=tmp_path / "srv", rate_per_second=0.001, burst=1)  # no token comes back during the test
+    with LiveServer(create_app(settings, engine=demo_engine, keys=store)) as server:
+        with Quarry(server.url, key, max_retries=0) as q:
+            q.search("ledger", "bm25")
+            with pytest.raises(qe.RateLimited) as limited:
+                q.search("ledger", "bm25")
+    assert limited.value.retry_after >= 1 and limited.value.status == 429
+
+
+def test_no_answer_is_a_retried_transport_error():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]  # closed again: nothing listens there
+    with Quarry(f"http://127.0.0.1:{port}", "k", max_retries=1, backoff=0.01, timeout=2) as q:
+        with pytest.raises(qe.TransportError) as e:
+            q.query("x")
+    assert e.value.retryable
+
+
+def test_the_async_client_matches_the_sync_one(live, writable):
+    async def run():
+        async with AsyncQuarry(live.url, live.keys["bob"]) as bob, AsyncQuarry(live.url, live.keys["alice"]) as alice:
+            answer, gap = await asyncio.gather(bob.query(BUDGET), alice.query(BUDGET))
+            hits = await alice.search("E4012", "exact", k=3)
+            rows = await alice.sql("SELECT count(*) AS n FROM incidents")
+            doc = await bob.document(FINANCE_DOC)
+            tools = await alice.tools()
+            call = await alice.call_tool("get_document", {"doc_id": "faq-001"})
+            try:
+                await alice.document(FINANCE_DOC)
+                hidden = None
+            except qe.NotFound as e:
+                hidden = e
+        async with AsyncQuarry(writable.url, writable.keys["wendy"]) as w:
+            put = await w.upsert("async-doc", "Async Corvel gasket note.", acl=["public"])
+            acl = await w.set_acl("async-doc", ["group:content"])
+            batch = await w.batch([{"op": "put", "id": "async-b", "document": {"text": "B.", "acl": ["public"]}}])
+            deleted = await w.delete("async-doc")
+        return answer, gap, hits, rows, doc, tools, call, hidden, put, acl, batch, deleted
+
+    answer, gap, hits, rows, doc, tools, call, hidden, put, acl, batch, deleted = asyncio.run(run())
+    assert answer.context[0].doc_id == FINANCE_DOC and gap.is_gap
+    assert hits.hits and rows.rows.data == [[120]] and doc.doc_id == FINANCE_DOC
+    assert tools and call.result["doc_id"] == "faq-001" and isinstance(hidden, qe.NotFound)
+    assert [put.generation + 1, put.generation + 2, put.generation + 3] == [acl.generation, batch.generation,
+                                                                             deleted.generation]
+
+    async def retries():
+        with Scripted([(503, _error("retrieval_unavailable", True))]) as srv:
+            async with AsyncQuarry(srv.url, "k", max_retries=2, backoff=0.01) as q:
+                try:
+                    await q.query("x")
+                except qe.RetrievalUnavailable:
+                    pass
+            n_503 = srv.requests
+        with Scripted([(403, _error("forbidden", False))]) as srv:
+            async with AsyncQuarry(srv.url, "k", max_retries=2, backoff=0.01) as q:
+                try:
+                    await q.query("x")
+                except qe.Forbidden:
+                    pass
+            n_403 = srv.requests
+        return n_503, n_403
+
+    assert asyncio.run(retries()) == (3, 1)
