@@ -56,6 +56,7 @@ from routes.cli.demo import DEMO_SOURCES
 from routes.service.view import Engine, Policies, open_engine
 from routes.eval.evaluation import evaluate, load_label_file
 from routes.eval.tuning import answer_examples, grade_rows, split_labels
+from routes.service.service import Service
 
 TODAY = date(2025, 11, 1)
 SEED = 13
@@ -105,7 +106,7 @@ def part_fit(embedder: Embedder, scores: AnswerScores) -> dict[str, Any]:
     demo = open_engine(index, embedder, today=TODAY, policies=Policies())
     train, _ = split_labels(load_label_file(ROOT / "eval_data" / "demo" / "questions.jsonl"))
     found = lambda lb, docs: lb.answerable and bool(set(lb.relevant) & set(docs))  # noqa: E731
-    cheap, answer, y = answer_examples(grade_rows(demo, train, found), GraderConfig(), scores)
+    cheap, answer, y = answer_examples(grade_rows(Service.serving(demo), train, found), GraderConfig(), scores)
     demo.close()
     n_demo = len(y)
     root = DATASETS / "scifact"
@@ -113,7 +114,7 @@ def part_fit(embedder: Embedder, scores: AnswerScores) -> dict[str, Any]:
     hidden_ids, hidden_docs = ablate(sf_train, SEED)
     sf_index = ablated_index(root, hidden_docs, embedder, CACHE / "scifact-train-ablation", reuse_from=_scifact(embedder))
     sf = open_engine(sf_index, embedder, policies=Policies())
-    more = answer_examples(grade_rows(sf, unambiguous(sf_train, hidden_ids, hidden_docs),
+    more = answer_examples(grade_rows(Service.serving(sf), unambiguous(sf_train, hidden_ids, hidden_docs),
                                       lambda lb, docs: lb.id not in hidden_ids), GraderConfig(), scores)
     sf.close()
     cheap, answer, y = cheap + more[0], answer + more[1], y + more[2]
@@ -155,7 +156,7 @@ def part_demo(embedder: Embedder, scores: AnswerScores, config: AnswerConfig) ->
     out = {}
     for name, cfg in _graders(config):
         engine = with_grader(open_engine(index, embedder, today=TODAY, policies=Policies()), scores, cfg)
-        out[name] = gap_figures(evaluate(engine, test, 8))
+        out[name] = gap_figures(evaluate(Service.serving(engine), test, 8))
         engine.close()
         print(f"demo test ({len(test)}), {name}: {out[name]}")
     return out
@@ -168,7 +169,7 @@ def part_waterworks(embedder: Embedder, scores: AnswerScores, config: AnswerConf
     out = {}
     for name, cfg in _graders(config):
         engine = with_grader(open_engine(index, embedder, policies=Policies()), scores, cfg)
-        out[name] = {**false_gaps(engine, labels), **gap_figures(evaluate(engine, labels, 8))}
+        out[name] = {**false_gaps(engine, labels), **gap_figures(evaluate(Service.serving(engine), labels, 8))}
         engine.close()
         print(f"waterworks ({len(labels)}), {name}: {out[name]}")
     return out
@@ -212,7 +213,7 @@ def part_scifact(embedder: Embedder, scores: AnswerScores, config: AnswerConfig,
     ab_index = ablated_index(root, hidden_docs, embedder, CACHE / "scifact-test-ablation", reuse_from=index)
     for name, cfg in _graders(config)[::2]:
         engine = with_grader(open_engine(ab_index, embedder, policies=Policies()), scores, cfg)
-        out[f"ablation {name}"] = gap_accuracy(engine, unambiguous(labels, hidden_ids, hidden_docs), hidden_ids)
+        out[f"ablation {name}"] = gap_accuracy(Service.serving(engine), unambiguous(labels, hidden_ids, hidden_docs), hidden_ids)
         engine.close()
         print(f"scifact ablation {name}: {out[f'ablation {name}']}")
     return out

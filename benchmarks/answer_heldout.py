@@ -41,6 +41,7 @@ from retrieval.answer_level import AnswerScores
 from retrieval.grader import GraderConfig
 from routes.policies.answer_policy import ModelScorer
 from routes.eval.tuning import answer_examples
+from routes.service.service import Service
 from training import answer_data as data
 
 
@@ -92,7 +93,7 @@ def first_attempts() -> dict[str, Any]:
             ("waterworks", [ROOT / "eval_data/waterworks/docs"], ROOT / "eval_data/waterworks/questions.jsonl", None)):
         index, _ = build_or_reuse(name, sources, embedder)
         engine = open_engine(index, embedder, today=today, policies=Policies())
-        out[name] = grade_rows(engine, load_label_file(labels), found)
+        out[name] = grade_rows(Service.serving(engine), load_label_file(labels), found)
         engine.close()
     return out
 

@@ -42,6 +42,7 @@ from retrieval.tune import SCALE_FREE_FEATURES, DomainRows, fit_domains_grader
 from routes.service.view import Policies, open_engine
 from routes.eval.evaluation import load_label_file, run_labels
 from routes.eval.tuning import GradeRows, grade_rows
+from routes.service.service import Service
 
 DOMAINS = ("demo", "waterworks", "contracts", "product", "retail")
 TODAY = date(2025, 11, 1)
@@ -140,7 +141,7 @@ def main() -> None:
         labels[name] = load_label_file(folder / "questions.jsonl")
         engine = open_engine(indexes[name], embedder, LIMITS, TODAY, Policies(grader=PREVIOUS))
         try:
-            g = grade_rows(engine, labels[name], sufficient)
+            g = grade_rows(Service.serving(engine), labels[name], sufficient)
         finally:
             engine.close()
         rows[name] = DomainRows(name, g.rows, g.sufficient)
@@ -150,7 +151,7 @@ def main() -> None:
     def run(name: str, config: GraderConfig) -> dict[str, Any]:
         engine = open_engine(indexes[name], embedder, LIMITS, TODAY, Policies(grader=config))
         try:
-            return outcome(run_labels(engine, labels[name], 8))
+            return outcome(run_labels(Service.serving(engine), labels[name], 8))
         finally:
             engine.close()
 

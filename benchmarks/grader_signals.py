@@ -38,6 +38,7 @@ from retrieval.text import content_terms
 from routes.cli.demo import DEMO_SOURCES
 from routes.service.view import Policies, open_engine
 from routes.eval.evaluation import first_attempt_evidence, load_label_file
+from routes.service.service import Service
 
 SENTENCE = re.compile(r"(?<=[.!?])\s+|\n+")
 
@@ -97,7 +98,7 @@ def main() -> None:
     for lb in load_label_file(ROOT / "eval_data" / "demo" / "questions.jsonl"):
         if lb.route == "sql" or lb.answer_rows is not None:
             continue
-        constraints, hits = first_attempt_evidence(engine, lb.question, lb.principal_obj())
+        constraints, hits = first_attempt_evidence(Service.serving(engine), lb.question, lb.principal_obj())
         if not hits:
             continue
         row = evidence_features(lb.question, hits, constraints)

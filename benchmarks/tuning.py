@@ -33,6 +33,7 @@ from routes.cli.demo import DEMO_SOURCES
 from routes.service.view import Policies, open_engine
 from routes.eval.evaluation import (READER, ablate, ablated_index, beir_labels, evaluate, fit_policies, gap_accuracy,
                                load_label_file, split_labels, unambiguous)
+from routes.service.service import Service
 
 KEYS = ("route_accuracy", "route_accuracy_strict", "gap_precision", "gap_recall", "gap_f1", "leakage", "ndcg@10", "recall@k",
         "mrr", "full_support@k", "sql_exact", "mean_attempts", "latency_p50_ms")
@@ -49,13 +50,13 @@ def demo(embedder: Embedder, seed: int) -> dict:
     train, test = split_labels(labels)
     base = open_engine(index, embedder, today=today, policies=Policies())
     try:
-        before = pick(evaluate(base, test, 8))
-        policies, notes = fit_policies(base, train, seed)
+        before = pick(evaluate(Service.serving(base), test, 8))
+        policies, notes = fit_policies(Service.serving(base), train, seed)
     finally:
         base.close()
     tuned = open_engine(index, embedder, today=today, policies=policies)
     try:
-        after = pick(evaluate(tuned, test, 8))
+        after = pick(evaluate(Service.serving(tuned), test, 8))
     finally:
         tuned.close()
     print(f"demo test split ({len(test)} questions): route accuracy {before['route_accuracy']} -> {after['route_accuracy']} "
@@ -72,13 +73,14 @@ def scifact(embedder: Embedder, seed: int) -> dict:
     k = 20
     base = open_engine(index, embedder, policies=Policies())
     try:
-        before = pick(evaluate(base, test, k))
+        before = pick(evaluate(Service.serving(base), test, k))
         plain_rrf = mean(ndcg_at_k(doc_ranking(base.retrievers["hybrid"].search(lb.question, READER, k, Filters())),
                                    {d: 1.0 for d in lb.relevant}, 10) for lb in test)
         hidden_train, hidden_docs = ablate(train, seed)
         ab = open_engine(ablated_index(root, hidden_docs, embedder, CACHE / "scifact-train-ablation-tune", index), embedder)
         try:
-            policies, notes = fit_policies(base, train, seed, tune_router=False, grader_engine=ab,
+            policies, notes = fit_policies(Service.serving(base), train, seed, tune_router=False,
+                                           grader_service=Service.serving(ab),
                                            sufficient_of=lambda lb, docs: lb.id not in hidden_train,
                                            grader_labels=unambiguous(train, hidden_train, hidden_docs))
         finally:
@@ -87,7 +89,7 @@ def scifact(embedder: Embedder, seed: int) -> dict:
         base.close()
     tuned = open_engine(index, embedder, policies=policies)
     try:
-        after = pick(evaluate(tuned, test, k))
+        after = pick(evaluate(Service.serving(tuned), test, k))
     finally:
         tuned.close()
     hidden_test, hidden_test_docs = ablate(test, seed + 1)
@@ -96,7 +98,7 @@ def scifact(embedder: Embedder, seed: int) -> dict:
     for name, pol in (("before", Policies()), ("after", policies)):
         e = open_engine(test_index, embedder, policies=pol)
         try:
-            gaps[name] = gap_accuracy(e, unambiguous(test, hidden_test, hidden_test_docs), hidden_test)
+            gaps[name] = gap_accuracy(Service.serving(e), unambiguous(test, hidden_test, hidden_test_docs), hidden_test)
         finally:
             e.close()
     print(f"SciFact test: plain RRF nDCG@10 {plain_rrf:.4f}; loop {before['ndcg@10']} -> tuned {after['ndcg@10']}; "
@@ -115,14 +117,14 @@ def hotpotqa(embedder: Embedder, seed: int) -> dict:
     held_out = [lb for lb in labels if lb.id not in fit_ids]
     base = open_engine(index, embedder, policies=Policies())
     try:
-        before = pick(evaluate(base, held_out, 8))
-        policies, notes = fit_policies(base, fit_half, seed, tune_router=False,
+        before = pick(evaluate(Service.serving(base), held_out, 8))
+        policies, notes = fit_policies(Service.serving(base), fit_half, seed, tune_router=False,
                                        sufficient_of=lambda lb, docs: set(lb.relevant) <= set(docs))
     finally:
         base.close()
     tuned = open_engine(index, embedder, policies=policies)
     try:
-        after = pick(evaluate(tuned, held_out, 8))
+        after = pick(evaluate(Service.serving(tuned), held_out, 8))
     finally:
         tuned.close()
     print(f"HotpotQA held-out half ({len(held_out)}): full support@8 {before['full_support@k']} -> {after['full_support@k']}, "

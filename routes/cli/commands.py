@@ -37,16 +37,12 @@ def cmd_ingest(args: argparse.Namespace, settings: Settings) -> int:
 
 def cmd_search(args: argparse.Namespace, settings: Settings) -> int:
     from retrieval.answer import hits_json
-    from retrieval.search import search
-    from routes.service.view import open_engine
+    from routes.service.service import open_service
 
     principal = _principal(args)
     check_k(args.k, settings.limits)  # before the index and model load
-    engine = open_engine(_index(settings), settings=settings, warm=args.retriever in ("dense", "hybrid"), plugins=False)
-    try:
-        hits = search(engine.retrievers, args.retriever, args.query, principal, args.k, _filters(args), engine.limits)
-    finally:
-        engine.close()
+    with open_service(settings, _index(settings), warm=args.retriever in ("dense", "hybrid"), plugins=False) as service:
+        hits = service.search(principal, args.retriever, args.query, args.k, _filters(args))
     if args.table:
         for item in hits_json(hits):
             print(f"{item['rank']:>3}  {item['score']:>9.4f}  {item['chunk_id']:<32}  {(item['title'] or '')[:60]}")
@@ -58,17 +54,15 @@ def cmd_search(args: argparse.Namespace, settings: Settings) -> int:
 def cmd_query(args: argparse.Namespace, settings: Settings) -> int:
     """The loop for one question: an answer context or an evidence gap, as JSON."""
     from retrieval.answer import result_json
-    from routes.service.view import open_engine
+    from routes.service.service import open_service
 
     principal = _principal(args)
     check_k(args.k, settings.limits)  # before the index and model load
-    engine = open_engine(_index(settings), settings=settings)
-    try:
-        result = engine.query(args.question, principal, k=args.k, max_attempts=args.max_attempts,
-                              deadline_ms=args.deadline_ms, filters=_filters(args))
+    # Closing waits for (or stops) background work, such as a table profile the question did not wait for.
+    with open_service(settings, _index(settings)) as service:
+        result = service.query(principal, args.question, k=args.k, max_attempts=args.max_attempts,
+                               deadline_ms=args.deadline_ms, filters=_filters(args))
         _print_answer(result_json(result), args.table)  # before closing: the answer is computed whatever closing meets
-    finally:
-        engine.close()  # waits for (or stops) background work, such as a table profile the question did not wait for
     return 0
 
 
@@ -92,21 +86,18 @@ def _print_answer(payload: dict, table: bool) -> None:
 def cmd_sql(args: argparse.Namespace, settings: Settings) -> int:
     """Run SQL (the CLI caller holds the `sql` scope), or translate a question with --question."""
     from retrieval.sql.translate import Decline
-    from routes.service.view import open_engine
+    from routes.service.service import open_service
 
     principal = _principal(args, scopes=("query", "sql"))
-    engine = open_engine(_index(settings), settings=settings, warm=False, plugins=False)
-    try:
+    with open_service(settings, _index(settings), warm=False, plugins=False) as service:
         if args.question:
-            out = engine.sql.answer(args.statement, principal)
+            out = service.sql_question(principal, args.statement)
             if isinstance(out, Decline):
                 _emit({"declined": {"reason": out.reason, "unlinked": list(out.unlinked)}})
                 return 3
             _emit({"question": args.statement, "rows": out.to_json()})
         else:
-            _emit({"rows": engine.sql.run_statement(args.statement, principal).to_json()})
-    finally:
-        engine.close()
+            _emit({"rows": service.sql_statement(principal, args.statement).to_json()})
     return 0
 
 
@@ -129,17 +120,13 @@ def cmd_mcp(args: argparse.Namespace, settings: Settings) -> int:
     """MCP over stdio for one principal, fixed here by the launching configuration."""
     import anyio
 
-    from routes.service.view import open_engine
     from routes.mcp.endpoint import run_stdio
+    from routes.service.service import open_service
 
     principal = _principal(args, scopes=args.scopes)
-    engine = open_engine(_index(settings), settings=settings)
-    if engine.deps.tables is not None and engine.deps.tables.readable(principal):
-        engine.sql.profile_ready(principal, 30.0)  # one principal: its table profiles are built before the first question
-    try:
-        anyio.run(run_stdio, engine, principal)
-    finally:
-        engine.close()
+    with open_service(settings, _index(settings)) as service:
+        service.tables_ready(principal, 30.0)  # one principal: its table profiles are built before the first question
+        anyio.run(run_stdio, service, principal)
     return 0
 
 

@@ -13,7 +13,7 @@ from indexes.embedder import Embedder
 from indexes.snapshot_build import BuildOptions, Progress, build_snapshot
 from retrieval.evaluate import Label
 from retrieval.metrics import mean
-from routes.service.view import Engine
+from routes.service.service import Service
 
 
 def ablate(labels: Sequence[Label], seed: int) -> tuple[set[str], set[str]]:
@@ -46,13 +46,13 @@ def ablated_index(root: Path, hidden_docs: set[str], embedder: Embedder, work: P
     return index
 
 
-def gap_accuracy(engine: Engine, labels: Sequence[Label], hidden_ids: set[str], k: int = 8,
+def gap_accuracy(service: Service, labels: Sequence[Label], hidden_ids: set[str], k: int = 8,
                  max_attempts: int | None = None) -> dict[str, float]:
     """Share of evidence gaps on hidden-gold questions and of answers on the others."""
     kept = [lb for lb in labels if lb.id not in hidden_ids]  # pass unambiguous() labels
     hidden = [lb for lb in labels if lb.id in hidden_ids]
-    ask = lambda lb: engine.query(lb.question, lb.principal_obj(), k=k, max_attempts=max_attempts,  # noqa: E731
-                                  today=lb.today, wait_for_tables=True).status
+    ask = lambda lb: service.query(lb.principal_obj(), lb.question, k=k, max_attempts=max_attempts,  # noqa: E731
+                                   today=lb.today, wait_for_tables=True).status
     gap_hidden = mean(ask(lb) == "evidence_gap" for lb in hidden)
     ans_kept = mean(ask(lb) == "answer_context" for lb in kept)
     return {"gap_on_ablated": round(gap_hidden, 4), "answer_on_rest": round(ans_kept, 4),

@@ -1,4 +1,4 @@
-"""`quarry eval`: run labeled questions (or a BEIR folder's) through the engine exactly as
+"""`quarry eval`: run labeled questions (or a BEIR folder's) through the service exactly as
 `query` does and score them: route accuracy and confusion, ranking quality, gaps, leaks,
 errors and the wrong questions.
 
@@ -18,7 +18,7 @@ from retrieval.evaluate import (TOP, Label, Record, breakdown, confusion, error_
 from retrieval.retrievers.sql import compare_rows
 from routes.eval.ablation import ablate, ablated_index, gap_accuracy, unambiguous
 from routes.eval.beir_eval import READER, beir_index, beir_labels, ensure_beir_index
-from routes.service.view import Engine
+from routes.service.service import Service
 from routes.eval.reports import failure_lines, report_markdown, write_report
 from routes.eval.tuning import (FUSION_GRID, MIN_TRAIN_QUESTIONS, TUNED_BACKUP, first_attempt_evidence, fit_policies,
                            grader_got_worse, keep_grader, question_features, save_policies, split_labels)
@@ -31,23 +31,22 @@ __all__ = [
 ]
 
 
-def run_labels(engine: Engine, labels: Sequence[Label], k: int, progress: Callable[[int], None] | None = None) -> list[Record]:
-    catalog = engine.snapshot.catalog
+def run_labels(service: Service, labels: Sequence[Label], k: int, progress: Callable[[int], None] | None = None
+               ) -> list[Record]:
     acl_cache: dict[str, tuple[str, ...] | None] = {}
 
     def acl_of(doc_id: str) -> tuple[str, ...] | None:
         if doc_id not in acl_cache:
-            doc = catalog.document(doc_id)
-            acl_cache[doc_id] = doc.acl if doc else None
+            acl_cache[doc_id] = service.document_acl(doc_id)
         return acl_cache[doc_id]
 
     records = []
     for i, label in enumerate(labels):
         principal = label.principal_obj()
-        engine.tables_ready(principal)  # no latency budget offline: a new scope's profiles are waited for, untimed
+        service.tables_ready(principal)  # no latency budget offline: a new scope's profiles are waited for, untimed
         t0 = time.perf_counter()
         try:
-            result = engine.query(label.question, principal, k=k, today=label.today)
+            result = service.query(principal, label.question, k=k, today=label.today)
         except Exception as e:  # noqa: BLE001 - an error is a scored outcome (a failure), not a crash of the run
             records.append(error_record(label, e, (time.perf_counter() - t0) * 1000))
         else:
@@ -58,12 +57,14 @@ def run_labels(engine: Engine, labels: Sequence[Label], k: int, progress: Callab
     return records
 
 
-def evaluate(engine: Engine, labels: Sequence[Label], k: int, progress: Callable[[int], None] | None = None) -> dict[str, Any]:
-    records = run_labels(engine, labels, k, progress)
+def evaluate(service: Service, labels: Sequence[Label], k: int, progress: Callable[[int], None] | None = None
+             ) -> dict[str, Any]:
+    records = run_labels(service, labels, k, progress)
     out = summarize(records, k)
     out["confusion"] = confusion(records)
     out.update(breakdown(records, k))
-    out["policies"] = {"router": engine.policies.router.source, "grader": engine.policies.grader.source}
+    policies = service.policies
+    out["policies"] = {"router": policies.router.source, "grader": policies.grader.source}
     out["leaks"] = [{"id": r.label.id, "principal": r.label.principal, "docs": r.leaked} for r in records if r.leaked]
     out["error_kinds"] = _error_kinds(records)
     out["wrong"] = wrong_questions(records, k)

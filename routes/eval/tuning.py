@@ -20,8 +20,9 @@ from retrieval.metrics import doc_ranking, mean, ndcg_at_k
 from retrieval.retrievers.hybrid import FusionParams
 from retrieval.router import features
 from retrieval.tune import best_fusion, fit_answer_grader, fit_grader, fit_router
-from retrieval.types import Filters, Hit, Principal
-from routes.service.view import TUNED_CONFIG, Engine, Policies, open_engine
+from retrieval.types import Hit, Principal
+from routes.service.service import Service
+from routes.service.view import TUNED_CONFIG, Policies
 from routes.service.settings import Settings
 
 TUNED_BACKUP = TUNED_CONFIG + ".bak"
@@ -47,13 +48,13 @@ def _fused(b: list[Hit], d: list[Hit], method: str, rrf_k: int, w: float) -> lis
     return [by_id[c] for c in sorted(fused, key=lambda c: (-fused[c], best[c], c))[:100]]
 
 
-def _fusion_scores(engine: Engine, labels: Sequence[Label]) -> dict[tuple[str, int, float], float]:
+def _fusion_scores(service: Service, labels: Sequence[Label]) -> dict[tuple[str, int, float], float]:
     ranked = [lb for lb in labels if lb.answerable and lb.relevant]
     lists = []
     for lb in ranked:
         p = lb.principal_obj()
-        lists.append((engine.retrievers["bm25"].search(lb.question, p, 100, Filters()),
-                      engine.retrievers["dense"].search(lb.question, p, 100, Filters()), lb))
+        lists.append((service.candidates(p, "bm25", lb.question, 100),
+                      service.candidates(p, "dense", lb.question, 100), lb))
     scores = {}
     for key in FUSION_GRID:
         scores[key] = mean(ndcg_at_k(doc_ranking(_fused(b, d, *key)), {x: 1.0 for x in lb.relevant}, 10)
@@ -65,7 +66,7 @@ def _fusion_scores(engine: Engine, labels: Sequence[Label]) -> dict[tuple[str, i
 RERANK_GRID = [(0, 0.0)] + [(n, prior) for n in (10, 20) for prior in (0.0, 0.5, 1.0, 2.0, 4.0)]
 
 
-def _rerank_choice(engine: Engine, labels: Sequence[Label], fusion: tuple[str, int, float], answer: AnswerScores
+def _rerank_choice(service: Service, labels: Sequence[Label], fusion: tuple[str, int, float], answer: AnswerScores
                    ) -> tuple[RerankConfig, dict[str, Any]]:
     """The answer reranker's candidates and rank prior with the best train nDCG@10 over the
     tuned fusion's top candidates (no reranking when nothing beats it)."""
@@ -74,8 +75,8 @@ def _rerank_choice(engine: Engine, labels: Sequence[Label], fusion: tuple[str, i
     pools = []
     for lb in ranked:
         p = lb.principal_obj()
-        fused = _fused(engine.retrievers["bm25"].search(lb.question, p, 100, Filters()),
-                       engine.retrievers["dense"].search(lb.question, p, 100, Filters()), *fusion)
+        fused = _fused(service.candidates(p, "bm25", lb.question, 100),
+                       service.candidates(p, "dense", lb.question, 100), *fusion)
         pools.append((lb, p, fused[:depth]))
     scores: dict[tuple[int, float], float] = {}
     for n, prior in RERANK_GRID:
@@ -89,30 +90,30 @@ def _rerank_choice(engine: Engine, labels: Sequence[Label], fusion: tuple[str, i
         "train_ndcg@10_without": round(scores[(0, 0.0)], 4), "questions": len(pools)}
 
 
-def question_features(engine: Engine, question: str, principal: Principal, today: date | None = None
+def question_features(service: Service, question: str, principal: Principal, today: date | None = None
                       ) -> tuple[Constraints, dict[str, float]]:
     """A question's constraints and route features, read by the loop's own first step
-    (relative dates against `today`, else the engine's date)."""
-    read = engine.understand(question, principal, today)
+    (relative dates against `today`, else the service's date)."""
+    read = service.understand(principal, question, today)
     i = read.inputs
     return read.constraints, features(i.question, i.constraints, i.sql_linked, i.term_stats)
 
 
-def first_attempt_evidence(engine: Engine, question: str, principal: Principal, k: int = 8, today: date | None = None
+def first_attempt_evidence(service: Service, question: str, principal: Principal, k: int = 8, today: date | None = None
                            ) -> tuple[Constraints, list[Hit]]:
     """The passages a question's first attempt is graded on, from a one-attempt run of the
     loop itself (route, retrieval, date order, signals); none when rows answered it."""
-    result = engine.query(question, principal, k=k, max_attempts=1, deadline_ms=engine.limits.max_deadline_ms, today=today,
-                          wait_for_tables=True)
+    result = service.query(principal, question, k=k, max_attempts=1, deadline_ms=service.limits.max_deadline_ms,
+                           today=today, wait_for_tables=True)
     first = next((a for a in result.attempts if not a.rejected), None)
     if first is None or first.rows is not None:
         return result.constraints, []
     return result.constraints, list(first.hits)
 
 
-def _route_rows(engine: Engine, labels: Sequence[Label]) -> tuple[list[dict[str, float]], list[str]]:
+def _route_rows(service: Service, labels: Sequence[Label]) -> tuple[list[dict[str, float]], list[str]]:
     labeled = [(lb, lb.route) for lb in labels if lb.route]
-    features = [question_features(engine, lb.question, lb.principal_obj(), lb.today)[1] for lb, _ in labeled]
+    features = [question_features(service, lb.question, lb.principal_obj(), lb.today)[1] for lb, _ in labeled]
     return features, [route for _, route in labeled]
 
 
@@ -129,20 +130,21 @@ class GradeRows:
     met: list[bool] = field(default_factory=list)
 
 
-def grade_rows(engine: Engine, labels: Sequence[Label], sufficient_of: Callable[[Label, list[str]], bool],
+def grade_rows(service: Service, labels: Sequence[Label], sufficient_of: Callable[[Label, list[str]], bool],
                top: int = 3) -> GradeRows:
     out = GradeRows()
+    today = service.today or date.today()
     for lb in labels:
         if lb.route == "sql" or lb.answer_rows is not None:
             continue
-        constraints, hits = first_attempt_evidence(engine, lb.question, lb.principal_obj(), today=lb.today)
+        constraints, hits = first_attempt_evidence(service, lb.question, lb.principal_obj(), today=lb.today)
         if not hits:
             continue
         out.rows.append(evidence_features(lb.question, hits, constraints))
         out.sufficient.append(sufficient_of(lb, [h.doc_id for h in hits]))
         out.questions.append(lb.question)
         out.tops.append(list(hits[:top]))
-        out.met.append(not unmet_constraints(constraints, hits, lb.today or engine.today or date.today()))
+        out.met.append(not unmet_constraints(constraints, hits, lb.today or today))
     return out
 
 
@@ -166,8 +168,8 @@ def _fit_answer(g: GradeRows, grader: GraderConfig, answer: AnswerScores, target
                     "target_false_gap": target, "cascade": [round(config.skip_below, 4), round(config.skip_above, 4)]}
 
 
-def fit_policies(engine: Engine, train: Sequence[Label], seed: int, tune_router: bool = True,
-                 grader_engine: Engine | None = None, sufficient_of: Callable[[Label, list[str]], bool] | None = None,
+def fit_policies(service: Service, train: Sequence[Label], seed: int, tune_router: bool = True,
+                 grader_service: Service | None = None, sufficient_of: Callable[[Label, list[str]], bool] | None = None,
                  grader_labels: Sequence[Label] | None = None, answer: AnswerScores | None = None,
                  target_false_gap: float = 0.05, answer_passages: int = 3, settings: Settings | None = None,
                  rerank: AnswerScores | None = None) -> tuple[Policies, dict[str, Any]]:
@@ -181,31 +183,27 @@ def fit_policies(engine: Engine, train: Sequence[Label], seed: int, tune_router:
     if len(train) < MIN_TRAIN_QUESTIONS:
         notes["warnings"] = [f"only {len(train)} training questions (fewer than {MIN_TRAIN_QUESTIONS}): "
                              "the tuned parameters may fit noise; label more questions before trusting them"]
-    scores = _fusion_scores(engine, train)
+    scores = _fusion_scores(service, train)
     method, rrf_k, w = best_fusion(scores)
     fusion = fusion_params(method, rrf_k, w)
     notes["fusion"] = {"method": method, "rrf_k": rrf_k, "bm25_weight": w, "train_ndcg@10": round(scores[(method, rrf_k, w)], 4),
                        "train_ndcg@10_default": round(scores.get(DEFAULT_FUSION, 0.0), 4)}
-    router = engine.policies.router
+    current = service.policies
+    router = current.router
     if tune_router:
-        rows, routes = _route_rows(engine, train)
+        rows, routes = _route_rows(service, train)
         if rows:
             router = fit_router(rows, routes, seed)
             notes["router_train_examples"] = len(rows)
-    policies = Policies(router, engine.policies.grader, fusion)
+    policies = Policies(router, current.grader, fusion)
     if rerank is not None:
-        chosen, notes["rerank"] = _rerank_choice(engine, train, (method, rrf_k, w), rerank)
+        chosen, notes["rerank"] = _rerank_choice(service, train, (method, rrf_k, w), rerank)
         policies = replace(policies, rerank=chosen, rerank_model=rerank.checksum)
-    g_engine = grader_engine or engine
     reading = settings.model_copy(update={"grader": ""}) if settings is not None else None  # the grade is refitted here
-    tuned_g = open_engine(g_engine.snapshot.path.parent.parent, g_engine.embedder, g_engine.limits, g_engine.today, policies,
-                          settings=reading, answer=answer)
-    try:
+    with (grader_service or service).sibling(policies=policies, settings=reading, answer=answer) as tuned_g:
         suff = sufficient_of or (lambda lb, docs: lb.answerable and bool(set(lb.relevant) & set(docs)))
         g = grade_rows(tuned_g, grader_labels or train, suff, top=answer_passages)
-    finally:
-        tuned_g.close()
-    fit = fit_grader(g.rows, g.sufficient, engine.policies.grader, seed)
+    fit = fit_grader(g.rows, g.sufficient, current.grader, seed)
     notes["grader"] = {"train_examples": len(g.sufficient), "train_sufficient": int(sum(g.sufficient)),
                        "train_balanced_accuracy": round(fit.train_balanced_accuracy, 4), "threshold": fit.config.threshold}
     fitted = replace(policies, grader=fit.config)

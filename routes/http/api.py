@@ -8,7 +8,7 @@ re-validating every answer on the way out.
 from __future__ import annotations
 
 import uuid
-from typing import Any, AsyncIterator, Callable, Literal, TypeVar
+from typing import Any, Callable, Literal, TypeVar
 
 from fastapi import APIRouter, Depends, Request, Security
 from fastapi.responses import JSONResponse
@@ -16,15 +16,14 @@ from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from starlette.concurrency import run_in_threadpool
 
 from quarry_client.models import Answer, DocumentOut, SearchOut, SqlOut, ToolCallOut
-from retrieval.answer import document_json, hit_json, hits_json, result_json
-from retrieval.errors import NotFound
-from retrieval.limits import check_query
-from retrieval.search import search
+from retrieval.answer import document_json, hits_json, result_json
+from retrieval.retrievers.sql import SqlResult
 from retrieval.sql.translate import Decline
 from retrieval.types import Filters
 from routes.service.audit import answer_fields, tool_fields
 from routes.service.auth import Caller, caller_from_header, require_scope
 from routes.service.schemas import RequestModels, ToolCallIn, error_responses
+from routes.service.service import Service
 
 ERRORS = error_responses(400, 401, 403, 413, 422, 429, 503)
 # Declares the bearer scheme in OpenAPI (so /docs can send a key); the check itself is
@@ -38,12 +37,10 @@ async def current_caller(request: Request, _: HTTPAuthorizationCredentials | Non
     return caller
 
 
-async def served_engine(request: Request) -> AsyncIterator[Any]:
-    """The engine of the generation current when this request started, held (never closed
-    under it) until the request is answered, even if a reload installs another meanwhile.
-    Every handler reads its engine from here, once."""
-    with request.app.state.quarry.engines.lease() as generation:
-        yield generation.engine
+def served(request: Request) -> Service:
+    """The service every handler calls (each call holds the generation current when it starts)."""
+    service: Service = request.app.state.quarry.service
+    return service
 
 
 def _filters(f: Any) -> Filters:
@@ -70,12 +67,12 @@ def build_router(models: RequestModels) -> APIRouter:
                  summary="Answer a question: an answer context or a typed evidence gap")
     @_body(models.query)
     async def query(body: Any, request: Request, caller: Caller = Depends(current_caller),
-                    engine: Any = Depends(served_engine)) -> JSONResponse:
+                    service: Service = Depends(served)) -> JSONResponse:
         require_scope(caller, "query")
         state = request.app.state.quarry
         with state.gate.enter(caller.key_id):
             result = await run_in_threadpool(
-                engine.query, body.question, caller.principal, k=body.k, max_attempts=body.max_attempts,
+                service.query, caller.principal, body.question, k=body.k, max_attempts=body.max_attempts,
                 deadline_ms=body.deadline_ms, filters=_filters(body.filters), today=body.today,
             )
         out = result_json(result)
@@ -86,12 +83,12 @@ def build_router(models: RequestModels) -> APIRouter:
     @router.post("/search", response_model=SearchOut, responses=ERRORS, summary="Run one retriever")
     @_body(models.search)
     async def search_one(body: Any, request: Request, caller: Caller = Depends(current_caller),
-                         engine: Any = Depends(served_engine)) -> JSONResponse:
+                         service: Service = Depends(served)) -> JSONResponse:
         require_scope(caller, "query")
         state = request.app.state.quarry
         with state.gate.enter(caller.key_id):
-            hits = await run_in_threadpool(search, engine.retrievers, body.retriever, body.query, caller.principal,
-                                           body.k, _filters(body.filters), engine.limits)
+            hits = await run_in_threadpool(service.search, caller.principal, body.retriever, body.query, body.k,
+                                           _filters(body.filters))
         trace = uuid.uuid4().hex
         request.state.audit = {"outcome": "hits", "route": body.retriever, "question": body.query, "trace_id": trace}
         return JSONResponse({"retriever": body.retriever, "hits": hits_json(hits), "trace_id": trace})
@@ -100,17 +97,17 @@ def build_router(models: RequestModels) -> APIRouter:
                  summary="Run one read-only SELECT (sql scope) or translate a question to SQL")
     @_body(models.sql)
     async def sql(body: Any, request: Request, caller: Caller = Depends(current_caller),
-                  engine: Any = Depends(served_engine)) -> dict:
+                  service: Service = Depends(served)) -> dict:
         state = request.app.state.quarry
         trace = uuid.uuid4().hex
+        result: SqlResult | Decline
         with state.gate.enter(caller.key_id):
             if body.sql is not None:
                 require_scope(caller, "sql")
-                result = await run_in_threadpool(engine.sql.run_statement, body.sql, caller.principal)
+                result = await run_in_threadpool(service.sql_statement, caller.principal, body.sql)
             else:
                 require_scope(caller, "query")
-                question = check_query(body.question, engine.limits, "question")
-                result = await run_in_threadpool(engine.sql.answer, question, caller.principal, body.today or engine.today)
+                result = await run_in_threadpool(service.sql_question, caller.principal, body.question, body.today)
         request.state.audit = {"route": "sql", "question": body.question, "trace_id": trace,
                                "outcome": "declined" if isinstance(result, Decline) else "rows"}
         if isinstance(result, Decline):
@@ -121,14 +118,11 @@ def build_router(models: RequestModels) -> APIRouter:
     @router.get("/documents/{doc_id:path}", response_model=DocumentOut, responses=error_responses(401, 403, 404, 429),
                 summary="One document the caller may read (404 otherwise, exactly as if it did not exist)")
     async def document(doc_id: str, request: Request, caller: Caller = Depends(current_caller),
-                       engine: Any = Depends(served_engine)) -> dict:
+                       service: Service = Depends(served)) -> dict:
         require_scope(caller, "query")
         state = request.app.state.quarry
         with state.gate.enter(caller.key_id):
-            doc = (await run_in_threadpool(engine.snapshot.catalog.readable_document, doc_id, caller.principal.can_read)
-                   if len(doc_id) <= 256 else None)
-        if doc is None:
-            raise NotFound(f"no document {doc_id[:80]!r}")
+            doc = await run_in_threadpool(service.document, caller.principal, doc_id)
         request.state.audit = {"outcome": "document"}
         return document_json(doc)
 
@@ -142,20 +136,20 @@ def build_tools_router() -> APIRouter:
     @router.get("", responses=error_responses(401, 422, 429),
                 summary="The tools this key may call, as OpenAI or Anthropic function schemas")
     async def list_tools(request: Request, format: Literal["openai", "anthropic"] = "openai",
-                         caller: Caller = Depends(current_caller), engine: Any = Depends(served_engine)) -> JSONResponse:
+                         caller: Caller = Depends(current_caller), service: Service = Depends(served)) -> JSONResponse:
         state = request.app.state.quarry
         with state.gate.enter(caller.key_id):
             render = state.tools.openai if format == "openai" else state.tools.anthropic
-            tools = await run_in_threadpool(render, engine, caller.principal)
+            tools = await run_in_threadpool(render, service, caller.principal)
         return JSONResponse({"format": format, "tools": tools})
 
     @router.post("/call", response_model=ToolCallOut, responses=error_responses(401, 413, 422, 429),
                  summary="Call one tool: {call_id, name, arguments} -> {call_id, result} or {call_id, error}")
     async def call(body: ToolCallIn, request: Request, caller: Caller = Depends(current_caller),
-                   engine: Any = Depends(served_engine)) -> JSONResponse:
+                   service: Service = Depends(served)) -> JSONResponse:
         state = request.app.state.quarry
         with state.gate.enter(caller.key_id):
-            done = await run_in_threadpool(state.tools.call, engine, caller.principal, body.name, body.arguments)
+            done = await run_in_threadpool(state.tools.call, service, caller.principal, body.name, body.arguments)
         request.state.audit = tool_fields(done)
         state.metrics.count_tool(done)
         return JSONResponse({"call_id": body.call_id, **done.to_dict()})
@@ -163,4 +157,4 @@ def build_tools_router() -> APIRouter:
     return router
 
 
-__all__ = ["build_router", "build_tools_router", "current_caller", "hit_json", "served_engine"]
+__all__ = ["build_router", "build_tools_router", "current_caller", "served"]

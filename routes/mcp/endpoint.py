@@ -26,6 +26,7 @@ from starlette.types import Message, Receive, Scope, Send
 from retrieval.types import Principal
 from routes.service.audit import tool_fields
 from routes.service.auth import Caller, caller_from_header
+from routes.service.service import Service
 from routes.service.tools import ToolCall, Toolset
 
 INSTRUCTIONS = (
@@ -35,25 +36,25 @@ INSTRUCTIONS = (
 )
 
 PrincipalOf = Callable[[Any], Principal]  # request context -> principal
-EngineOf = Callable[[Any], Any]  # request context -> the engine that answers it
+ServiceOf = Callable[[Any], Service]  # request context -> the service that answers it
 ObserveCall = Callable[[Any, ToolCall], None]  # request context, finished call -> audit and metrics
 
 
-def build_server(engine_of: EngineOf, principal_of: PrincipalOf, tools: Toolset,
+def build_server(service_of: ServiceOf, principal_of: PrincipalOf, tools: Toolset,
                  observe: ObserveCall | None = None) -> Server:
-    """A low-level MCP server over the shared tool definitions; `engine_of` gives the engine
-    of the request a message came in (each message reads it once)."""
+    """A low-level MCP server over the shared tool definitions; `service_of` gives the service
+    that answers the request a message came in."""
 
     async def list_tools(ctx: Any, params: Any) -> types.ListToolsResult:
         principal = principal_of(ctx)
         return types.ListToolsResult(tools=[
             types.Tool(name=spec.name, description=description, input_schema=spec.input_schema())
-            for spec, description in tools.available(engine_of(ctx), principal)
+            for spec, description in tools.available(service_of(ctx), principal)
         ])
 
     async def call(ctx: Any, params: types.CallToolRequestParams) -> types.CallToolResult:
         principal = principal_of(ctx)
-        done = await run_in_threadpool(tools.call, engine_of(ctx), principal, params.name, params.arguments)
+        done = await run_in_threadpool(tools.call, service_of(ctx), principal, params.name, params.arguments)
         if observe is not None:
             observe(ctx, done)
         body = done.result if done.error is None else done.to_dict()
@@ -68,14 +69,6 @@ def _request_state(ctx: Any) -> dict[str, Any]:
     app's middleware, which writes the audit row from it)."""
     request = getattr(ctx, "request", None)
     return request.scope.setdefault("state", {}) if request is not None else {}
-
-
-def http_engine(ctx: Any) -> Any:
-    """The engine leased for the HTTP request this MCP message came in."""
-    engine = _request_state(ctx).get("engine")
-    if engine is None:  # the endpoint always leases one; a missing one is a server fault
-        raise RuntimeError("MCP request without a leased engine")
-    return engine
 
 
 def http_principal(ctx: Any) -> Principal:
@@ -94,7 +87,7 @@ class McpHttp:
     def __init__(self, state: Any, allowed_origins: tuple[str, ...], host: str, stream_idle_seconds: float = 30.0) -> None:
         self.state = state
         self.stream_idle_seconds = stream_idle_seconds
-        self.server = build_server(http_engine, http_principal, state.tools, self._observe)
+        self.server = build_server(lambda ctx: state.service, http_principal, state.tools, self._observe)
         security = TransportSecuritySettings(
             enable_dns_rebinding_protection=True,
             allowed_hosts=["127.0.0.1:*", "localhost:*", "[::1]:*", f"{host}:*"],
@@ -122,10 +115,7 @@ class McpHttp:
             self.state.gate.admit(caller.key_id)
             await self._stream(scope, receive, send)
             return
-        with self.state.gate.enter(caller.key_id), self.state.engines.lease() as generation:
-            # The whole exchange (stateless, JSON responses) runs inside this call, so the engine
-            # it answers from stays open until the response is sent.
-            scope["state"]["engine"] = generation.engine
+        with self.state.gate.enter(caller.key_id):
             await self.manager.handle_request(scope, receive, send)
 
     async def _stream(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -152,11 +142,11 @@ class McpHttp:
             await send({"type": "http.response.body", "body": b"", "more_body": False})
 
 
-async def run_stdio(engine: Any, principal: Principal) -> None:
+async def run_stdio(service: Service, principal: Principal) -> None:
     """Serve one principal over stdin/stdout until the client closes the pipe; the tools are
-    bounded by the engine's limits."""
+    bounded by the service's limits."""
     from mcp.server.stdio import stdio_server
 
-    server = build_server(lambda ctx: engine, lambda ctx: principal, Toolset(engine.limits))
+    server = build_server(lambda ctx: service, lambda ctx: principal, Toolset(service.limits))
     async with stdio_server() as (read, write):
         await server.run(read, write, server.create_initialization_options())

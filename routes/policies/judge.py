@@ -31,12 +31,15 @@ import ssl
 import threading
 import unicodedata
 from dataclasses import dataclass, replace
-from typing import Any, Coroutine, TypeVar
+from typing import TYPE_CHECKING, Any, Coroutine, TypeVar
 
 import httpx
 
 from retrieval.grader import Grade
 from retrieval.policy import Evidence, Grader, SignalGrader
+
+if TYPE_CHECKING:
+    from routes.service.view import Engine
 
 log = logging.getLogger("quarry.judge")
 
@@ -193,7 +196,7 @@ def _failure(e: Exception, deadline: bool) -> str:
     return "unreadable verdict"
 
 
-def make_judge(settings: Any, engine: Any) -> JudgeGrader:
+def make_judge(settings: Any, engine: Engine) -> JudgeGrader:
     """The factory `QUARRY_GRADER=routes.policies.judge:make_judge` names; the built-in grader over the
     engine's tuned configuration is its fallback."""
     url = getattr(settings, "judge_url", None)

@@ -25,8 +25,7 @@ from starlette.concurrency import run_in_threadpool
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from quarry_client.models import ErrorOut
-from retrieval.errors import PayloadTooLarge, RetrievalError, RetrievalUnavailable
-from retrieval.types import Filters, Principal
+from retrieval.errors import PayloadTooLarge, RetrievalUnavailable
 from starlette.routing import Route
 
 from routes.http.api import BEARER, build_router, build_tools_router, current_caller
@@ -34,13 +33,13 @@ from routes.mcp.endpoint import McpHttp
 from routes.service.audit import AuditLog, AuditRecord
 from routes.http.docs import install_docs
 from routes.service.auth import Caller, Gate, caller_from_header, require_scope
+from routes.service.runtime import Runtime
+from routes.service.service import Service
 from routes.service.view import Engine, open_engine
-from routes.service.generations import Generations
 from routes.http.error_handlers import error_code, install_error_handlers
 from routes.service.keys import KeyStore
 from routes.http.prometheus import Metrics
 from routes.http.console import ConsoleHeaders, install_console
-from routes.service.reload import Reloader, serves_from
 from routes.http.write_api import build_write_router
 from routes.service.schemas import error_responses, request_models
 from routes.service.settings import Settings
@@ -48,7 +47,6 @@ from routes.service.tools import Toolset
 
 log = logging.getLogger("quarry.http")
 MAX_ERROR_BODY = 64 * 1024  # error bodies are read back for their code; none is near this
-READINESS_PROBE = Principal("quarry-readiness")
 CLIENT_CLOSED = 499  # nginx's status for a client that closed the connection before the answer
 AUDIT_WAIT_SECONDS = 10.0  # fail closed: longest an answer waits for its audit row
 AUDIT_REFUSAL = "the audit log cannot be written, and this server answers nothing unaudited (audit_fail_closed)"
@@ -56,18 +54,16 @@ AUDIT_REFUSAL = "the audit log cannot be written, and this server answers nothin
 
 @dataclass
 class AppState:
-    """What handlers reach through `request.app.state.quarry`. A handler takes its engine
-    from `engines.lease()` (the `served_engine` dependency), once per request."""
+    """What handlers reach through `request.app.state.quarry`: the service (their only way to
+    the index), the keys and limits of callers, the tools, metrics and the audit log."""
 
     settings: Settings
-    engines: Generations
+    service: Service
     keys: KeyStore | None
     gate: Gate
     tools: Toolset
     metrics: Metrics = field(default_factory=Metrics)
     audit: AuditLog | None = None
-    reloader: Reloader | None = None
-    extra: dict[str, Any] = field(default_factory=dict)
 
 
 class Observe:
@@ -234,39 +230,6 @@ class BodyLimit:
         await send({"type": "http.response.body", "body": body})
 
 
-def _open_writer(state: AppState) -> Any:
-    """Own the index's write-ahead log (routes/service/writes.py); the writer, or None. Another
-    process holding it leaves this server read-only (its writes answer that process's
-    Conflict; the reloader tries again at each poll and meanwhile replays that process's
-    records). A write that landed before the log was taken is served before the next request."""
-    from routes.http.write_api import reopen
-    from routes.service.writes import Writer
-
-    settings = state.settings
-
-    def opener() -> Engine:  # after a background compaction, when no reloader follows CURRENT
-        served = state.engines.current
-        assert served is not None
-        return reopen(settings, served.engine)
-
-    try:
-        writer = Writer(settings.index_dir, state.engines, settings.write_batch_max, compact_after=settings.compact_after,
-                        opener=None if settings.reload_interval_s > 0 else opener, max_key_bytes=settings.write_max_key_bytes)
-    except RetrievalError as e:
-        if "writer_error" not in state.extra:
-            log.warning("this server serves %s read-only: %s", state.settings.index_dir, e.message)
-        state.extra["writer_error"] = e
-        return None
-    state.extra.pop("writer_error", None)
-    state.extra["writer"] = writer
-    current = state.engines.current
-    if current is not None:
-        writer.start_at(int((current.engine.base or current.engine.snapshot).manifest.get("wal_seq", 0)))
-    if current is not None and writer.behind(current.engine):
-        writer.rebase(lambda: reopen(state.settings, current.engine))
-    return writer
-
-
 def engine_for(settings: Settings) -> Engine:
     """The engine over the current snapshot of `settings.index_dir`, built once, with the
     policies the settings name (routes/service/plugins.py); a policy that fails to load stops here."""
@@ -281,41 +244,28 @@ def create_app(settings: Settings, engine: Engine | None = None, keys: KeyStore 
     document are bounded by `settings.limits`; a ready `engine` must check the same limits.
     With `reload_interval_s` > 0 and an engine over `settings.index_dir`, new snapshots are
     served as CURRENT names them."""
-    limits = settings.limits
-    if engine is not None and engine.limits != limits:
-        raise ValueError(f"the engine's limits {engine.limits} differ from the settings' {limits}")
-    state = AppState(settings, Generations(engine, owned=own_engine, grace_s=settings.reload_grace_s),
+    if engine is not None and engine.limits != settings.limits:
+        raise ValueError(f"the engine's limits {engine.limits} differ from the settings' {settings.limits}")
+    runtime = Runtime(settings, engine, own_view=own_engine)
+    state = AppState(settings, Service(runtime),
                      keys if keys is not None else (KeyStore(settings.keys_file) if settings.keys_file else None),
-                     Gate(settings.rate_per_second, settings.burst, settings.max_concurrent_per_key),
-                     Toolset(limits, writer=lambda: state.extra.get("writer")))
+                     Gate(settings.rate_per_second, settings.burst, settings.max_concurrent_per_key), Toolset(settings.limits))
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        if state.engines.current is None:
-            state.engines.install(await run_in_threadpool(engine_for, settings), owned=True)
-        served = state.engines.current
-        own_index = served is not None and serves_from(served.engine, settings.index_dir)
-        if own_index:
-            await run_in_threadpool(_open_writer, state)
-        if settings.reload_interval_s > 0 and own_index:
-            state.reloader = Reloader(state.engines, settings, settings.index_dir,
-                                      lambda outcome: state.metrics.reloads.labels(outcome).inc(),
-                                      writer=state.extra.get("writer"), acquire_writer=lambda: _open_writer(state))
-            state.reloader.start()
+        await run_in_threadpool(runtime.load)
+        if runtime.owns_index():
+            await run_in_threadpool(runtime.open_writer)
+        runtime.start_reloader(lambda outcome: state.metrics.reloads.labels(outcome).inc())
         state.audit = AuditLog(settings.audit_path or settings.index_dir / "audit.duckdb", settings.audit_questions,
                                lambda reason, n: state.metrics.audit_dropped.labels(reason).inc(n))
         try:
             async with _mounted_lifespans(app):
                 yield
         finally:
-            if state.reloader is not None:
-                await state.reloader.stop()
-                state.reloader = None
+            await runtime.stop_reloader()
             state.audit.close()
-            await run_in_threadpool(state.engines.close)
-            writer = state.extra.pop("writer", None)
-            if writer is not None:
-                writer.close()
+            await run_in_threadpool(runtime.close)
 
     app = FastAPI(title="Quarry", version="0.1.0", lifespan=lifespan, docs_url=None, redoc_url=None,
                   description="Agentic retrieval: answer contexts with provenance, or typed evidence gaps. "
@@ -323,7 +273,7 @@ def create_app(settings: Settings, engine: Engine | None = None, keys: KeyStore 
     app.state.quarry = state
     app.add_middleware(BodyLimit, max_bytes=settings.max_body_bytes, write_max_bytes=settings.write_max_body_bytes)
     install_error_handlers(app)
-    app.include_router(build_router(request_models(limits)))
+    app.include_router(build_router(request_models(settings.limits)))
     app.include_router(build_write_router(settings.write_batch_max))
     app.include_router(build_tools_router())
     _add_ops_routes(app, state)
@@ -375,17 +325,14 @@ def _add_ops_routes(app: FastAPI, state: AppState) -> None:
         header = request.headers.get("authorization")
         caller = caller_from_header(state.keys, header) if header is not None else None
         try:
-            with state.engines.lease() as served:
-                await run_in_threadpool(served.engine.retrievers["bm25"].search, "readiness", READINESS_PROBE, 1, Filters())
+            await run_in_threadpool(state.service.probe)
         except Exception as exc:  # noqa: BLE001 - readiness reports, it does not raise
             log.warning("readiness probe failed: %s", type(exc).__name__)
             down = RetrievalUnavailable("index not answering")
             return Response(json.dumps(down.to_dict()), status_code=down.http_status, media_type="application/json")
         body: dict[str, Any] = {"status": "ready"}
         if caller is not None and "admin" in caller.principal.scopes:
-            body |= served.describe()
-            if state.reloader is not None:
-                body["reload"] = state.reloader.describe()
+            body |= state.service.describe()
         return Response(json.dumps(body), media_type="application/json")
 
     @app.get("/metrics", tags=["ops"], summary="Prometheus metrics (admin scope)",

@@ -44,4 +44,4 @@ def serve(settings: Settings) -> None:
         uvicorn.run(app, host=settings.host, port=settings.port, log_level="info", access_log=False,
                     log_config=log_config())
     finally:
-        app.state.quarry.engines.close()
+        app.state.quarry.service.close()

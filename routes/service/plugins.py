@@ -12,10 +12,13 @@ from __future__ import annotations
 
 import importlib
 from dataclasses import replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from retrieval.errors import InvalidRequest
 from retrieval.policy import Grader, Policy, Reranker, Rewriter, Router
+
+if TYPE_CHECKING:
+    from routes.service.view import Engine
 
 INTERFACES: dict[str, type] = {"router": Router, "grader": Grader, "rewriter": Rewriter, "reranker": Reranker}
 # short names for the policies Quarry ships beside its defaults
@@ -47,7 +50,7 @@ def load_factory(setting: str, path: str) -> Any:
     return target
 
 
-def load_policy(settings: Any, engine: Any, base: Policy) -> Policy:
+def load_policy(settings: Any, engine: Engine, base: Policy) -> Policy:
     """`base` with every policy the settings name replaced by its factory's product."""
     changes: dict[str, Any] = {}
     for name, interface in INTERFACES.items():

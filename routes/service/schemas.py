@@ -121,10 +121,10 @@ MetaValue = StrictStr | StrictInt | float | bool | None
 AclEntry = Annotated[StrictStr, Field(max_length=MAX_NAME_CHARS)]
 
 
-class DocumentIn(Strict):
-    """The fields of an ingest document; the id is the path's (an `id` here must equal it)."""
+class DocumentFields(Strict):
+    """A document's fields, as ingest reads them: the one input model of every write path
+    (a PUT's JSON body, a batch's put, the upsert tool), so each bounds them alike."""
 
-    id: StrictStr | None = Field(default=None, max_length=MAX_NAME_CHARS, description="must equal the path's id")
     text: StrictStr = Field(description="the document text (chunked and indexed)")
     title: StrictStr | None = None
     source: StrictStr | None = Field(default=None, max_length=MAX_NAME_CHARS)
@@ -132,6 +132,12 @@ class DocumentIn(Strict):
     metadata: dict[Annotated[StrictStr, Field(max_length=MAX_NAME_CHARS)], MetaValue] | None = Field(default=None, max_length=64)
     acl: list[AclEntry] | None = Field(default=None, max_length=256, description="principal ids, `group:NAME` or "
                                        "`public`; default: the index's ingest default (admins only)")
+
+
+class DocumentIn(DocumentFields):
+    """A PUT's or a batch put's body; the id is the path's (an `id` here must equal it)."""
+
+    id: StrictStr | None = Field(default=None, max_length=MAX_NAME_CHARS, description="must equal the path's id")
 
 
 class AclIn(Strict):

@@ -22,13 +22,13 @@ from typing import Any, Callable, Literal
 from pydantic import Field, StrictInt, StrictStr, ValidationError, field_validator
 
 from retrieval.answer import document_json, hits_json, result_json
-from retrieval.errors import Conflict, NotFound, RetrievalError
+from retrieval.errors import RetrievalError
 from retrieval.limits import Limits
 from retrieval.registry import SEARCH_ROUTES
-from retrieval.search import search
 from retrieval.sql.guard import MAX_SQL_CHARS
 from retrieval.types import Filters, Principal
-from routes.service.schemas import MAX_NAME_CHARS, FilterValue, Strict
+from routes.service.schemas import MAX_NAME_CHARS, DocumentFields, DocumentIn, FilterValue, Strict
+from routes.service.service import AclWrite, DeleteWrite, PutWrite, Service
 
 MAX_ARGUMENT_BYTES = 64 * 1024
 
@@ -62,13 +62,10 @@ class GetDocumentArgs(_Args):
     doc_id: StrictStr = Field(min_length=1, max_length=MAX_NAME_CHARS)
 
 
-class UpsertDocumentArgs(_Args):
+class UpsertDocumentArgs(_Args, DocumentFields):
+    """The upsert tool's arguments: the document fields every write path takes, and its id."""
+
     doc_id: StrictStr = Field(min_length=1, max_length=MAX_NAME_CHARS)
-    text: StrictStr = Field(min_length=1, max_length=MAX_ARGUMENT_BYTES)
-    title: StrictStr | None = Field(default=None, max_length=1000)
-    source: StrictStr | None = Field(default=None, max_length=MAX_NAME_CHARS)
-    date: StrictStr | None = Field(default=None, pattern=DATE, description="YYYY-MM-DD")
-    acl: list[FilterValue] | None = Field(default=None, max_length=256, description=ACL_HELP)
 
 
 class DeleteDocumentArgs(_Args):
@@ -86,7 +83,7 @@ class ToolSpec:
     description: str
     args: type[_Args]
     scope: str
-    run: Callable[[Any, Principal, Any], dict[str, Any]]
+    run: Callable[[Service, Principal, Any], dict[str, Any]]
 
     def input_schema(self, strict: bool = False) -> dict[str, Any]:
         """JSON schema of the arguments, generated from `args`. `strict` (OpenAI strict mode):
@@ -136,54 +133,37 @@ def _nullable(prop: dict[str, Any]) -> None:
         prop["enum"] = [*prop["enum"], None]
 
 
-def _retrieve(engine: Any, principal: Principal, a: Any) -> dict[str, Any]:
-    result = engine.query(a.question, principal, k=a.k, max_attempts=a.max_attempts, deadline_ms=a.deadline_ms,
-                          filters=a.filters.to_filters() if a.filters else Filters(),
-                          today=date.fromisoformat(a.today) if a.today else None)
+def _retrieve(service: Service, principal: Principal, a: Any) -> dict[str, Any]:
+    result = service.query(principal, a.question, k=a.k, max_attempts=a.max_attempts, deadline_ms=a.deadline_ms,
+                           filters=a.filters.to_filters() if a.filters else Filters(),
+                           today=date.fromisoformat(a.today) if a.today else None)
     return result_json(result)
 
 
-def _search(engine: Any, principal: Principal, a: Any) -> dict[str, Any]:
-    hits = search(engine.retrievers, a.retriever, a.query, principal, a.k,
-                  a.filters.to_filters() if a.filters else Filters(), engine.limits)
+def _search(service: Service, principal: Principal, a: Any) -> dict[str, Any]:
+    hits = service.search(principal, a.retriever, a.query, a.k, a.filters.to_filters() if a.filters else Filters())
     return {"retriever": a.retriever, "hits": hits_json(hits)}
 
 
-def _sql(engine: Any, principal: Principal, a: SqlQueryArgs) -> dict[str, Any]:
-    return {"rows": engine.sql.run_statement(a.sql, principal).to_json()}
+def _sql(service: Service, principal: Principal, a: SqlQueryArgs) -> dict[str, Any]:
+    return {"rows": service.sql_statement(principal, a.sql).to_json()}
 
 
-def _document(engine: Any, principal: Principal, a: GetDocumentArgs) -> dict[str, Any]:
-    doc = engine.snapshot.catalog.readable_document(a.doc_id, principal.can_read)
-    if doc is None:
-        raise NotFound(f"no document {a.doc_id!r}")
-    return document_json(doc)
+def _document(service: Service, principal: Principal, a: GetDocumentArgs) -> dict[str, Any]:
+    return document_json(service.document(principal, a.doc_id))
 
 
-# The write tools' handlers get the index's writer (routes/service/writes.py) where the others get the engine.
-
-def _upsert(writer: Any, principal: Principal, a: UpsertDocumentArgs) -> dict[str, Any]:
-    from indexes.corpus import make_document
-    from indexes.live import Put, options_of
-
-    served = writer.generations.current.engine
-    fields = {k: v for k, v in {"title": a.title, "source": a.source, "date": a.date, "acl": a.acl}.items() if v is not None}
-    doc = make_document({"id": a.doc_id, "text": a.text, **fields}, default_source=None,
-                        default_acl=options_of(served.base or served.snapshot)[1])
-    return dict(writer.write([Put(doc, "mcp")], principal, key=principal.id))
+def _upsert(service: Service, principal: Principal, a: UpsertDocumentArgs) -> dict[str, Any]:
+    document = DocumentIn.model_validate(a.model_dump(exclude={"doc_id"}, exclude_none=True))
+    return dict(service.write(principal, [PutWrite(a.doc_id, document, "mcp")]))
 
 
-def _delete(writer: Any, principal: Principal, a: DeleteDocumentArgs) -> dict[str, Any]:
-    from indexes.live import Delete
-
-    return dict(writer.write([Delete(a.doc_id)], principal, key=principal.id))
+def _delete(service: Service, principal: Principal, a: DeleteDocumentArgs) -> dict[str, Any]:
+    return dict(service.write(principal, [DeleteWrite(a.doc_id)]))
 
 
-def _set_acl(writer: Any, principal: Principal, a: SetAclArgs) -> dict[str, Any]:
-    from indexes.live import SetAcl
-    from retrieval.types import check_acl
-
-    return dict(writer.write([SetAcl(a.doc_id, check_acl(a.acl))], principal, key=principal.id))
+def _set_acl(service: Service, principal: Principal, a: SetAclArgs) -> dict[str, Any]:
+    return dict(service.write(principal, [AclWrite(a.doc_id, a.acl)]))
 
 
 WRITE_TOOLS = frozenset({"upsert_document", "delete_document", "set_document_acl"})
@@ -294,30 +274,30 @@ class Toolset:
     """The tools of one app or stdio server, bounded by its runtime limits: listed per
     principal, dispatched by name."""
 
-    def __init__(self, limits: Limits, writer: Callable[[], Any] | None = None) -> None:
+    def __init__(self, limits: Limits) -> None:
         self.limits = limits
         self.specs: dict[str, ToolSpec] = {t.name: t for t in _tool_specs(limits)}
-        self.writer = writer or (lambda: None)  # the index's writer, where this server accepts writes
 
-    def available(self, engine: Any, principal: Principal) -> list[tuple[ToolSpec, str]]:
-        """The tools this principal may call, with their descriptions."""
+    def available(self, service: Service, principal: Principal) -> list[tuple[ToolSpec, str]]:
+        """The tools this principal may call, with their descriptions (write tools only where
+        this process writes the index)."""
         out = []
         for spec in self.specs.values():
-            if not _allowed(spec, principal) or (spec.name in WRITE_TOOLS and self.writer() is None):
+            if not _allowed(spec, principal) or (spec.name in WRITE_TOOLS and not service.writable):
                 continue
-            description = spec.description + (describe_tables(engine, principal) if spec.name == "sql_query" else "")
+            description = spec.description + (describe_tables(service, principal) if spec.name == "sql_query" else "")
             out.append((spec, description))
         return out
 
-    def openai(self, engine: Any, principal: Principal) -> list[dict[str, Any]]:
+    def openai(self, service: Service, principal: Principal) -> list[dict[str, Any]]:
         return [{"type": "function", "function": {"name": s.name, "description": d, "parameters": s.input_schema(strict=True),
-                                                  "strict": True}} for s, d in self.available(engine, principal)]
+                                                  "strict": True}} for s, d in self.available(service, principal)]
 
-    def anthropic(self, engine: Any, principal: Principal) -> list[dict[str, Any]]:
+    def anthropic(self, service: Service, principal: Principal) -> list[dict[str, Any]]:
         return [{"name": s.name, "description": d, "input_schema": s.input_schema()}
-                for s, d in self.available(engine, principal)]
+                for s, d in self.available(service, principal)]
 
-    def call(self, engine: Any, principal: Principal, name: Any, raw_arguments: Any) -> ToolCall:
+    def call(self, service: Service, principal: Principal, name: Any, raw_arguments: Any) -> ToolCall:
         """Dispatch one call through the explicit name map; a failure is the call's `error`."""
         spec = self.specs.get(name) if isinstance(name, str) else None
         label = name[:80] if isinstance(name, str) else str(name)[:80]
@@ -330,12 +310,8 @@ class Toolset:
             return ToolCall(spec.name, None, error=e)
         if not _allowed(spec, principal):
             return ToolCall(spec.name, args, error=ToolError("access_denied", f"{spec.name} needs the '{spec.scope}' scope"))
-        target = self.writer() if spec.name in WRITE_TOOLS else engine
-        if target is None:
-            refused = Conflict("this server serves its index read-only")
-            return ToolCall(spec.name, args, error=ToolError(refused.tool_code, refused.message, refused.retryable))
         try:
-            return ToolCall(spec.name, args, result=spec.run(target, principal, args))
+            return ToolCall(spec.name, args, result=spec.run(service, principal, args))
         except RetrievalError as e:
             return ToolCall(spec.name, args, error=ToolError(e.tool_code, e.message, e.retryable))
 
@@ -352,10 +328,10 @@ def _unnamed(n: int, what: str) -> list[str]:
     return [f"{n} more {what}{'s' if n > 1 else ''} not named here"] if n else []
 
 
-def describe_tables(engine: Any, principal: Principal) -> str:
+def describe_tables(service: Service, principal: Principal) -> str:
     """The readable tables and their columns, appended to sql_query's description for this
     caller: names only (plain identifiers), never other schema text."""
-    tables = engine.sql.readable_tables(principal)
+    tables = service.readable_tables(principal)
     if not tables:
         return " No tables are readable with this key."
     parts = []

@@ -10,6 +10,7 @@ import shutil
 import pytest
 
 from tests.conftest import DEMO, PATIENCE_S, ROOT, wait_until
+from routes.service.service import Service
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 pytestmark = pytest.mark.skipif(CHROMIUM is None, reason="no Chromium here: install Debian's `chromium` package "
@@ -90,7 +91,7 @@ def test_the_report_page_shows_the_last_eval_report(browser, live, demo_engine):
 
     labels = [q for q in load_label_file(DEMO / "questions.jsonl")][:8]
     report_dir = live.app.state.quarry.settings.index_dir / "report"
-    write_report(evaluate(demo_engine, labels, k=8), report_dir, "Quarry evaluation of 8 demo questions")
+    write_report(evaluate(Service.serving(demo_engine), labels, k=8), report_dir, "Quarry evaluation of 8 demo questions")
     page, requests, problems = _page(browser, live)
     page.goto(live.url + "/console/report.html")
     page.fill("#key", live.keys["bob"])

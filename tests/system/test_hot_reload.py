@@ -73,7 +73,7 @@ class Served:
 
     @property
     def generations(self):
-        return self.server.app.state.quarry.engines
+        return self.server.app.state.quarry.service.runtime.generations
 
 
 @pytest.fixture

@@ -168,7 +168,7 @@ def test_bad_input_is_a_typed_error_and_changes_nothing(writable):
     assert hidden.json()["error"]["code"] == missing.json()["error"]["code"]
     assert _generation(writable) == before
     assert httpx.get(url + "b1", headers=_h(writable, "erin"), timeout=30).status_code == 404
-    with writable.app.state.quarry.engines.lease() as served:  # the hidden document is untouched
+    with writable.app.state.quarry.service.runtime.generations.lease() as served:  # the hidden document is untouched
         assert served.engine.snapshot.catalog.document("m02") is not None
 
 
@@ -319,7 +319,7 @@ def test_a_put_of_a_document_the_key_cannot_read_is_404_and_changes_nothing(writ
     the same 404 as her DELETE of it (and of a missing id), by every path; she can still
     create a new id."""
     url = writable.url + "/v1/documents/"
-    with writable.app.state.quarry.engines.lease() as served:
+    with writable.app.state.quarry.service.runtime.generations.lease() as served:
         before = served.engine.snapshot.catalog.document("m02")
     generation = _generation(writable)
     takeover = {"text": "Taken over.", "acl": ["group:content"]}
@@ -330,7 +330,7 @@ def test_a_put_of_a_document_the_key_cannot_read_is_404_and_changes_nothing(writ
     batch = httpx.post(writable.url + "/v1/documents:batch", headers=_h(writable, "wendy"), timeout=60,
                        json={"operations": [{"op": "put", "id": "m02", "document": takeover}]})
     assert batch.status_code == 404
-    with writable.app.state.quarry.engines.lease() as served:
+    with writable.app.state.quarry.service.runtime.generations.lease() as served:
         assert served.engine.snapshot.catalog.document("m02") == before
     assert _generation(writable) == generation
     created = httpx.put(url + "wendy-new-note", json={"text": "Fresh.", "acl": ["group:content"]},

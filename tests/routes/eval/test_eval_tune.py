@@ -18,6 +18,7 @@ from routes.service.view import TUNED_CONFIG, Policies, open_engine
 from routes.eval.evaluation import (evaluate, fit_policies, load_label_file, question_features, save_policies, split_labels,
                                write_report)
 from tests.conftest import PATIENCE_S, ROOT
+from routes.service.service import Service
 
 LABELS = [
     ("t1", "INC-2077", "erin", [], "exact", ["m05", "m06"], True, "train"),
@@ -52,7 +53,7 @@ def index_copy(mini_index, tmp_path):
 
 
 def test_eval_writes_metrics_report_and_plots(engine, labels_file, tmp_path):
-    result = evaluate(engine, load_label_file(labels_file), k=8)
+    result = evaluate(Service.serving(engine), load_label_file(labels_file), k=8)
     assert result["questions"] == 12 and result["leakage"] == 0 and result["errors"] == 0
     for name in ("route_accuracy", "gap_precision", "gap_recall", "ndcg@10", "recall@k", "mrr", "mean_attempts",
                  "latency_p50_ms", "latency_p95_ms"):
@@ -66,8 +67,8 @@ def test_tune_is_deterministic_and_the_index_loads_what_it_saved(index_copy, emb
     train, _ = split_labels(load_label_file(labels_file))
     engine = open_engine(index_copy, embedder)
     try:
-        a, notes_a = fit_policies(engine, train, seed=3)
-        b, notes_b = fit_policies(engine, train, seed=3)
+        a, notes_a = fit_policies(Service.serving(engine), train, seed=3)
+        b, notes_b = fit_policies(Service.serving(engine), train, seed=3)
     finally:
         engine.close()
     assert a.router.to_json() == b.router.to_json() and a.grader.to_json() == b.grader.to_json()
@@ -205,7 +206,7 @@ def test_eval_report_lists_every_wrong_question(engine, labels_file, tmp_path):
     labels.write_text(labels_file.read_text() + json.dumps({
         "id": "tz-unmeetable", "question": "carrier webhook retries", "principal": "erin", "route": "exact",
         "relevant": ["no-such-doc"], "answerable": True, "tags": ["t"]}) + "\n")
-    result = evaluate(engine, load_label_file(labels), k=8)
+    result = evaluate(Service.serving(engine), load_label_file(labels), k=8)
     records_wrong = [w["id"] for w in result["wrong"]]
     assert result["wrong_questions"] == len(records_wrong) > 0
     report = (tmp_path / "r" / "report.md")
@@ -225,7 +226,7 @@ def test_plots_say_whether_they_group_by_labeled_or_chosen_route(engine, labels_
     labeled = load_label_file(labels_file)
     unlabeled = [replace(lb, route=None) for lb in labeled]
     for labels, wording in ((labeled, "labeled route"), (unlabeled, "chosen route")):
-        paths = {p.name: p for p in write_report(evaluate(engine, labels, k=8), tmp_path / wording, "mini")}
+        paths = {p.name: p for p in write_report(evaluate(Service.serving(engine), labels, k=8), tmp_path / wording, "mini")}
         assert Image.open(paths["quality_per_route.png"]).text["Title"] == f"Quality per {wording}"
         assert Image.open(paths["latency.png"]).text["Title"] == f"Latency per {wording}"
         assert f"group questions by **{wording}**" in paths["report.md"].read_text()
@@ -265,7 +266,7 @@ def test_labeled_today_resolves_the_questions_relative_dates_in_eval(dated_table
                               for i, rows, today in (("q1", [[2]], "2023-04-15"), ("q2", [[3]], "2023-10-02"))))
     engine = open_engine(dated_tables_index, embedder, today=date(2026, 1, 5))  # an engine date that fits neither label
     try:
-        result = evaluate(engine, load_label_file(labels), k=8)
+        result = evaluate(Service.serving(engine), load_label_file(labels), k=8)
     finally:
         engine.close()
     assert result["sql_exact"] == 1.0 and result["errors"] == 0, result["wrong"]
@@ -276,8 +277,9 @@ def test_tune_features_resolve_relative_dates_against_the_labels_today(dated_tab
 
     engine = open_engine(dated_tables_index, embedder, today=date(2026, 1, 5))
     try:
-        constraints, _ = question_features(engine, "incidents opened last quarter", Principal("erin"), date(2023, 4, 15))
-        default, _ = question_features(engine, "incidents opened last quarter", Principal("erin"))
+        service = Service.serving(engine)
+        constraints, _ = question_features(service, "incidents opened last quarter", Principal("erin"), date(2023, 4, 15))
+        default, _ = question_features(service, "incidents opened last quarter", Principal("erin"))
     finally:
         engine.close()
     assert [(d.start, d.end) for d in constraints.dates] == [(date(2023, 1, 1), date(2023, 3, 31))]

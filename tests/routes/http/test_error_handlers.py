@@ -74,13 +74,16 @@ def test_every_error_class_answers_over_http_with_its_own_status_and_code(raisin
 @pytest.mark.parametrize("cls", CLASSES, ids=lambda c: c.__name__)
 def test_every_error_class_raised_inside_a_tool_is_a_tool_error_with_its_tool_code(cls):
     """The document store is a stub that raises the class (no real store raises every one)."""
+    from routes.service.runtime import Runtime
+    from routes.service.service import Service
+    from routes.service.settings import Settings
     from routes.service.tools import Toolset
 
     def readable_document(doc_id, can_read):
         raise cls("it failed")
 
     engine = SimpleNamespace(snapshot=SimpleNamespace(catalog=SimpleNamespace(readable_document=readable_document)))
-    done = Toolset(Limits()).call(engine, Principal("erin"), "get_document", {"doc_id": "x"})
+    done = Toolset(Limits()).call(Service(Runtime(Settings(), engine)), Principal("erin"), "get_document", {"doc_id": "x"})
     assert done.error is not None and done.error.to_dict() == {
         "code": cls.tool_code, "message": "it failed", "retryable": cls.retryable}
 

@@ -18,6 +18,7 @@ from routes.service.plugins import PluginError
 from routes.service.settings import Settings
 from tests.conftest import LiveServer
 from tests.routes.eval.test_eval_tune import labels_file  # noqa: F401 - the fixture, reused
+from routes.service.service import Service
 
 ERIN, BOB = Principal("erin"), Principal("bob", ("finance",))
 FIXED = "What did release 3.1.2 of the tracking gateway fix?"
@@ -116,7 +117,7 @@ def test_tune_fits_the_answer_grader_for_its_false_gap_target_and_serving_uses_i
     train, _ = split_labels(load_label_file(labels_file))
     base = open_engine(index, embedder, settings=Settings(grader="answer"))
     try:
-        policies, notes = fit_policies(base, train, seed=3, answer=base.answer, target_false_gap=0.2)
+        policies, notes = fit_policies(Service.serving(base), train, seed=3, answer=base.answer, target_false_gap=0.2)
     finally:
         base.close()
     assert policies.answer.source.startswith("tuned") and policies.answer_model == base.answer.scorer.checksum
@@ -159,7 +160,7 @@ def test_tune_chooses_the_rerankers_candidates_and_prior_and_serving_uses_them(m
     settings = Settings(reranker="answer")
     base = open_engine(index, embedder, settings=settings)
     try:
-        policies, notes = fit_policies(base, train, seed=3, rerank=base.answer, settings=settings)
+        policies, notes = fit_policies(Service.serving(base), train, seed=3, rerank=base.answer, settings=settings)
     finally:
         base.close()
     chosen = (notes["rerank"]["top_n"], notes["rerank"]["rank_prior"])
