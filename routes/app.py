@@ -48,7 +48,7 @@ from routes.tools import Toolset
 
 log = logging.getLogger("quarry.http")
 MAX_ERROR_BODY = 64 * 1024  # error bodies are read back for their code; none is near this
-READINESS_PROBE = Principal("quarry-readiness")
+READINESS_PROBE = Principal("quarry-readiness").access_scope()
 CLIENT_CLOSED = 499  # nginx's status for a client that closed the connection before the answer
 AUDIT_WAIT_SECONDS = 10.0  # fail closed: longest an answer waits for its audit row
 AUDIT_REFUSAL = "the audit log cannot be written, and this server answers nothing unaudited (audit_fail_closed)"

@@ -134,8 +134,9 @@ def cmd_mcp(args: argparse.Namespace, settings: Settings) -> int:
 
     principal = _principal(args, scopes=args.scopes)
     engine = open_engine(_index(settings), settings=settings)
-    if engine.deps.tables is not None and engine.deps.tables.readable(principal):
-        engine.sql.profile_ready(principal, 30.0)  # one principal: its table profiles are built before the first question
+    access = principal.access_scope()
+    if engine.deps.tables is not None and engine.deps.tables.readable(access):
+        engine.sql.profile_ready(access, 30.0)  # one principal: its table profiles are built before the first question
     try:
         anyio.run(run_stdio, engine, principal)
     finally:

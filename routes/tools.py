@@ -355,7 +355,7 @@ def _unnamed(n: int, what: str) -> list[str]:
 def describe_tables(engine: Any, principal: Principal) -> str:
     """The readable tables and their columns, appended to sql_query's description for this
     caller: names only (plain identifiers), never other schema text."""
-    tables = engine.sql.readable_tables(principal)
+    tables = engine.sql.readable_tables(principal.access_scope())
     if not tables:
         return " No tables are readable with this key."
     parts = []

@@ -51,7 +51,7 @@ def _fusion_scores(engine: Engine, labels: Sequence[Label]) -> dict[tuple[str, i
     ranked = [lb for lb in labels if lb.answerable and lb.relevant]
     lists = []
     for lb in ranked:
-        p = lb.principal_obj()
+        p = lb.principal_obj().access_scope()
         lists.append((engine.retrievers["bm25"].search(lb.question, p, 100, Filters()),
                       engine.retrievers["dense"].search(lb.question, p, 100, Filters()), lb))
     scores = {}
@@ -74,8 +74,8 @@ def _rerank_choice(engine: Engine, labels: Sequence[Label], fusion: tuple[str, i
     pools = []
     for lb in ranked:
         p = lb.principal_obj()
-        fused = _fused(engine.retrievers["bm25"].search(lb.question, p, 100, Filters()),
-                       engine.retrievers["dense"].search(lb.question, p, 100, Filters()), *fusion)
+        fused = _fused(engine.retrievers["bm25"].search(lb.question, p.access_scope(), 100, Filters()),
+                       engine.retrievers["dense"].search(lb.question, p.access_scope(), 100, Filters()), *fusion)
         pools.append((lb, p, fused[:depth]))
     scores: dict[tuple[int, float], float] = {}
     for n, prior in RERANK_GRID:
