@@ -191,7 +191,7 @@ def part_scifact(embedder: Embedder, scores: AnswerScores, config: AnswerConfig,
             if name == variants[0][0]:
                 engine.embedder.clear_cache()
                 t0 = time.perf_counter()
-                single = engine.retrievers["hybrid"].search(queries[qid], READER, 10, Filters())
+                single = engine.retrievers["hybrid"].search(queries[qid], READER.access_scope(), 10, Filters())
                 hybrid_ms.append((time.perf_counter() - t0) * 1000)
                 base.append(ndcg_at_k(doc_ranking(single), rel, 10))
             engine.embedder.clear_cache()
@@ -260,7 +260,7 @@ def _rerank_ndcg(engine: Engine, scores: AnswerScores, queries: dict[str, str], 
 
     per_prior: dict[float, list[float]] = {p: [] for p in (*PRIORS, math.inf)}
     for qid, rel in qrels.items():
-        hits = engine.retrievers["hybrid"].search(queries[qid], READER, top_n, Filters())
+        hits = engine.retrievers["hybrid"].search(queries[qid], READER.access_scope(), top_n, Filters())
         for prior in per_prior:
             ranked = hits if prior == math.inf else \
                 AnswerReranker(scores, RerankConfig(top_n, prior)).rerank(queries[qid], hits, READER)
@@ -299,7 +299,8 @@ def part_hotpotqa(embedder: Embedder, scores: AnswerScores, config: AnswerConfig
         base = full = gaps_with_gold = with_gold = 0
         for qid, rel in qrels.items():
             if name == variants[0][0]:
-                base += all_found(doc_ranking(engine.retrievers["hybrid"].search(queries[qid], READER, k, Filters())), rel, k)
+                hits = engine.retrievers["hybrid"].search(queries[qid], READER.access_scope(), k, Filters())
+                base += all_found(doc_ranking(hits), rel, k)
             result = engine.query(queries[qid], READER, k=k, max_attempts=3, deadline_ms=10000)
             both = all_found(doc_ranking(result.context), rel, k)
             full += both and result.status == "answer_context"

@@ -31,7 +31,8 @@ WEIGHTS = (0.3, 0.4, 0.5, 0.6, 0.7)
 def candidate_lists(engine, queries: dict[str, str], qids: list[str], depth: int) -> dict[str, dict]:
     out = {}
     for qid in qids:
-        out[qid] = {name: engine.retrievers[name].rank(queries[qid], READER, depth, Filters()) for name in ("bm25", "dense")}
+        out[qid] = {name: engine.retrievers[name].rank(queries[qid], READER.access_scope(), depth, Filters())
+                    for name in ("bm25", "dense")}
     return out
 
 

@@ -50,7 +50,7 @@ def hotpotqa(embedder: Embedder, grader: GraderConfig | None = None) -> dict:
     k = 8
     base_hits, loop_hits, complete_gaps, attempts, strategies = 0, 0, 0, [], {}
     for qid, rel in qrels.items():
-        single = doc_ranking(engine.retrievers["hybrid"].search(queries[qid], READER, k, Filters()))
+        single = doc_ranking(engine.retrievers["hybrid"].search(queries[qid], READER.access_scope(), k, Filters()))
         base_hits += all_found(single, rel, k)
         result = engine.query(queries[qid], READER, k=k, max_attempts=3, deadline_ms=5000)
         ranked = doc_ranking(result.context)
@@ -81,7 +81,7 @@ def scifact(embedder: Embedder, grader: GraderConfig | None = None) -> dict:
     for qid, rel in qrels.items():
         engine.embedder.clear_cache()
         t0 = time.perf_counter()
-        single = engine.retrievers["hybrid"].search(queries[qid], READER, k, Filters())
+        single = engine.retrievers["hybrid"].search(queries[qid], READER.access_scope(), k, Filters())
         hybrid_ms.append((time.perf_counter() - t0) * 1000)
         base.append(ndcg_at_k(doc_ranking(single), rel, 10))
         engine.embedder.clear_cache()

@@ -71,12 +71,12 @@ def run_retriever(retriever, embedder, queries, qrels, k_latency: int = 10):
     query-embedding cache (so hybrid does not reuse the dense run's vectors)."""
     ndcg, rec, lat = [], [], []
     for qid, rel in qrels.items():
-        ranked = doc_ranking(retriever.search(queries[qid], READER, DEPTH, Filters()))
+        ranked = doc_ranking(retriever.search(queries[qid], READER.access_scope(), DEPTH, Filters()))
         ndcg.append(ndcg_at_k(ranked, rel, 10))
         rec.append(recall_at_k(ranked, rel, 100))
     embedder.clear_cache()
     for qid in qrels:
-        lat.append(timed(lambda: retriever.search(queries[qid], READER, k_latency, Filters()))[1])  # noqa: B023 - called at once
+        lat.append(timed(lambda: retriever.search(queries[qid], READER.access_scope(), k_latency, Filters()))[1])  # noqa: B023 - called at once
     embedder.clear_cache()
     return summary(ndcg, rec, lat)
 
@@ -120,7 +120,7 @@ def scale_run(embedder, n_chunks: int = 100_000) -> dict:
         lat = []
         embedder.clear_cache()
         for q in queries:
-            lat.append(timed(lambda: r.search(q, READER, 10, Filters()))[1])  # noqa: B023 - timed() calls it at once
+            lat.append(timed(lambda: r.search(q, READER.access_scope(), 10, Filters()))[1])  # noqa: B023 - timed() calls it at once
         out[name] = {"p50_ms": round(percentile(lat, 50), 3), "p95_ms": round(percentile(lat, 95), 3)}
     return out
 
@@ -147,7 +147,7 @@ def main() -> None:
     for name in ("bm25", "dense", "hybrid"):
         r = engine.retrievers[name]
         for qid in list(qrels)[:5]:
-            r.search(queries[qid] + " warmup", READER, DEPTH, Filters())
+            r.search(queries[qid] + " warmup", READER.access_scope(), DEPTH, Filters())
         results[name] = run_retriever(r, embedder, queries, qrels)
     results["rank_bm25_baseline"] = rank_bm25_baseline(root / "corpus.jsonl", queries, qrels)
     ratio = results["rank_bm25_baseline"]["p50_ms"] / results["bm25"]["p50_ms"]

@@ -182,7 +182,7 @@ def memory_by_structure(index: Path, principals: dict[str, Principal]) -> dict[s
     titles, title_ids, values = catalog.entity_names()
     entities = (EntityIndex.build(titles, title_ids, chunks.doc_ids), EntityIndex.build(values))
     out["entity_index"], before = rss_mb() - before, rss_mb()
-    masks = [chunks.mask(p, Filters()) for p in principals.values()]
+    masks = [chunks.mask(p.access_scope(), Filters()) for p in principals.values()]
     out[f"access_masks_x{len(masks)}"] = rss_mb() - before
     out["dense_kind"] = dense.kind  # type: ignore[assignment]
     del entities, masks, bm25, dense, chunks
@@ -296,7 +296,7 @@ def main() -> None:
     vectors = reference_vectors(index.parent, index, encoder, args.chunks, args.corpus)
     per_scope = {}
     for scope, principal in PRINCIPALS.items():
-        allowed = engine.snapshot.chunks.mask(principal, Filters())
+        allowed = engine.snapshot.chunks.mask(principal.access_scope(), Filters())
         readable = int(allowed.sum())
         figures: dict = {"readable_chunks": readable}
         short = 0

@@ -60,7 +60,7 @@ def main() -> None:
         (dense, build_ms) = timed(lambda: DenseIndex.build(vectors, hnsw_from=0, classes=classes))
         out["graph_built_here_s"] = round(build_ms / 1000, 1)
     for scope in ("100%", "10%"):
-        allowed = chunks.mask(PRINCIPALS[scope], Filters())
+        allowed = chunks.mask(PRINCIPALS[scope].access_scope(), Filters())
         want = [exact_top(vectors, encoder.encode_query(q), allowed, 10) for q in qs]
         if served is not dense:
             lat = [timed(lambda: served.top_k(encoder.encode_query(q), allowed, 10))[1] for q in qs]  # noqa: B023

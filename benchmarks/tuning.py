@@ -74,7 +74,8 @@ def scifact(embedder: Embedder, seed: int) -> dict:
     base = open_engine(index, embedder, policies=Policies())
     try:
         before = pick(evaluate(Service.serving(base), test, k))
-        plain_rrf = mean(ndcg_at_k(doc_ranking(base.retrievers["hybrid"].search(lb.question, READER, k, Filters())),
+        reader = READER.access_scope()
+        plain_rrf = mean(ndcg_at_k(doc_ranking(base.retrievers["hybrid"].search(lb.question, reader, k, Filters())),
                                    {d: 1.0 for d in lb.relevant}, 10) for lb in test)
         hidden_train, hidden_docs = ablate(train, seed)
         ab = open_engine(ablated_index(root, hidden_docs, embedder, CACHE / "scifact-train-ablation-tune", index), embedder)

@@ -1,8 +1,10 @@
-"""Which chunks a principal may see, as a boolean mask computed before any ranking.
+"""Which chunks an access scope may see, as a boolean mask computed before any ranking.
 
-Every retriever asks this table for the mask of rows it may score, so access control and
+Retrievers receive the caller's `AccessScope` (retrieval/types.py), never a mask: each
+in-process backend over a snapshot turns it into its row mask here, so access control and
 filters have exactly one implementation. A chunk outside the mask is never scored, so it
-can neither appear in results nor push an authorized chunk out of the top k.
+can neither appear in results nor push an authorized chunk out of the top k. A backend in
+another process builds the same mask from the same scope over its own copy of the snapshot.
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ from typing import Iterable, Mapping, Sequence
 import numpy as np
 
 from retrieval.lru import Lru
-from retrieval.types import Filters, Hit, Principal, Region
+from retrieval.types import AccessScope, Filters, Hit, Region
 
 _NO_DATE = np.iinfo(np.int32).min
 
@@ -66,16 +68,16 @@ class ChunkTable:
     def __len__(self) -> int:
         return len(self.chunk_ids)
 
-    def scope(self, principal: Principal) -> frozenset[str]:
-        """The principal's effective access scope: its tokens that occur in some chunk's ACL.
-        Principals with the same groups share one scope, and so one cache entry per filter,
+    def scope(self, access: AccessScope) -> frozenset[str]:
+        """The effective access scope: the scope's tokens that occur in some chunk's ACL.
+        Principals with the same groups share one, and so one cache entry per filter,
         whatever their own ids (an id no ACL names adds nothing to what they may read)."""
-        return frozenset(t for t in principal.access_tokens() if t in self._postings)
+        return frozenset(t for t in access.tokens if t in self._postings)
 
-    def mask(self, principal: Principal, filters: Filters) -> np.ndarray:
-        """Rows the principal may read that pass the filters. Cached by effective scope; do
-        not mutate the result."""
-        key = (self.scope(principal), filters)
+    def mask(self, access: AccessScope, filters: Filters) -> np.ndarray:
+        """Rows the scope may read that pass the filters. Cached by effective scope; do not
+        mutate the result."""
+        key = (self.scope(access), filters)
         cached = self._cache.get(key)
         if cached is not None:
             return cached

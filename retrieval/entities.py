@@ -3,8 +3,8 @@
 Matching is by whole words on normalised text, longest first. A one-word entity counts only
 when it is written as a name (capitalised in the text, or containing a digit or a hyphen),
 so common words that happen to be titles do not become constraints. Every entity carries the
-chunk rows it comes from: callers keep only entities the principal may read, so a forbidden
-document's title is never reported back as a constraint or used to bridge.
+chunk rows it comes from: callers keep only entities their access scope's mask may read, so
+a forbidden document's title is never reported back as a constraint or used to bridge.
 """
 
 from __future__ import annotations
@@ -134,7 +134,7 @@ class EntityIndex:
         return out
 
     def _memo(self, allowed: np.ndarray) -> dict[str, np.ndarray]:
-        """Answers per read-only mask (the access layer caches one per principal): every
+        """Answers per read-only mask (the access layer caches one per effective access scope): every
         attempt asks about the same entities again. A few masks, a bounded number of keys."""
         with self._lock:
             for mask, memo in self._memos:

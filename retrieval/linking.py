@@ -1,8 +1,9 @@
 """Linking a question to what the index holds: catalog entities it names, documents its
 evidence points to (second hops), and tables that answer it.
 
-All of it is scoped to what the principal may read: an entity, a linked document or a table
-the caller cannot read is never found, so none can steer the route or the grade.
+All of it is scoped to what the caller's `AccessScope` may read: an entity, a linked
+document or a table the caller cannot read is never found, so none can steer the route or
+the grade.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from retrieval.policy import LinkedDoc
 from retrieval.retrievers.sql import SqlRetriever
 from retrieval.signals import StoredVectors
 from retrieval.sql.translate import Translation
-from retrieval.types import Filters, Hit, Principal
+from retrieval.types import AccessScope, Filters, Hit
 
 log = logging.getLogger("quarry.linking")
 
@@ -38,25 +39,25 @@ class EntityLinker:
     vectors: StoredVectors
     encode: Callable[[str], np.ndarray]
 
-    def entities(self, text: str, principal: Principal) -> list[str]:
-        """Catalog entities named in `text` that belong to documents the principal may read."""
-        allowed = self.chunks.mask(principal, Filters())
+    def entities(self, text: str, access: AccessScope) -> list[str]:
+        """Catalog entities named in `text` that belong to documents the scope may read."""
+        allowed = self.chunks.mask(access, Filters())
         skip = identifiers(text)
         return list(dict.fromkeys(self.titles.find(text, allowed, skip) + self.names.find(text, allowed, skip)))
 
-    def bridge_docs(self, hits: Sequence[Hit], question: str, principal: Principal) -> tuple[str, ...]:
+    def bridge_docs(self, hits: Sequence[Hit], question: str, access: AccessScope) -> tuple[str, ...]:
         """Readable documents the question or the passages name by title: candidate second hops."""
-        allowed = self.chunks.mask(principal, Filters())
+        allowed = self.chunks.mask(access, Filters())
         return bridge_candidates(self.titles, self.chunks.doc_ids, hits, question, allowed)
 
-    def linked_docs(self, hits: Sequence[Hit], question: str, principal: Principal) -> list[LinkedDoc]:
+    def linked_docs(self, hits: Sequence[Hit], question: str, access: AccessScope) -> list[LinkedDoc]:
         """Bridge candidates with their best chunk's cosine to the question, most similar first,
         and whether the question itself names them (else only a passage does)."""
-        docs = self.bridge_docs(hits, question, principal)
+        docs = self.bridge_docs(hits, question, access)
         if not docs:
             return []
-        named = set(self.bridge_docs((), question, principal))
-        allowed = self.chunks.mask(principal, Filters())
+        named = set(self.bridge_docs((), question, access))
+        allowed = self.chunks.mask(access, Filters())
         query = self.encode(question)[0]
         out = []
         for d in docs:
@@ -73,20 +74,20 @@ class TableLinker:
 
     sql: SqlRetriever
 
-    def readable(self, principal: Principal) -> bool:
-        return bool(self.sql.readable_tables(principal))
+    def readable(self, access: AccessScope) -> bool:
+        return bool(self.sql.readable_tables(access))
 
-    def link(self, question: str, principal: Principal, today: date | None, seconds: float | None = None) -> Translation | None:
+    def link(self, question: str, access: AccessScope, today: date | None, seconds: float | None = None) -> Translation | None:
         """The translation, or None when no table links with confidence. A translator failure
         (a profile query timing out, say) means "not linked": the text routes still answer.
         The first link for an access scope profiles its tables, which can be slow: given
         `seconds`, profiles not ready by then mean "not linked" (their build goes on, on the
         SQL route's own threads, for the questions after this one)."""
-        if seconds is not None and not self.sql.profiled(principal) and not self.sql.profile_ready(principal, seconds):
+        if seconds is not None and not self.sql.profiled(access) and not self.sql.profile_ready(access, seconds):
             log.warning("table profiles for a new access scope not ready within %.0f ms; routing without tables", seconds * 1000)
             return None
         try:
-            out = self.sql.translate(question, principal, today)
+            out = self.sql.translate(question, access, today)
         except RetrievalError as e:
             log.warning("sql linking failed (%s); routing without tables", e.code)
             return None

@@ -6,6 +6,11 @@ the budget (attempts, deadline) and the plan (constraints kept, not tried before
 call gets `min(call timeout, time left)`; a timed-out or failing call is recorded as such.
 If no attempt succeeded, the outcome is a retryable error, never "no evidence".
 
+The loop takes the caller's `Principal` and turns it into its `AccessScope` once: every
+retriever, signal and linker below it receives that scope (a plain value, so a retriever may
+run in another process) and enforces it itself. Only the reranker, a policy, still receives
+the principal; it reorders hits that were already authorized.
+
 The router, grader, rewriter and reranker are the collaborators of `deps.policy`
 (retrieval/policy.py), so any of them can be replaced without touching this loop. The check
 of a plan before dispatch stays here: a plan that drops or alters a constraint, or repeats
@@ -36,7 +41,7 @@ from retrieval.rewrite import EXTENSIONS, Plan, PlanKey, RewriteContext, Tried, 
 from retrieval.router import RouteDecision
 from retrieval.signals import HitScorer
 from retrieval.sql.translate import Translation
-from retrieval.types import Filters, Hit, Principal
+from retrieval.types import AccessScope, Filters, Hit, Principal
 
 log = logging.getLogger("quarry.loop")
 StopReason = str  # "sufficient" | "attempts_exhausted" | "deadline" | "no_strategy_left"
@@ -138,19 +143,24 @@ def understand(question: str, principal: Principal, deps: LoopDeps, filters: Fil
     """Read the question: constraints, term statistics, table link, route. `table_seconds`
     bounds how long a new access scope's table profiles may be waited for (None: as long as
     they take)."""
+    return _understand(question, principal.access_scope(), deps, filters, today, table_seconds)
+
+
+def _understand(question: str, access: AccessScope, deps: LoopDeps, filters: Filters, today: date | None,
+                table_seconds: float | None) -> Understood:
     today = today or deps.today()
-    linked = deps.linker.entities(question, principal)
+    linked = deps.linker.entities(question, access)
     # A name no readable chunk holds is a constraint no evidence can meet: the question is about
     # something the caller's documents never mention. Routing reads the question as before.
-    absent = tuple(deps.signals.absent_names(question, principal, linked))
+    absent = tuple(deps.signals.absent_names(question, access, linked))
     constraints = extract(question, today, linked)
     # Tables answer questions about records, not documents: a call narrowed by document
     # filters (sources, dates, ids) stays on the text routes. A caller who can read no table
     # sees routing exactly as if the index had none.
-    tables = deps.tables if deps.tables is not None and filters == Filters() and deps.tables.readable(principal) else None
+    tables = deps.tables if deps.tables is not None and filters == Filters() and deps.tables.readable(access) else None
     available = [r for r in deps.retrievers if r not in ROW_ROUTES] + (list(ROW_ROUTES) if tables else [])
-    translation = tables.link(question, principal, today, table_seconds) if tables else None
-    inputs = RouteInputs(question, constraints, translation is not None, deps.signals.term_stats(question, principal))
+    translation = tables.link(question, access, today, table_seconds) if tables else None
+    inputs = RouteInputs(question, constraints, translation is not None, deps.signals.term_stats(question, access))
     decision = deps.policy.router.route(inputs, available)
     if decision.chosen in ROW_ROUTES and translation is None:
         rest = tuple(r for r in decision.ranked if r not in ROW_ROUTES)
@@ -170,11 +180,12 @@ def run_loop(question: str, principal: Principal, budget: Budget, deps: LoopDeps
     deadline = started + budget.deadline_ms / 1000.0
     in_calls = 0.0
     today = today or deps.today()
+    access = principal.access_scope()  # what every retriever, signal and linker below receives
     # A first link for a new access scope profiles its tables: it gets half the time left.
-    read = understand(question, principal, deps, filters, today, max(0.0, deadline - clock()) / 2)
+    read = _understand(question, access, deps, filters, today, max(0.0, deadline - clock()) / 2)
     constraints, decision = read.constraints, read.decision
     ctx = RewriteContext(question, constraints, decision, read.translation is not None, filters,
-                         lambda hits, q: deps.linker.bridge_docs(hits, q, principal))
+                         lambda hits, q: deps.linker.bridge_docs(hits, q, access))
 
     attempts: list[Attempt] = []
     history: list[Tried] = []
@@ -205,7 +216,7 @@ def run_loop(question: str, principal: Principal, budget: Budget, deps: LoopDeps
             continue
         tried.add(plan.key())
         t0 = clock()
-        hits, rows, error = _dispatch(plan, question, principal, budget, deps, read.translation,
+        hits, rows, error = _dispatch(plan, question, principal, access, budget, deps, read.translation,
                                       min(budget.call_timeout_ms / 1000.0, remaining), trace_id)
         in_calls += clock() - t0
         # a bridge extends the first hop; an extension (fill, follow_links) the attempt it follows
@@ -218,12 +229,12 @@ def run_loop(question: str, principal: Principal, budget: Budget, deps: LoopDeps
                 evidence = dated_first(evidence, constraints.dates)
             rescore = None
             if rows is None:
-                rescore = _rescorer(deps, evidence, principal)
-                evidence = deps.signals.annotate(question, evidence, principal)
+                rescore = _rescorer(deps, evidence, access)
+                evidence = deps.signals.annotate(question, evidence, access)
             follow = rows is None and not plan.merge_previous
             verdict = policy.grader.grade(Evidence(
                 question, constraints, evidence, today, rows_sql=rows.sql if rows is not None else None,
-                linked=(lambda top: deps.linker.linked_docs(top, question, principal)) if follow else (lambda top: ()),
+                linked=(lambda top: deps.linker.linked_docs(top, question, access)) if follow else (lambda top: ()),
                 rescore=rescore, time_left=lambda: deadline - clock()))
             hits = evidence
         attempts.append(Attempt(len(attempts) + 1, plan, tuple(hits), verdict, (clock() - t0) * 1000, error, rows))
@@ -249,9 +260,9 @@ def run_loop(question: str, principal: Principal, budget: Budget, deps: LoopDeps
     return _result(question, constraints, decision, attempts, stop, elapsed, elapsed - in_calls * 1000, trace_id)
 
 
-def _rescorer(deps: LoopDeps, hits: Sequence[Hit], principal: Principal) -> Callable[[str], Sequence[Hit]]:
+def _rescorer(deps: LoopDeps, hits: Sequence[Hit], access: AccessScope) -> Callable[[str], Sequence[Hit]]:
     """The set scored against another text (a part of the question), for the grader."""
-    return lambda text: deps.signals.annotate(text, hits, principal, fresh=True)
+    return lambda text: deps.signals.annotate(text, hits, access, fresh=True)
 
 
 def _wait(deps: LoopDeps, future: Future[Any], timeout_s: float, what: str, trace_id: str) -> tuple[Any, str | None]:
@@ -278,21 +289,22 @@ def _submit(deps: LoopDeps, fn: Callable[..., Any], *args: Any) -> Future[Any]:
         return failed
 
 
-def _dispatch(plan: Plan, question: str, principal: Principal, budget: Budget, deps: LoopDeps,
+def _dispatch(plan: Plan, question: str, principal: Principal, access: AccessScope, budget: Budget, deps: LoopDeps,
               translation: Translation | None, timeout_s: float, trace_id: str) -> tuple[list[Hit], Any, str | None]:
-    """Run the plan's call(s) with a timeout; returns (hits, rows or None, error code or None)."""
+    """Run the plan's call(s) with a timeout; returns (hits, rows or None, error code or None).
+    Retrievers get the access scope; the reranker, a policy, the principal."""
     if plan.route in ROW_ROUTES:
         if translation is None or deps.tables is None:
             return [], None, None  # not linked: no rows, graded as no evidence
-        out, error = _wait(deps, _submit(deps, deps.tables.sql.retrieve, translation, plan.queries[0], principal, budget.k),
+        out, error = _wait(deps, _submit(deps, deps.tables.sql.retrieve, translation, plan.queries[0], access, budget.k),
                            timeout_s, plan.route, trace_id)
         if error is not None or not isinstance(out, Retrieved):
             return [], None, error
-        return out.hits + _linked_passages(plan, out.rows.doc_ids, principal, budget, deps), out.rows, None
+        return out.hits + _linked_passages(plan, out.rows.doc_ids, access, budget, deps), out.rows, None
     retriever = deps.retrievers[plan.route]
     reranker = deps.policy.reranker
     depth = max(budget.k, reranker.candidates(budget.k))
-    futures = [_submit(deps, retriever.search, q, principal, depth, plan.filters) for q in plan.queries]
+    futures = [_submit(deps, retriever.search, q, access, depth, plan.filters) for q in plan.queries]
     results: dict[str, list[Hit]] = {}
     errors: list[str] = []
     end = time.monotonic() + timeout_s
@@ -323,7 +335,7 @@ def _reranked(question: str, hits: list[Hit], principal: Principal, deps: LoopDe
     return list(out.values())
 
 
-def _linked_passages(plan: Plan, doc_ids: Sequence[str], principal: Principal, budget: Budget, deps: LoopDeps) -> list[Hit]:
+def _linked_passages(plan: Plan, doc_ids: Sequence[str], access: AccessScope, budget: Budget, deps: LoopDeps) -> list[Hit]:
     """Passages of the documents the rows link (a permit's notice, an incident's report), the
     most similar to the question first: often what a question about a record asks is written
     there. Searched like any text, so only documents the caller may read come back."""
@@ -331,7 +343,7 @@ def _linked_passages(plan: Plan, doc_ids: Sequence[str], principal: Principal, b
     if not doc_ids or dense is None:
         return []
     try:
-        return dense.search(plan.queries[0], principal, budget.k, Filters(doc_ids=tuple(doc_ids)))
+        return dense.search(plan.queries[0], access, budget.k, Filters(doc_ids=tuple(doc_ids)))
     except RetrievalError:
         return []  # the rows answer on their own
 

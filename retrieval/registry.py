@@ -2,7 +2,7 @@
 HTTP, tool and CLI enums (and so OpenAPI) are built from them.
 
 A route is a retriever the loop may choose. Text routes answer with passages through
-`search(query, principal, k, filters)`; the rows route (`sql`) answers with table rows
+`search(query, access, k, filters)`; the rows route (`sql`) answers with table rows
 and is reached by the loop or `/v1/sql`, never by a plain search, because a search has no
 question to translate.
 """

@@ -20,9 +20,11 @@ def search(
     filters: Filters,
     limits: Limits,
 ) -> list[Hit]:
-    """Validate, then run the named retriever; unknown names and bad input are typed errors."""
+    """Validate, then run the named retriever over the principal's access scope; unknown
+    names and bad input are typed errors."""
     retriever = retrievers.get(name) if name in SEARCH_ROUTES else None
     if retriever is None:
         raise InvalidRequest(f"unknown retriever {name!r}; expected one of {', '.join(SEARCH_ROUTES)}"
                              + (" (tables answer through sql)" if name == "sql" else ""))
-    return retriever.search(check_query(query, limits), principal, check_k(k, limits), check_filters(filters, limits))
+    return retriever.search(check_query(query, limits), principal.access_scope(), check_k(k, limits),
+                            check_filters(filters, limits))

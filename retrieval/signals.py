@@ -11,7 +11,7 @@ import numpy as np
 from retrieval.access import ChunkTable
 from retrieval.lru import Lru
 from retrieval.text import name_words
-from retrieval.types import Filters, Hit, Principal
+from retrieval.types import AccessScope, Filters, Hit
 
 
 BACKGROUND_ROWS = 8192  # readable rows a scope's background is computed from, at most
@@ -42,15 +42,15 @@ class HitScorer:
         self._lock = Lock()
         self.background_builds = 0  # covariances computed (not served from the cache)
 
-    def _background(self, principal: Principal, allowed: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """Mean vector and covariance matrix of the chunks the principal may read: the
+    def _background(self, access: AccessScope, allowed: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Mean vector and covariance matrix of the chunks the scope may read: the
         distribution a question's cosine scores are judged against (query performance
         prediction). Over the allowed rows alone, so forbidden chunks cannot move it: all of
         them up to BACKGROUND_ROWS, beyond that evenly spaced allowed rows (a choice made
         from the allowed rows only). The sums cost rows x dim^2: every row of a million-chunk
         scope took seconds on a scope's first question. The covariance is kept in float32,
         since every attempt reads it."""
-        key = self._chunks.scope(principal)  # principals with the same groups share one
+        key = self._chunks.scope(access)  # principals with the same groups share one
         known = self._backgrounds.get(key)
         if known is not None:
             return known
@@ -71,13 +71,13 @@ class HitScorer:
         self._backgrounds.put(key, out)
         return out
 
-    def term_stats(self, question: str, principal: Principal) -> tuple[int, int, int]:
-        """(terms, known terms, rare terms) of the question over the chunks the principal may
+    def term_stats(self, question: str, access: AccessScope) -> tuple[int, int, int]:
+        """(terms, known terms, rare terms) of the question over the chunks the scope may
         read: a routing signal that no forbidden chunk can move."""
-        return self._bm25.term_stats(question, self._chunks.mask(principal, Filters()))
+        return self._bm25.term_stats(question, self._chunks.mask(access, Filters()))
 
-    def absent_names(self, question: str, principal: Principal, known: Sequence[str] = ()) -> list[str]:
-        """Names the question writes (retrieval/text.py `name_words`) that no chunk the principal
+    def absent_names(self, question: str, access: AccessScope, known: Sequence[str] = ()) -> list[str]:
+        """Names the question writes (retrieval/text.py `name_words`) that no chunk the scope
         may read contains, skipping those inside `known` (entities already linked). A question
         about a name the readable documents never mention cannot be answered from them. Judged
         on the readable chunks' terms alone, so a name that only forbidden documents hold is
@@ -85,7 +85,7 @@ class HitScorer:
         names = [n for n in name_words(question) if not any(n.lower() in k.lower() for k in known)]
         if not names:
             return []
-        allowed = self._chunks.mask(principal, Filters())
+        allowed = self._chunks.mask(access, Filters())
         out = []
         for name in names:
             terms, found, _ = self._bm25.term_stats(name, allowed)
@@ -93,7 +93,7 @@ class HitScorer:
                 out.append(name)
         return out
 
-    def annotate(self, question: str, hits: Sequence[Hit], principal: Principal, fresh: bool = False) -> list[Hit]:
+    def annotate(self, question: str, hits: Sequence[Hit], access: AccessScope, fresh: bool = False) -> list[Hit]:
         """Add the `bm25` and `dense` scores, `qcov` (the idf-weighted share of the question's
         terms the passage contains), `tcov` (the plain share), and the mean and standard
         deviation of the question's cosine over all readable chunks (`bg_mean`, `bg_sd`) to
@@ -105,11 +105,11 @@ class HitScorer:
         if not todo:
             return list(hits)
         idx = np.asarray([rows[i] for i in todo], dtype=np.int64)
-        allowed = self._chunks.mask(principal, Filters())
+        allowed = self._chunks.mask(access, Filters())
         bm25, qcov, tcov = self._bm25.evidence(question, idx, allowed)
         query = self._encode(question)[0]
         dense = self._dense.vectors(idx) @ query
-        mean, cov = self._background(principal, allowed)
+        mean, cov = self._background(access, allowed)
         bg_mean = float(query @ mean)
         bg_sd = float(np.sqrt(max(1e-12, float(query @ cov @ query))))
         out = list(hits)

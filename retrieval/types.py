@@ -1,4 +1,5 @@
-"""Typed records shared by every layer: principals, documents, chunks, filters and hits."""
+"""Typed records shared by every layer: principals and their access scopes, documents,
+chunks, filters and hits."""
 
 from __future__ import annotations
 
@@ -94,8 +95,49 @@ class Principal:
         """ACL entries this principal matches: `public`, its id and `group:<g>` per group."""
         return frozenset({PUBLIC, self.id, *(f"group:{g}" for g in self.groups)})
 
+    def access_scope(self) -> AccessScope:
+        """What a retriever needs to enforce this principal's access, and nothing else."""
+        return AccessScope(self.access_tokens())
+
     def can_read(self, acl: tuple[str, ...] | list[str]) -> bool:
         return not self.access_tokens().isdisjoint(acl)
+
+
+@dataclass(frozen=True)
+class AccessScope:
+    """A caller's access scope, as every retriever, signal and linker below the loop receives
+    it: the ACL entries the caller matches (`Principal.access_tokens`). A document or table
+    row is readable when its ACL names one of them. It is a plain value (hashable, and JSON
+    through `to_json` / `from_json`), so a retriever in another process or on another machine
+    receives exactly what an in-process one does and enforces it itself, before ranking.
+
+    It carries no operation scopes (`query`, `sql`, `write`, `admin`): they decide which calls
+    a caller may make, and are checked where the call enters (the edges' scope checks, and
+    `SqlRetriever.run_statement` for a caller's own SQL), never what a call may read. Nor
+    does it carry the principal's id apart from its token: two callers with the same tokens
+    read the same rows, and caches are keyed by what a result depends on."""
+
+    tokens: frozenset[str]
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.tokens, frozenset) or not all(valid_acl_entry(t) for t in self.tokens):
+            raise InvalidRequest("an access scope is a frozenset of ACL entries ('public', 'group:NAME' or ids)")
+
+    def can_read(self, acl: tuple[str, ...] | list[str]) -> bool:
+        """Does the ACL name one of this scope's tokens?"""
+        return not self.tokens.isdisjoint(acl)
+
+    def to_json(self) -> dict[str, list[str]]:
+        """The scope as JSON (tokens sorted, so one scope always has one encoding)."""
+        return {"tokens": sorted(self.tokens)}
+
+    @classmethod
+    def from_json(cls, data: object) -> AccessScope:
+        """The scope `to_json` wrote; anything else is an InvalidRequest."""
+        tokens = data.get("tokens") if isinstance(data, dict) and set(data) == {"tokens"} else None
+        if not isinstance(tokens, list) or not all(isinstance(t, str) for t in tokens):
+            raise InvalidRequest('an access scope is {"tokens": [ACL entries]}')
+        return cls(frozenset(tokens))
 
 
 @dataclass(frozen=True)

@@ -1,4 +1,4 @@
-"""Lexical retrieval: BM25 over the chunks a principal may read."""
+"""Lexical retrieval: BM25 over the chunks an access scope may read."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from typing import Protocol
 import numpy as np
 
 from retrieval.access import ChunkTable
-from retrieval.types import Filters, Hit, Principal
+from retrieval.types import AccessScope, Filters, Hit
 
 
 class LexicalIndex(Protocol):
@@ -26,10 +26,10 @@ class Bm25Retriever:
     def chunks(self) -> ChunkTable:
         return self._chunks
 
-    def rank(self, query: str, principal: Principal, k: int, filters: Filters) -> tuple[np.ndarray, np.ndarray]:
-        """(chunk rows, scores), best first, over the rows the principal may read."""
-        return self._index.top_k(query, self._chunks.mask(principal, filters), k, self._chunks.tiebreak)
+    def rank(self, query: str, access: AccessScope, k: int, filters: Filters) -> tuple[np.ndarray, np.ndarray]:
+        """(chunk rows, scores), best first, over the rows the scope may read."""
+        return self._index.top_k(query, self._chunks.mask(access, filters), k, self._chunks.tiebreak)
 
-    def search(self, query: str, principal: Principal, k: int, filters: Filters) -> list[Hit]:
-        rows, scores = self.rank(query, principal, k, filters)
+    def search(self, query: str, access: AccessScope, k: int, filters: Filters) -> list[Hit]:
+        rows, scores = self.rank(query, access, k, filters)
         return [self._chunks.hit(r, s, self.name, (("bm25", float(s)),)) for r, s in zip(rows, scores, strict=True)]

@@ -14,7 +14,7 @@ import numpy as np
 from retrieval.access import ChunkTable, top_k
 from retrieval.constraints import exact_query, identifiers, quoted_phrases
 from retrieval.text import content_terms
-from retrieval.types import Filters, Hit, Principal
+from retrieval.types import AccessScope, Filters, Hit
 
 MAX_RANKING_TERMS = 16
 
@@ -31,8 +31,8 @@ class ExactRetriever:
         self._scanner = scanner
         self._chunks = chunks
 
-    def search(self, query: str, principal: Principal, k: int, filters: Filters) -> list[Hit]:
-        allowed = self._chunks.mask(principal, filters)
+    def search(self, query: str, access: AccessScope, k: int, filters: Filters) -> list[Hit]:
+        allowed = self._chunks.mask(access, filters)
         if not allowed.any():
             return []
         spec = exact_query(query)

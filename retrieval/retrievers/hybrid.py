@@ -16,7 +16,7 @@ import numpy as np
 
 from retrieval.access import ChunkTable
 from retrieval.fusion import DEFAULT_RRF_K, rrf_scores, zscore_scores
-from retrieval.types import Filters, Hit, Principal
+from retrieval.types import AccessScope, Filters, Hit
 
 
 class RowRanker(Protocol):
@@ -27,7 +27,9 @@ class RowRanker(Protocol):
     @property
     def chunks(self) -> ChunkTable: ...
 
-    def rank(self, query: str, principal: Principal, k: int, filters: Filters) -> tuple[np.ndarray, np.ndarray]: ...
+    def rank(self, query: str, access: AccessScope, k: int, filters: Filters) -> tuple[np.ndarray, np.ndarray]:
+        """(chunk rows, scores), best first, over the rows the scope may read."""
+        ...
 
 
 @dataclass(frozen=True)
@@ -55,14 +57,14 @@ class HybridRetriever:
         self.params = params
         self._executor = executor  # when given, the semantic side (query embedding) overlaps the lexical one
 
-    def search(self, query: str, principal: Principal, k: int, filters: Filters) -> list[Hit]:
+    def search(self, query: str, access: AccessScope, k: int, filters: Filters) -> list[Hit]:
         depth = max(k, self.params.depth)
         lexical, semantic = self._parts
         if self._executor is None:
-            ranked = [(r.name, *r.rank(query, principal, depth, filters)) for r in self._parts]
+            ranked = [(r.name, *r.rank(query, access, depth, filters)) for r in self._parts]
         else:
-            later = self._executor.submit(semantic.rank, query, principal, depth, filters)
-            ranked = [(lexical.name, *lexical.rank(query, principal, depth, filters)), (semantic.name, *later.result())]
+            later = self._executor.submit(semantic.rank, query, access, depth, filters)
+            ranked = [(lexical.name, *lexical.rank(query, access, depth, filters)), (semantic.name, *later.result())]
         rows = {name: [int(r) for r in part_rows] for name, part_rows, _ in ranked}
         if self.params.method == "zscore":
             fused, best_rank = zscore_scores({name: (rows[name], scores.tolist()) for name, _, scores in ranked},

@@ -3,6 +3,12 @@
 Rows are evidence too: `search` returns each row as a Hit (text `column=value; ...`, the
 linked document id when the table has a `doc_id` column), so the grader treats rows and
 passages alike; `answer` also keeps the table itself for the `rows` field of the answer.
+
+Like every retriever it reads under the caller's `AccessScope`: readable tables, row ACLs in
+the guarded statement, and the column profiles translation links against, all computed over
+that scope. Only the two calls an edge makes for a caller, `answer` (a question) and
+`run_statement` (the caller's own SQL, which needs the `sql` scope), take the `Principal`,
+and turn it into its scope once.
 """
 
 from __future__ import annotations
@@ -26,7 +32,7 @@ from retrieval.sql.guard import GuardedSql, guard_sql
 from retrieval.sql.meaning import ColumnMeaning
 from retrieval.sql.schema import ColumnInfo, ColumnProfile, TableInfo
 from retrieval.sql.translate import Decline, Translation, Translator
-from retrieval.types import Filters, Hit, Principal
+from retrieval.types import AccessScope, Filters, Hit, Principal
 
 MAX_CATEGORICAL = 60
 MAX_DECIMALS = 4  # a float column whose values have at most this many decimal places is summed as decimals
@@ -113,22 +119,22 @@ class SqlRetriever:
         self._lock = Lock()
         self.profile_builds = 0  # scopes profiled (not served from the cache)
 
-    def scope(self, principal: Principal) -> frozenset[str]:
-        """The principal's effective scope over the tables: its tokens some table or row ACL
+    def scope(self, access: AccessScope) -> frozenset[str]:
+        """The effective scope over the tables: the scope's tokens some table or row ACL
         names. Principals with the same groups share one set of profiles."""
-        return principal.access_tokens() & self._backend.acl_tokens()
+        return access.tokens & self._backend.acl_tokens()
 
-    def profiled(self, principal: Principal) -> bool:
+    def profiled(self, access: AccessScope) -> bool:
         """Are this access scope's column profiles built (translation then runs no query)?"""
         with self._lock:
-            return self._cached(self.scope(principal)) is not None
+            return self._cached(self.scope(access)) is not None
 
-    def profile_ready(self, principal: Principal, seconds: float | None) -> bool:
+    def profile_ready(self, access: AccessScope, seconds: float | None) -> bool:
         """Wait up to `seconds` (None: as long as it takes) for this scope's profiles, starting
         their build if none runs. False when they are not there in time (the build goes on)
         or the build failed."""
         try:
-            self._profile_build(principal, self.readable_tables(principal)).result(timeout=seconds)
+            self._profile_build(access, self.readable_tables(access)).result(timeout=seconds)
             return True
         except (FutureTimeout, CancelledError, RetrievalError):
             return False
@@ -142,44 +148,48 @@ class SqlRetriever:
         self._backend.close()
         self._builder.shutdown(wait=True)
 
-    def readable_tables(self, principal: Principal) -> list[TableInfo]:
-        return [t for t in self._backend.tables().values() if t.readable_by(principal)]
+    def readable_tables(self, access: AccessScope) -> list[TableInfo]:
+        return [t for t in self._backend.tables().values() if t.readable_by(access)]
 
     def run_statement(self, statement: str, principal: Principal) -> SqlResult:
         """A caller's own SQL: needs the `sql` scope; guarded; row ACLs applied by the service."""
         if "sql" not in principal.scopes:
             raise Forbidden("sending SQL needs the 'sql' scope")
-        return self._run(self._guard(statement, principal))
+        return self._run(self._guard(statement, principal.access_scope()))
 
-    def translate(self, question: str, principal: Principal, today: date | None = None) -> Translation | Decline:
-        tables = self.readable_tables(principal)
+    def translate(self, question: str, access: AccessScope, today: date | None = None) -> Translation | Decline:
+        tables = self.readable_tables(access)
         if not tables:
             return Decline("no readable tables")
-        translator = Translator(tables, self._profiles_for(principal, tables), today or self.today or date.today(), self.meaning)
+        translator = Translator(tables, self._profiles_for(access, tables), today or self.today or date.today(), self.meaning)
         return translator.translate(question)
 
     def answer(self, question: str, principal: Principal, today: date | None = None) -> SqlResult | Decline:
-        """Translate a question and run it; a Decline when it cannot be linked with confidence."""
-        out = self.translate(question, principal, today)
-        return out if isinstance(out, Decline) else self.run_translation(out, question, principal)
+        """Translate a caller's question and run it; a Decline when it cannot be linked with
+        confidence."""
+        return self._answer(question, principal.access_scope(), today)
 
-    def run_translation(self, translation: Translation, question: str, principal: Principal) -> SqlResult:
-        """Run a translation made for this principal (guarded again: it is only a statement)."""
-        result = self._run(self._guard(translation.sql, principal))
+    def run_translation(self, translation: Translation, question: str, access: AccessScope) -> SqlResult:
+        """Run a translation made for this scope (guarded again: it is only a statement)."""
+        result = self._run(self._guard(translation.sql, access))
         return SqlResult(result.sql, result.columns, result.rows, result.tables, result.truncated, question, result.doc_ids)
 
-    def retrieve(self, translation: Translation, question: str, principal: Principal, k: int) -> Retrieved:
+    def retrieve(self, translation: Translation, question: str, access: AccessScope, k: int) -> Retrieved:
         """The retriever contract for rows: the rows as hits, and the rows themselves."""
-        result = self.run_translation(translation, question, principal)
+        result = self.run_translation(translation, question, access)
         return Retrieved(rows_as_hits(result, k), result)
 
-    def search(self, query: str, principal: Principal, k: int, filters: Filters) -> list[Hit]:
+    def search(self, query: str, access: AccessScope, k: int, filters: Filters) -> list[Hit]:
         """The shared retriever contract: translated rows as hits (none when it declines)."""
-        result = self.answer(query, principal)
+        result = self._answer(query, access)
         return [] if isinstance(result, Decline) else rows_as_hits(result, k)
 
-    def _guard(self, statement: str, principal: Principal) -> GuardedSql:
-        return guard_sql(statement, self._backend.tables(), principal, self.limits.value_bytes)
+    def _answer(self, question: str, access: AccessScope, today: date | None = None) -> SqlResult | Decline:
+        out = self.translate(question, access, today)
+        return out if isinstance(out, Decline) else self.run_translation(out, question, access)
+
+    def _guard(self, statement: str, access: AccessScope) -> GuardedSql:
+        return guard_sql(statement, self._backend.tables(), access, self.limits.value_bytes)
 
     def _run(self, guarded: GuardedSql) -> SqlResult:
         try:
@@ -195,22 +205,22 @@ class SqlRetriever:
                 docs.extend(str(r[i]) for r in data if r[i])
         return SqlResult(guarded.statement, tuple(columns), data, guarded.tables, truncated, doc_ids=tuple(dict.fromkeys(docs)))
 
-    def _profiles_for(self, principal: Principal, tables: Sequence[TableInfo]) -> Profiles:
-        """Categorical values and id prefixes over the rows this principal may read (cached).
+    def _profiles_for(self, access: AccessScope, tables: Sequence[TableInfo]) -> Profiles:
+        """Categorical values and id prefixes over the rows this scope may read (cached).
         Concurrent first questions of a scope share one build, and its outcome (profiles or
         error), rather than each profiling the same tables again."""
         with self._lock:
-            cached = self._cached(self.scope(principal))
+            cached = self._cached(self.scope(access))
         if cached is not None:
             return cached
         try:
-            return self._profile_build(principal, tables).result()
+            return self._profile_build(access, tables).result()
         except CancelledError:
             raise RetrievalUnavailable("the table profile build was cancelled (shutting down)") from None
 
-    def _profile_build(self, principal: Principal, tables: Sequence[TableInfo]) -> Future[Profiles]:
+    def _profile_build(self, access: AccessScope, tables: Sequence[TableInfo]) -> Future[Profiles]:
         """The scope's profiles as a future: done when cached, else the running build (started now if none)."""
-        key = self.scope(principal)
+        key = self.scope(access)
         with self._lock:
             cached = self._cached(key)
             if cached is not None:
@@ -219,7 +229,7 @@ class SqlRetriever:
                 return done
             build = self._builds.get(key)
             if build is None:
-                build = self._builds[key] = self._builder.submit(self._build, key, principal, tables)
+                build = self._builds[key] = self._builder.submit(self._build, key, access, tables)
             return build
 
     def _cached(self, key: frozenset[str]) -> Profiles | None:
@@ -229,9 +239,9 @@ class SqlRetriever:
             found = self._oversize[1]
         return found
 
-    def _build(self, key: frozenset[str], principal: Principal, tables: Sequence[TableInfo]) -> Profiles:
+    def _build(self, key: frozenset[str], access: AccessScope, tables: Sequence[TableInfo]) -> Profiles:
         try:
-            out = self._profile(principal, tables)
+            out = self._profile(access, tables)
         except BaseException:
             with self._lock:
                 self._builds.pop(key, None)  # the next question starts a new build
@@ -244,34 +254,34 @@ class SqlRetriever:
             self._builds.pop(key, None)
         return out
 
-    def _profile(self, principal: Principal, tables: Sequence[TableInfo]) -> Profiles:
+    def _profile(self, access: AccessScope, tables: Sequence[TableInfo]) -> Profiles:
         all_tables = self._backend.tables()
         out: Profiles = {}
         for t in tables:
             for col in t.visible_columns():
                 if col.type.upper() in _FLOATS:
-                    out[(t.name, col.name)] = ColumnProfile(decimals=self._decimals(principal, t, col))
+                    out[(t.name, col.name)] = ColumnProfile(decimals=self._decimals(access, t, col))
                 if col.kind != "text":
                     continue
                 c, table = _ident(col.name), _ident(t.name)
                 q = f"SELECT count(DISTINCT {c}), list(DISTINCT regexp_extract({c}, '^([A-Za-z]+[-_]?)[0-9]', 1)) FROM {table}"
-                n, prefixes = self._backend.run(guard_sql(q, all_tables, principal).sql, self.limits.timeout_s, 1)[1][0]
+                n, prefixes = self._backend.run(guard_sql(q, all_tables, access).sql, self.limits.timeout_s, 1)[1][0]
                 values: tuple[str, ...] = ()
                 if n <= MAX_CATEGORICAL:
                     vq = f"SELECT DISTINCT {c} FROM {table} WHERE {c} IS NOT NULL"
-                    found = self._backend.run(guard_sql(vq, all_tables, principal).sql, self.limits.timeout_s, MAX_CATEGORICAL)[1]
+                    found = self._backend.run(guard_sql(vq, all_tables, access).sql, self.limits.timeout_s, MAX_CATEGORICAL)[1]
                     values = tuple(sorted(str(r[0]) for r in found))
                 out[(t.name, col.name)] = ColumnProfile(values, tuple(sorted({p.upper() for p in prefixes or () if p})))
         return out
 
 
-    def _decimals(self, principal: Principal, t: TableInfo, col: ColumnInfo) -> int | None:
+    def _decimals(self, access: AccessScope, t: TableInfo, col: ColumnInfo) -> int | None:
         """The fewest decimal places, 1 to 4, that every readable value of a floating-point
         column has (amounts of money: 2), else None (whole numbers, measurements)."""
         c = _ident(col.name)
         places = " ".join(f"WHEN bool_and({c} = round({c}, {d})) THEN {d}" for d in range(MAX_DECIMALS + 1))
         q = f"SELECT CASE WHEN count({c}) = 0 THEN NULL {places} ELSE NULL END FROM {_ident(t.name)}"
-        found = self._backend.run(guard_sql(q, self._backend.tables(), principal).sql, self.limits.timeout_s, 1)[1][0][0]
+        found = self._backend.run(guard_sql(q, self._backend.tables(), access).sql, self.limits.timeout_s, 1)[1][0][0]
         return int(found) if found else None  # 0: whole numbers, whose sum is exact already
 
 

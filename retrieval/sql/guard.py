@@ -22,7 +22,7 @@ from retrieval.errors import SqlRejected
 from retrieval.sql.bounds import VALUE_BYTES, bound_values
 from retrieval.sql.parse_message import parse_error_message
 from retrieval.sql.schema import TableInfo
-from retrieval.types import Principal
+from retrieval.types import AccessScope
 
 MAX_SQL_CHARS = 10_000
 MAX_NESTING = 32  # parentheses deep: sqlglot parses recursively, and no real query nests this far
@@ -110,20 +110,21 @@ def _check_session_names(root: exp.Expr, readable: Mapping[str, TableInfo]) -> N
             raise _reject(f"unknown column {col.name!r}", reason="column", column=col.name)
 
 
-def _view_of(table: exp.Table, info: TableInfo, principal: Principal) -> exp.Expression:
+def _view_of(table: exp.Table, info: TableInfo, access: AccessScope) -> exp.Expression:
     alias = table.args.get("alias") or exp.TableAlias(this=exp.to_identifier(info.name))
     if not info.row_acl:
         return exp.Table(this=exp.to_identifier(info.name, quoted=True), db=exp.to_identifier("data"), alias=alias)
-    tokens = ", ".join(exp.Literal.string(t).sql(dialect="duckdb") for t in sorted(principal.access_tokens()))
+    tokens = ", ".join(exp.Literal.string(t).sql(dialect="duckdb") for t in sorted(access.tokens))
     inner = sqlglot.parse_one(
         f'SELECT * EXCLUDE (acl) FROM data."{info.name}" WHERE list_has_any(acl, [{tokens}])', read="duckdb"
     )
     return exp.Subquery(this=inner, alias=alias)
 
 
-def guard_sql(statement: object, tables: Mapping[str, TableInfo], principal: Principal,
+def guard_sql(statement: object, tables: Mapping[str, TableInfo], access: AccessScope,
               value_bytes: int = VALUE_BYTES) -> GuardedSql:
-    """Check one statement for `principal` and return what may run, or raise SqlRejected;
+    """Check one statement for a caller's access scope and return what may run (its tables
+    narrowed to the rows the scope may read), or raise SqlRejected;
     what runs builds at most `value_bytes` per row through its calls (retrieval/sql/bounds.py)."""
     if not isinstance(statement, str) or not statement.strip():
         raise _reject("the statement is empty", reason="empty")
@@ -134,7 +135,7 @@ def guard_sql(statement: object, tables: Mapping[str, TableInfo], principal: Pri
     if _nesting(statement) > MAX_NESTING:
         raise _reject(f"the statement nests parentheses more than {MAX_NESTING} deep", reason="too_deep")
     try:
-        return _guard(statement, tables, principal, value_bytes)
+        return _guard(statement, tables, access, value_bytes)
     except RecursionError:
         raise _reject("the statement is nested too deeply to check", reason="too_deep") from None
 
@@ -156,7 +157,7 @@ def _nesting(statement: str) -> int:
     return deepest
 
 
-def _guard(statement: str, tables: Mapping[str, TableInfo], principal: Principal, value_bytes: int) -> GuardedSql:
+def _guard(statement: str, tables: Mapping[str, TableInfo], access: AccessScope, value_bytes: int) -> GuardedSql:
     try:
         parsed = [s for s in sqlglot.parse(statement, read="duckdb") if s is not None]
     except (ParseError, TokenError) as e:
@@ -180,7 +181,7 @@ def _guard(statement: str, tables: Mapping[str, TableInfo], principal: Principal
         if isinstance(node, exp.Dot) and isinstance(node.expression, exp.Func):  # main.lpad(...): past every check by name
             name = _function_name(node.expression)
             raise _reject(f"function {name!r} is called by its bare name, never qualified", reason="function", function=name)
-    readable = {n.lower(): t for n, t in tables.items() if t.readable_by(principal)}
+    readable = {n.lower(): t for n, t in tables.items() if t.readable_by(access)}
     _check_session_names(root, readable)
     bound_values(root, value_bytes)  # the caller's calls share the row budget; the views' filters are the service's
     used: list[str] = []
@@ -197,7 +198,7 @@ def _guard(statement: str, tables: Mapping[str, TableInfo], principal: Principal
         if info is None:
             raise _reject(f"unknown table '{table.name}'", reason="table", table=table.name)
         used.append(info.name)
-        table.replace(_view_of(table, info, principal))
+        table.replace(_view_of(table, info, access))
     return GuardedSql(
         sql=root.sql(dialect="duckdb", comments=False),
         statement=statement.strip(),

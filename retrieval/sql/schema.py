@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Literal
 
-from retrieval.types import Principal
+from retrieval.types import AccessScope
 
 Kind = Literal["text", "number", "date", "timestamp", "bool", "list", "other"]
 
@@ -51,8 +51,8 @@ class TableInfo:
     rows: int = 0
     source: str | None = field(default=None, compare=False)
 
-    def readable_by(self, principal: Principal) -> bool:
-        return principal.can_read(self.acl)
+    def readable_by(self, access: AccessScope) -> bool:
+        return access.can_read(self.acl)
 
     def visible_columns(self) -> tuple[ColumnInfo, ...]:
         """Columns a caller sees: the row ACL column is the service's, not the caller's."""

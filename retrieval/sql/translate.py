@@ -42,7 +42,8 @@ class Translation:
 
 
 class Translator:
-    """Links questions to the tables one principal may read (built per principal)."""
+    """Links questions to the tables one access scope may read (built per question, over that
+    scope's readable tables and their profiles)."""
 
     def __init__(self, tables: Sequence[TableInfo], profiles: Mapping[tuple[str, str], ColumnProfile], today: date,
                  meaning: ColumnMeaning | None = None) -> None:

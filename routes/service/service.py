@@ -36,7 +36,7 @@ from routes.service.schemas import DocumentIn
 from routes.service.settings import Settings
 from routes.service.view import Engine, Policies
 
-READINESS_PROBE = Principal("quarry-readiness")
+READINESS_PROBE = Principal("quarry-readiness").access_scope()
 MAX_DOC_ID_CHARS = 256  # a longer id names no document (ids are checked at write time)
 
 
@@ -120,7 +120,7 @@ class Service:
     def candidates(self, principal: Principal, retriever: str, query: str, depth: int) -> list[Hit]:
         """A retriever's ranking to `depth`, past the request limits: for offline fitting only."""
         with self.runtime.lease() as view:
-            return view.retrievers[retriever].search(query, principal, depth, Filters())
+            return view.retrievers[retriever].search(query, principal.access_scope(), depth, Filters())
 
     def sql_statement(self, principal: Principal, statement: str) -> SqlResult:
         """One read-only SELECT under the principal's table and row access (needs the sql scope)."""
@@ -134,14 +134,15 @@ class Service:
 
     def readable_tables(self, principal: Principal) -> list[TableInfo]:
         with self.runtime.lease() as view:
-            return view.sql.readable_tables(principal)
+            return view.sql.readable_tables(principal.access_scope())
 
     def tables_ready(self, principal: Principal, seconds: float | None = None) -> bool:
         """Build (or wait for) the principal's table profiles; False when it reads no table."""
         with self.runtime.lease() as view:
-            if view.deps.tables is None or not view.deps.tables.readable(principal):
+            access = principal.access_scope()
+            if view.deps.tables is None or not view.deps.tables.readable(access):
                 return False
-            return view.sql.profile_ready(principal, seconds)
+            return view.sql.profile_ready(access, seconds)
 
     def document(self, principal: Principal, doc_id: str) -> Document:
         """One document the principal may read; NotFound otherwise, exactly as for a missing id."""

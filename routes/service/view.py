@@ -173,9 +173,9 @@ class Engine:
         without tables; offline commands (eval, tune) have no latency budget, so they call
         this first and every run routes its table questions the same way. False when the
         principal reads no table or the build failed."""
-        if self.deps.tables is None or not self.deps.tables.readable(principal):
+        if self.deps.tables is None or not self.deps.tables.readable(principal.access_scope()):
             return False
-        return self.sql.profile_ready(principal, None)
+        return self.sql.profile_ready(principal.access_scope(), None)
 
     def query(self, question: str, principal: Principal, *, k: int | None = None, max_attempts: int | None = None,
               deadline_ms: int | None = None, filters: Filters = Filters(), today: date | None = None,

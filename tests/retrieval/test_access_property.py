@@ -62,7 +62,8 @@ def test_every_retriever_returns_only_authorized_chunks_and_all_it_should(base, 
         not tokens.isdisjoint(doc_acl[d]) and (filters.sources is None or s in filters.sources)
         for d, s in zip(t.doc_ids, t.sources, strict=True)
     ])
-    assert np.array_equal(table.mask(principal, filters), allowed)
+    access = principal.access_scope()
+    assert np.array_equal(table.mask(access, filters), allowed)
 
     bm25 = Bm25Retriever(snap.bm25, table)
     dense = DenseRetriever(snap.dense, encode, table)
@@ -77,7 +78,7 @@ def test_every_retriever_returns_only_authorized_chunks_and_all_it_should(base, 
     expectations = {bm25: len(bm25_matches), dense: int(allowed.sum()), exact: len(exact_matches), hybrid: int(allowed.sum())}
 
     for retriever, n_matches in expectations.items():
-        hits = retriever.search(query, principal, k, filters)
+        hits = retriever.search(query, access, k, filters)
         assert len(hits) == min(k, n_matches), retriever.name
         for h in hits:
             assert not tokens.isdisjoint(doc_acl[h.doc_id]), f"{retriever.name} leaked {h.chunk_id}"
@@ -86,7 +87,7 @@ def test_every_retriever_returns_only_authorized_chunks_and_all_it_should(base, 
     # Dense ranking equals brute-force cosine over the authorized rows only.
     scores = vectors @ encode(query)[0]
     order = [r for r in np.argsort(-scores, kind="stable") if allowed[r]][:k]
-    assert [h.chunk_id for h in dense.search(query, principal, k, filters)] == [t.chunk_ids[r] for r in order]
+    assert [h.chunk_id for h in dense.search(query, access, k, filters)] == [t.chunk_ids[r] for r in order]
 
 
 def _exact_match(query: str, text: str) -> bool:

@@ -156,19 +156,19 @@ def test_slow_first_table_profiles_hold_up_neither_their_questions_nor_anyone_el
     question, regular = "how many incidents were opened in 2025", Principal("bob", ("finance",))
     newcomers = [Principal(f"newcomer-{i}", ("finance",)) for i in range(6)]  # more than the retrieval workers
     try:
-        assert engine.deps.tables.link(question, regular, None)  # bob's tables are profiled
+        assert engine.deps.tables.link(question, regular.access_scope(), None)  # bob's tables are profiled
         gated = TablesProbe(engine.sql._backend, held=True)
         engine.sql._backend = gated
         for p in newcomers:
             result = engine.query(question, p, deadline_ms=4000)  # waits 2 s for the held profiles, then retrieves
             assert result.attempts and all(a.plan.route != "sql" and a.error is None for a in result.attempts)
-        assert not any(engine.sql.profiled(p) for p in newcomers)  # no question waited for its build
+        assert not any(engine.sql.profiled(p.access_scope()) for p in newcomers)  # no question waited for its build
         other = engine.query("What does error E4012 mean?", regular)  # retrieval threads are all free
         assert other.attempts and all(a.error is None for a in other.attempts)
         gated.release.set()
         for p in newcomers:
-            assert engine.sql.profile_ready(p, 60.0)  # the builds complete for the questions after
-        assert engine.deps.tables.link(question, newcomers[0], None, 0.0)
+            assert engine.sql.profile_ready(p.access_scope(), 60.0)  # the builds complete for the questions after
+        assert engine.deps.tables.link(question, newcomers[0].access_scope(), None, 0.0)
     finally:
         if isinstance(engine.sql._backend, TablesProbe):
             engine.sql._backend.release.set()
@@ -370,7 +370,7 @@ def test_a_plugged_reranker_sees_only_authorized_candidates_and_cannot_add_any(e
     erin = Principal("erin")
     policy = replace(engine.deps.policy, reranker=Inventive())
     result = run_loop("carrier webhook retries", erin, Budget(max_attempts=1, k=3), deps_with(engine, policy=policy))
-    readable = {h.doc_id for h in engine.retrievers["bm25"].search("carrier webhook retries", erin, 50, Filters())}
+    readable = {h.doc_id for h in engine.retrievers["bm25"].search("carrier webhook retries", erin.access_scope(), 50, Filters())}
     assert seen and len(seen[0]) > 3 and set(seen[0]) <= readable  # more candidates, all readable
     context = result.attempts[0].hits
     assert len(context) == 3 and all(h.chunk_id != "secret#0" and h.text != "rewritten" for h in context)
@@ -383,14 +383,14 @@ def test_principals_with_the_same_groups_share_masks_covariances_and_table_profi
     for question in ("What is the Q3 2025 budget for the payments platform?", "how many incidents were opened in 2025"):
         demo_engine.query(question, first, deadline_ms=30000)
     counts = (chunks.mask_builds, signals.background_builds, sql.profile_builds)
-    assert sql.profiled(first)
+    assert sql.profiled(first.access_scope())
     for question in ("What is the Q3 2025 budget for the payments platform?", "how many incidents were opened in 2025"):
         demo_engine.query(question, second, deadline_ms=30000)
     assert (chunks.mask_builds, signals.background_builds, sql.profile_builds) == counts
     # Another scope builds its own: a combination of groups no other test asks as (the engine is
     # shared by the session, so a scope asked before, such as "public" alone, is cached already).
     third = Principal("newcomer-c", ("hr", "security", "finance"))
-    assert all(key[0] != chunks.scope(third) for key in chunks._cache.keys())
+    assert all(key[0] != chunks.scope(third.access_scope()) for key in chunks._cache.keys())
     demo_engine.query("What is the Q3 2025 budget for the payments platform?", third, deadline_ms=30000)
     assert chunks.mask_builds > counts[0] and signals.background_builds > counts[1]
 
@@ -422,6 +422,7 @@ def test_each_part_of_a_multi_part_question_is_judged_against_the_set_with_signa
     assert a.grade.features["part_min"] > b.grade.features["part_min"] + 0.3
     # each part is scored with its own signals: the cafeteria part's are not the whole question's
     scorer = trial_engine.deps.signals
-    part = scorer.annotate("What brand of coffee machine does the cafeteria use?", b.hits, Principal("erin"), fresh=True)
-    whole = scorer.annotate(unanswered.question, b.hits, Principal("erin"))
+    erin = Principal("erin").access_scope()
+    part = scorer.annotate("What brand of coffee machine does the cafeteria use?", b.hits, erin, fresh=True)
+    whole = scorer.annotate(unanswered.question, b.hits, erin)
     assert all(dict(p.signals)["dense"] < dict(w.signals)["dense"] for p, w in zip(part, whole, strict=True))

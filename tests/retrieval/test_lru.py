@@ -36,7 +36,7 @@ def test_mask_cache_keeps_what_its_bytes_allow_at_any_corpus_size():
                        starts=np.zeros(n, dtype=np.int64), ends=np.zeros(n, dtype=np.int64), titles=[None] * n,
                        sources=[None] * n, dates=[None] * n, acls=[(f"group:g{i % 50}",) for i in range(n)],
                        cache_size=512, cache_bytes=5 * (n + ENTRY_OVERHEAD))
-    masks = [table.mask(Principal(f"u{g}", (f"g{g}",)), Filters()) for g in range(20)]
+    masks = [table.mask(Principal(f"u{g}", (f"g{g}",)).access_scope(), Filters()) for g in range(20)]
     assert table.mask_builds == 20 and len(table._cache) == 5
-    assert table.mask(Principal("again", ("g19",)), Filters()) is masks[19]  # recent scopes stay cached
+    assert table.mask(Principal("again", ("g19",)).access_scope(), Filters()) is masks[19]  # recent scopes stay cached
     assert table.mask_builds == 20

@@ -67,9 +67,10 @@ def test_hybrid_on_rows_equals_rrf_over_the_two_hit_lists(engine, query, princip
     """Fusing rows and building only k hits is an optimisation: the result is plain RRF."""
     hybrid = engine.retrievers["hybrid"]
     depth = hybrid.params.depth
-    expected = rrf({name: engine.retrievers[name].search(query, principal, depth, ALL) for name in ("bm25", "dense")},
+    access = principal.access_scope()
+    expected = rrf({name: engine.retrievers[name].search(query, access, depth, ALL) for name in ("bm25", "dense")},
                    k=hybrid.params.rrf_k, weights=hybrid.params.weights, limit=5)
-    assert hybrid.search(query, principal, 5, ALL) == expected
+    assert hybrid.search(query, access, 5, ALL) == expected
 
 
 @pytest.mark.parametrize("query", ["connection pool exhausted", "how do I rotate a leaked key?", "zzz"])
@@ -80,8 +81,9 @@ def test_zscore_hybrid_ranks_as_zscore_fusion_of_the_two_authorized_lists(engine
 
     bm25, dense = engine.retrievers["bm25"], engine.retrievers["dense"]
     params = FusionParams(method="zscore", weights={"bm25": 0.4, "dense": 0.6})
-    hits = HybridRetriever(bm25, dense, params).search(query, principal, 5, ALL)
-    sides = {name: engine.retrievers[name].search(query, principal, params.depth, ALL) for name in ("bm25", "dense")}
+    access = principal.access_scope()
+    hits = HybridRetriever(bm25, dense, params).search(query, access, 5, ALL)
+    sides = {name: engine.retrievers[name].search(query, access, params.depth, ALL) for name in ("bm25", "dense")}
     fused, _ = zscore_scores({n: ([h.chunk_id for h in hs], [h.score for h in hs]) for n, hs in sides.items()}, params.weights)
     assert [h.chunk_id for h in hits] == sorted(fused, key=lambda c: -fused[c])[: len(hits)]
     assert all(abs(h.score - fused[h.chunk_id]) < 1e-9 and h.signal("zscore") == h.score for h in hits)

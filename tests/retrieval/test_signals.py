@@ -28,7 +28,7 @@ def stats(vectors: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 def test_a_scope_background_is_exact_within_its_row_budget_then_spaced_allowed_rows_only(engine, monkeypatch):
     snapshot = engine.snapshot
     stored = snapshot.dense.vectors(np.arange(snapshot.dense.size, dtype=np.int64))
-    reader = Principal("someone", ())  # reads the public documents only
+    reader = Principal("someone", ()).access_scope()  # reads the public documents only
     allowed = snapshot.chunks.mask(reader, Filters())
     rows = np.flatnonzero(allowed)
     assert 5 < len(rows) < len(allowed)

@@ -85,7 +85,7 @@ def test_nesting_grows_the_statement_linearly(tables_index):
     try:
         for k in (1, 7):
             statement = "SELECT " + "initcap(" * k + "title" + ")" * k + " FROM incidents"
-            assert len(guard_sql(statement, catalog.tables(), ALICE).sql) < 1500 * k
+            assert len(guard_sql(statement, catalog.tables(), ALICE.access_scope()).sql) < 1500 * k
     finally:
         catalog.close()
 

@@ -17,12 +17,12 @@ from retrieval.types import Principal
 ])
 def test_a_typo_is_rejected_in_sql_words_not_the_parsers_internals(statement, said):
     with pytest.raises(SqlRejected) as err:
-        guard_sql(statement, {}, Principal("x"))
+        guard_sql(statement, {}, Principal("x").access_scope())
     message = err.value.message
     assert said in message and "<class" not in message and "sqlglot" not in message, message
 
 
 def test_the_rejection_says_where_the_statement_stops_making_sense():
     with pytest.raises(SqlRejected) as err:
-        guard_sql("SELEC * FROM incidents", {}, Principal("x"))
+        guard_sql("SELEC * FROM incidents", {}, Principal("x").access_scope())
     assert "line 1, column 12 ('FROM')" in err.value.message

@@ -49,7 +49,7 @@ def test_grouped_top_orders_by_the_aggregate_value_then_the_group():
 def test_any_value_renders_as_one_string_literal_the_guard_accepts(value):
     table = TableInfo("order", (ColumnInfo("order_id", "VARCHAR"), ColumnInfo("owner", "VARCHAR")), ("public",))
     sql = render_sql(QueryPlan("order", "count", aggregate=Aggregate("count"), filters=(Equals("owner", value),)))
-    guarded = guard_sql(sql, {"order": table}, Principal("anyone"))
+    guarded = guard_sql(sql, {"order": table}, Principal("anyone").access_scope())
     assert guarded.tables == ("order",)
     con = duckdb.connect()
     con.execute('CREATE SCHEMA data; CREATE TABLE data."order" (order_id VARCHAR, owner VARCHAR)')
@@ -76,7 +76,7 @@ def test_a_sum_of_money_kept_as_double_is_added_as_decimals_and_passes_the_guard
     con.executemany("INSERT INTO fees VALUES (?, ?)", [(f"f{i}", a) for i, a in enumerate(amounts)])
     plan = QueryPlan("fees", "sum", aggregate=Aggregate("sum", "amount paid", decimals=2))
     table = TableInfo("fees", (ColumnInfo("fee_ref", "VARCHAR"), ColumnInfo("amount paid", "DOUBLE")), ("public",))
-    guard_sql(render_sql(plan), {"fees": table}, Principal("x"))
+    guard_sql(render_sql(plan), {"fees": table}, Principal("x").access_scope())
     ((total,),) = con.execute(render_sql(plan)).fetchall()
     assert float(total) == 85103.31 and repr(float(total)) == "85103.31"
     ((as_double,),) = con.execute(render_sql(QueryPlan("fees", "sum", aggregate=Aggregate("sum", "amount paid")))).fetchall()

@@ -116,7 +116,7 @@ def test_compare_rows_allows_extra_columns_but_not_other_values():
 def test_concurrent_first_questions_of_a_scope_profile_its_tables_once(sql_retriever):
     from retrieval.retrievers.sql import SqlRetriever
 
-    question, principal = "how many incidents were opened in 2025", Principal("bob", ("finance",))
+    question, principal = "how many incidents were opened in 2025", Principal("bob", ("finance",)).access_scope()
     alone = TablesProbe(sql_retriever._backend)
     expected = SqlRetriever(alone, sql_retriever.limits).translate(question, principal)
     slow = TablesProbe(sql_retriever._backend, seconds=0.02)
@@ -130,7 +130,7 @@ def test_concurrent_first_questions_of_a_scope_profile_its_tables_once(sql_retri
 def test_questions_arriving_during_a_profile_build_share_it_and_its_failure(sql_retriever):
     from retrieval.retrievers.sql import SqlRetriever
 
-    question, principal = "how many incidents were opened in 2025", Principal("bob", ("finance",))
+    question, principal = "how many incidents were opened in 2025", Principal("bob", ("finance",)).access_scope()
     failing = TablesProbe(sql_retriever._backend, held=True, error=RetrievalTimeout("statement timed out"))
     shared = SqlRetriever(failing, sql_retriever.limits)
     try:
@@ -188,7 +188,7 @@ def test_the_profile_cache_is_bounded_by_bytes_as_well_as_by_scopes(sql_retrieve
     from retrieval.retrievers.sql import SqlRetriever, _profiles_size
 
     question = "how many incidents were opened in 2025"
-    bob, alice = Principal("bob", ("finance",)), Principal("alice", ("sre",))
+    bob, alice = Principal("bob", ("finance",)).access_scope(), Principal("alice", ("sre",)).access_scope()
     probe = SqlRetriever(TablesProbe(sql_retriever._backend), sql_retriever.limits)
     sizes = []
     for p in (bob, alice):
@@ -211,7 +211,7 @@ def test_the_profile_cache_is_bounded_by_bytes_as_well_as_by_scopes(sql_retrieve
 def test_profiles_larger_than_the_whole_budget_are_still_kept_for_their_scope(sql_retriever):
     from retrieval.retrievers.sql import SqlRetriever
 
-    question, bob = "how many incidents were opened in 2025", Principal("bob", ("finance",))
+    question, bob = "how many incidents were opened in 2025", Principal("bob", ("finance",)).access_scope()
     shared = SqlRetriever(TablesProbe(sql_retriever._backend), sql_retriever.limits, profile_cache_bytes=100)
     try:
         shared.translate(question, bob)

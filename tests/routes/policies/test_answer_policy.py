@@ -52,7 +52,7 @@ def test_the_grade_is_the_models_and_the_context_is_in_its_order(answer_engine, 
     assert grade.source in ("answer", "answer (cascade: cheap grade)")
     assert 0.0 < grade.p_sufficient < 1.0
     assert result.attempts[0].to_json()["grade"]["p_sufficient"] == round(grade.p_sufficient, 4)
-    pool = answer_engine.retrievers[result.attempts[0].plan.route].search(FIXED, ERIN, 6, Filters())
+    pool = answer_engine.retrievers[result.attempts[0].plan.route].search(FIXED, ERIN.access_scope(), 6, Filters())
     probs = model.score(FIXED, [passage_text(h) for h in pool], batch_size=1)
     expected = [h.chunk_id for _, h in sorted(zip(probs, pool, strict=True), key=lambda t: -t[0])][:4]
     assert [h.chunk_id for h in result.context] == expected

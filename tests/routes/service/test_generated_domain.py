@@ -125,9 +125,9 @@ def test_a_sum_asked_with_a_synonym_of_the_money_column_is_summed_as_decimals(do
 def test_a_question_the_table_cannot_answer_still_declines(domain):
     engine, _ = domain
     for question in ("Which services used recycled glaze?", "What is the total weight of the kiln services?"):
-        assert isinstance(engine.sql.translate(question, MEMBER, date(2025, 11, 1)), Decline), question
+        assert isinstance(engine.sql.translate(question, MEMBER.access_scope(), date(2025, 11, 1)), Decline), question
         assert engine.query(question, MEMBER).decision.chosen != "sql", question
-    declined = engine.sql.translate("What is the total weight of the kiln services?", MEMBER, date(2025, 11, 1))
+    declined = engine.sql.translate("What is the total weight of the kiln services?", MEMBER.access_scope(), date(2025, 11, 1))
     assert "charge_eur" in declined.reason and "weight" in declined.unlinked  # it names the column it could not tell
 
 
@@ -159,7 +159,7 @@ def test_a_quoted_title_with_the_question_mark_inside_finds_its_passage(domain):
 def test_the_generated_table_is_what_the_questions_are_about(domain):
     """The data behind the assertions above: a plural name, a declared key, a money column."""
     engine, rows = domain
-    info = engine.sql.readable_tables(MEMBER)[0]
+    info = engine.sql.readable_tables(MEMBER.access_scope())[0]
     assert (info.name, info.id_column, info.column("charge_eur").type) == ("services", "job_ref", "DOUBLE")
     assert len(rows) == 36 and Path(info.source or "").name == "services.csv"
 

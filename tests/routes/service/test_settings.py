@@ -143,7 +143,8 @@ def test_open_engine_sizes_pools_caches_sql_and_fusion_from_the_settings(mini_in
         assert (engine.calls.workers, engine.calls.spare, engine.side._max_workers) == (2, 3, 1)
         params = engine.retrievers["hybrid"].params
         assert (params.rrf_k, params.depth, params.weights, params.method) == (30, 40, {"bm25": 1.0, "dense": 0.5}, "zscore")
-        assert {name for h in engine.retrievers["hybrid"].search("carrier webhook", Principal("erin"), 3, Filters())
+        erin = Principal("erin").access_scope()
+        assert {name for h in engine.retrievers["hybrid"].search("carrier webhook", erin, 3, Filters())
                 for name, _ in h.signals} >= {"zscore"}
     finally:
         engine.close()
