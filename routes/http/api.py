@@ -19,6 +19,7 @@ from quarry_client.models import Answer, DocumentOut, SearchOut, SqlOut, ToolCal
 from retrieval.answer import document_json, hits_json, result_json
 from retrieval.retrievers.sql import SqlResult
 from retrieval.sql.translate import Decline
+from retrieval.errors import Forbidden
 from retrieval.types import Filters
 from routes.service.audit import answer_fields, tool_fields
 from routes.service.auth import Caller, caller_from_header, require_scope
@@ -35,6 +36,17 @@ async def current_caller(request: Request, _: HTTPAuthorizationCredentials | Non
     caller = caller_from_header(request.app.state.quarry.keys, request.headers.get("authorization"))
     request.state.caller = caller
     return caller
+
+
+def needs(*scopes: str) -> Callable[..., Any]:
+    """A router's scope, declared as its dependency: the caller, when its key holds one of
+    `scopes` (`admin` counts for `write`); 403 naming the first otherwise."""
+    async def scoped(caller: Caller = Depends(current_caller)) -> Caller:
+        held = set(caller.principal.scopes) | ({"write"} if "admin" in caller.principal.scopes else set())
+        if not held & set(scopes):
+            raise Forbidden(f"this key lacks the '{scopes[0]}' scope")
+        return caller
+    return scoped
 
 
 def served(request: Request) -> Service:
@@ -59,16 +71,17 @@ def _body(model: type) -> Callable[[Endpoint], Endpoint]:
     return declare
 
 
-def build_router(models: RequestModels) -> APIRouter:
-    """The retrieval endpoints, validating bodies with `models` (see `request_models`)."""
-    router = APIRouter(prefix="/v1", tags=["retrieval"])
+def build_routers(models: RequestModels) -> list[APIRouter]:
+    """The retrieval endpoints (the `query` scope), validating bodies with `models` (see
+    `request_models`), and /v1/sql (`sql` for a statement, `query` for a question)."""
+    router = APIRouter(prefix="/v1", tags=["retrieval"], dependencies=[Depends(needs("query"))])
+    sql_router = APIRouter(prefix="/v1", tags=["retrieval"], dependencies=[Depends(needs("query", "sql"))])
 
     @router.post("/query", response_model=Answer, responses=ERRORS,
                  summary="Answer a question: an answer context or a typed evidence gap")
     @_body(models.query)
     async def query(body: Any, request: Request, caller: Caller = Depends(current_caller),
                     service: Service = Depends(served)) -> JSONResponse:
-        require_scope(caller, "query")
         state = request.app.state.quarry
         with state.gate.enter(caller.key_id):
             result = await run_in_threadpool(
@@ -84,7 +97,6 @@ def build_router(models: RequestModels) -> APIRouter:
     @_body(models.search)
     async def search_one(body: Any, request: Request, caller: Caller = Depends(current_caller),
                          service: Service = Depends(served)) -> JSONResponse:
-        require_scope(caller, "query")
         state = request.app.state.quarry
         with state.gate.enter(caller.key_id):
             hits = await run_in_threadpool(service.search, caller.principal, body.retriever, body.query, body.k,
@@ -93,7 +105,7 @@ def build_router(models: RequestModels) -> APIRouter:
         request.state.audit = {"outcome": "hits", "route": body.retriever, "question": body.query, "trace_id": trace}
         return JSONResponse({"retriever": body.retriever, "hits": hits_json(hits), "trace_id": trace})
 
-    @router.post("/sql", response_model=SqlOut, responses=ERRORS,
+    @sql_router.post("/sql", response_model=SqlOut, responses=ERRORS,
                  summary="Run one read-only SELECT (sql scope) or translate a question to SQL")
     @_body(models.sql)
     async def sql(body: Any, request: Request, caller: Caller = Depends(current_caller),
@@ -119,19 +131,19 @@ def build_router(models: RequestModels) -> APIRouter:
                 summary="One document the caller may read (404 otherwise, exactly as if it did not exist)")
     async def document(doc_id: str, request: Request, caller: Caller = Depends(current_caller),
                        service: Service = Depends(served)) -> dict:
-        require_scope(caller, "query")
         state = request.app.state.quarry
         with state.gate.enter(caller.key_id):
             doc = await run_in_threadpool(service.document, caller.principal, doc_id)
         request.state.audit = {"outcome": "document"}
         return document_json(doc)
 
-    return router
+    return [router, sql_router]
 
 
 def build_tools_router() -> APIRouter:
-    """Function tools for hosts without MCP: the same tools as provider schemas, and a dispatcher."""
-    router = APIRouter(prefix="/v1/tools", tags=["tools"])
+    """Function tools for hosts without MCP: the same tools as provider schemas, and a dispatcher.
+    Any valid key: each tool is listed and dispatched by the scope it needs itself."""
+    router = APIRouter(prefix="/v1/tools", tags=["tools"], dependencies=[Depends(current_caller)])
 
     @router.get("", responses=error_responses(401, 422, 429),
                 summary="The tools this key may call, as OpenAI or Anthropic function schemas")
@@ -157,4 +169,4 @@ def build_tools_router() -> APIRouter:
     return router
 
 
-__all__ = ["build_router", "build_tools_router", "current_caller", "served"]
+__all__ = ["build_routers", "build_tools_router", "current_caller", "needs", "served"]

@@ -19,8 +19,8 @@ from fastapi import APIRouter, Depends, FastAPI, Request
 from fastapi.responses import FileResponse, JSONResponse, RedirectResponse, Response
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from retrieval.errors import Forbidden, NotFound
-from routes.http.api import current_caller
+from retrieval.errors import NotFound
+from routes.http.api import current_caller, needs
 from routes.service.auth import Caller
 from retrieval.evaluate import TOP, plot_grouping
 from routes.service.schemas import error_responses
@@ -75,12 +75,11 @@ def install_console(app: FastAPI, report_dir: Path) -> None:
             raise NotFound(f"no console file {name[:80]!r}")
         return FileResponse(path, media_type=_TYPES[path.suffix])
 
-    router = APIRouter(prefix="/v1/admin", tags=["ops"])
+    router = APIRouter(prefix="/v1/admin", tags=["ops"], dependencies=[Depends(needs("admin"))])
 
     @router.get("/report", responses=error_responses(401, 403, 404, 429),
                 summary="The last eval report in the server's report folder (admin scope): top metrics, per route, plots")
     async def report(request: Request, caller: Caller = Depends(current_caller)) -> JSONResponse:
-        _admin(caller)
         metrics = report_dir / "metrics.json"
         if not metrics.is_file():
             raise NotFound(f"no eval report yet: run `quarry eval LABELS --report {report_dir}` (the report_dir setting)")
@@ -100,7 +99,6 @@ def install_console(app: FastAPI, report_dir: Path) -> None:
 
     @router.get("/report/{name}", responses=error_responses(401, 403, 404, 429), summary="One plot of the last eval report")
     async def report_plot(name: str, caller: Caller = Depends(current_caller)) -> Response:
-        _admin(caller)
         path = report_dir / name
         if not _PLOT.fullmatch(name) or not path.is_file():
             raise NotFound(f"no plot {name[:80]!r}")
@@ -108,7 +106,3 @@ def install_console(app: FastAPI, report_dir: Path) -> None:
 
     app.include_router(router)
 
-
-def _admin(caller: Caller) -> None:
-    if "admin" not in caller.principal.scopes:
-        raise Forbidden("this key lacks the 'admin' scope")

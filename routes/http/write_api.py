@@ -24,8 +24,8 @@ from starlette.concurrency import run_in_threadpool
 
 from indexes.files import CONTENT_TYPES
 from quarry_client.models import WriteOut
-from retrieval.errors import Forbidden, InvalidRequest
-from routes.http.api import _body, current_caller
+from retrieval.errors import InvalidRequest
+from routes.http.api import _body, current_caller, needs
 from routes.service.auth import Caller
 from routes.service.schemas import AclIn, DocumentIn, batch_model, error_responses
 from routes.service.service import AclWrite, DeleteWrite, FileBody, PutWrite, Service, Write
@@ -33,11 +33,6 @@ from routes.service.service import AclWrite, DeleteWrite, FileBody, PutWrite, Se
 ERRORS = error_responses(400, 401, 403, 404, 409, 413, 422, 429, 503)
 IDEMPOTENCY_HEADER = "idempotency-key"
 MAX_KEY_CHARS = 200
-
-
-def require_write(caller: Caller) -> None:
-    if not {"write", "admin"} & set(caller.principal.scopes):
-        raise Forbidden("this key lacks the 'write' scope")
 
 
 def _file_fields(acl: list[str] | None, title: str | None, source: str | None, date: str | None,
@@ -83,8 +78,9 @@ async def _write(request: Request, caller: Caller, writes: Sequence[Write]) -> J
     return JSONResponse(out)
 
 
-def build_write_router(max_batch: int) -> APIRouter:
-    router = APIRouter(prefix="/v1", tags=["documents"])
+def build_write_routers(max_batch: int) -> list[APIRouter]:
+    router = APIRouter(prefix="/v1", tags=["documents"], dependencies=[Depends(needs("write"))])
+    admin = APIRouter(prefix="/v1/admin", tags=["documents"], dependencies=[Depends(needs("admin"))])
     batch_in = batch_model(max_batch)
 
     @router.put("/documents/{doc_id:path}", response_model=WriteOut, responses=ERRORS, openapi_extra=PUT_BODY,
@@ -99,7 +95,6 @@ def build_write_router(max_batch: int) -> APIRouter:
         metadata: str | None = Query(None, max_length=16_384, description="a file body's metadata, a flat JSON object "
                                      "merged over the file's own"),
     ) -> JSONResponse:
-        require_write(caller)
         media = _media_type(request)
         raw = await request.body()
         given = _file_fields(acl, title, source, date, metadata)
@@ -120,32 +115,27 @@ def build_write_router(max_batch: int) -> APIRouter:
     @router.delete("/documents/{doc_id:path}", response_model=WriteOut, responses=ERRORS,
                    summary="Delete a document (write scope; 404 for one the caller cannot read, as for a missing one)")
     async def delete_document(doc_id: str, request: Request, caller: Caller = Depends(current_caller)) -> JSONResponse:
-        require_write(caller)
         return await _write(request, caller, [DeleteWrite(doc_id)])
 
     @router.patch("/documents/{doc_id:path}/acl", response_model=WriteOut, responses=ERRORS,
                   summary="Replace a document's ACL (write scope); a revocation holds from the next request on")
     async def patch_acl(doc_id: str, body: AclIn, request: Request, caller: Caller = Depends(current_caller)) -> JSONResponse:
-        require_write(caller)
         return await _write(request, caller, [AclWrite(doc_id, body.acl)])
 
     @router.post("/documents:batch", response_model=WriteOut, responses=ERRORS,
                  summary=f"Up to {max_batch} puts, deletes and ACL changes, applied together or not at all")
     @_body(batch_in)
     async def batch(body: Any, request: Request, caller: Caller = Depends(current_caller)) -> JSONResponse:
-        require_write(caller)
         writes: list[Write] = [PutWrite(op.id, op.document) if op.op == "put" else DeleteWrite(op.id) if op.op == "delete"
                                  else AclWrite(op.id, op.acl) for op in body.operations]
         return await _write(request, caller, writes)
 
-    @router.post("/admin/compact", responses=error_responses(401, 403, 409, 429, 503),
+    @admin.post("/compact", responses=error_responses(401, 403, 409, 429, 503),
                  summary="Fold the live changes into a new base snapshot now (admin scope)")
     async def compact(request: Request, caller: Caller = Depends(current_caller)) -> JSONResponse:
-        if "admin" not in caller.principal.scopes:
-            raise Forbidden("this key lacks the 'admin' scope")
         state = request.app.state.quarry
         with state.gate.enter(caller.key_id):
             out = await state.service.compact()
         return JSONResponse(out)
 
-    return router
+    return [router, admin]

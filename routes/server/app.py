@@ -28,11 +28,11 @@ from quarry_client.models import ErrorOut
 from retrieval.errors import PayloadTooLarge, RetrievalUnavailable
 from starlette.routing import Route
 
-from routes.http.api import BEARER, build_router, build_tools_router, current_caller
+from routes.http.api import BEARER, build_routers, build_tools_router, current_caller, needs
 from routes.mcp.endpoint import McpHttp
 from routes.service.audit import AuditLog, AuditRecord
 from routes.http.docs import install_docs
-from routes.service.auth import Caller, Gate, caller_from_header, require_scope
+from routes.service.auth import Caller, Gate, caller_from_header
 from routes.service.runtime import Runtime
 from routes.service.service import Service
 from routes.service.view import Engine, open_engine
@@ -40,7 +40,7 @@ from routes.http.error_handlers import error_code, install_error_handlers
 from routes.service.keys import KeyStore
 from routes.http.prometheus import Metrics
 from routes.http.console import ConsoleHeaders, install_console
-from routes.http.write_api import build_write_router
+from routes.http.write_api import build_write_routers
 from routes.service.schemas import error_responses, request_models
 from routes.service.settings import Settings
 from routes.service.tools import Toolset
@@ -273,8 +273,8 @@ def create_app(settings: Settings, engine: Engine | None = None, keys: KeyStore 
     app.state.quarry = state
     app.add_middleware(BodyLimit, max_bytes=settings.max_body_bytes, write_max_bytes=settings.write_max_body_bytes)
     install_error_handlers(app)
-    app.include_router(build_router(request_models(settings.limits)))
-    app.include_router(build_write_router(settings.write_batch_max))
+    for router in (*build_routers(request_models(settings.limits)), *build_write_routers(settings.write_batch_max)):
+        app.include_router(router)
     app.include_router(build_tools_router())
     _add_ops_routes(app, state)
     install_docs(app)
@@ -335,10 +335,9 @@ def _add_ops_routes(app: FastAPI, state: AppState) -> None:
             body |= state.service.describe()
         return Response(json.dumps(body), media_type="application/json")
 
-    @app.get("/metrics", tags=["ops"], summary="Prometheus metrics (admin scope)",
+    @app.get("/metrics", tags=["ops"], summary="Prometheus metrics (admin scope)", dependencies=[Depends(needs("admin"))],
              responses={200: {"content": {"text/plain": {"schema": {"type": "string"}}}, "description": "Prometheus text format"},
                         **error_responses(401, 403, 429)})
     async def metrics(caller: Caller = Depends(current_caller)) -> Response:
-        require_scope(caller, "admin")
         with state.gate.enter(caller.key_id):
             return PlainTextResponse(state.metrics.render())
