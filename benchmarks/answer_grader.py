@@ -53,7 +53,8 @@ from indexes.answer_model import default_path
 from routes.policies.answer_policy import DEFAULTS_FILE, ModelScorer, shipped_defaults
 from routes.eval.beir_eval import beir_labels
 from routes.cli.demo import DEMO_SOURCES
-from routes.service.view import Engine, Policies, open_engine
+from routes.service.view import Engine, open_engine
+from routes.service.tuned import Policies
 from routes.eval.evaluation import evaluate, load_label_file
 from routes.eval.tuning import answer_examples, grade_rows, split_labels
 from routes.service.service import Service

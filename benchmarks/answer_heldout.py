@@ -81,7 +81,8 @@ def first_attempts() -> dict[str, Any]:
 
     from benchmarks.common import ROOT, build_or_reuse, make_embedder
     from routes.cli.demo import DEMO_SOURCES
-    from routes.service.view import Policies, open_engine
+    from routes.service.view import open_engine
+    from routes.service.tuned import Policies
     from routes.eval.evaluation import load_label_file
     from routes.eval.tuning import grade_rows
 

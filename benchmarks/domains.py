@@ -39,7 +39,8 @@ from retrieval.answer_level import AnswerScores
 from retrieval.grader import GraderConfig, relevance
 from retrieval.limits import Limits
 from retrieval.tune import SCALE_FREE_FEATURES, DomainRows, fit_domains_grader
-from routes.service.view import Policies, open_engine
+from routes.service.view import open_engine
+from routes.service.tuned import Policies
 from routes.eval.evaluation import load_label_file, run_labels
 from routes.eval.tuning import GradeRows, grade_rows
 from routes.service.service import Service

@@ -36,7 +36,8 @@ from benchmarks.common import ROOT, build_or_reuse, machine, make_embedder, writ
 from retrieval.grader import GRADE_FEATURES, evidence_features
 from retrieval.text import content_terms
 from routes.cli.demo import DEMO_SOURCES
-from routes.service.view import Policies, open_engine
+from routes.service.view import open_engine
+from routes.service.tuned import Policies
 from routes.eval.evaluation import first_attempt_evidence, load_label_file
 from routes.service.service import Service
 

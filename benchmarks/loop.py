@@ -36,7 +36,8 @@ from retrieval.metrics import all_found, doc_ranking, mean, ndcg_at_k, percentil
 from retrieval.types import Filters, Principal
 from benchmarks.domains import PREVIOUS
 from retrieval.grader import GraderConfig
-from routes.service.view import Policies, open_engine
+from routes.service.view import open_engine
+from routes.service.tuned import Policies
 
 READER = Principal("bench")
 SEED = 13

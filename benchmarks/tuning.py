@@ -30,7 +30,8 @@ from indexes.embedder import Embedder
 from retrieval.metrics import doc_ranking, mean, ndcg_at_k
 from retrieval.types import Filters
 from routes.cli.demo import DEMO_SOURCES
-from routes.service.view import Policies, open_engine
+from routes.service.view import open_engine
+from routes.service.tuned import Policies
 from routes.eval.evaluation import (READER, ablate, ablated_index, beir_labels, evaluate, fit_policies, gap_accuracy,
                                load_label_file, split_labels, unambiguous)
 from routes.service.service import Service

@@ -30,7 +30,6 @@ def _eval_target(args: argparse.Namespace, settings: Settings, progress: Callabl
     from indexes.snapshot_load import current_snapshot_path
     from retrieval.errors import SnapshotError
     from routes.service.service import Service
-    from routes.service.runtime import open_runtime
     from routes.eval.evaluation import beir_index, beir_labels, ensure_beir_index, load_label_file
 
     target = Path(args.target)
@@ -41,7 +40,7 @@ def _eval_target(args: argparse.Namespace, settings: Settings, progress: Callabl
         index = (ensure_beir_index(target, embedder, given, progress) if given
                  else beir_index(target, embedder, Path(args.cache), progress))
         split = args.split if args.split != "all" else "test"
-        return Service(open_runtime(settings, index, embedder=embedder)), beir_labels(target, split), k, target, index
+        return Service.open(settings, index, embedder=embedder), beir_labels(target, split), k, target, index
     if not target.is_file():
         raise InvalidRequest(f"{target}: no labels file or BEIR folder (corpus.jsonl, queries.jsonl, qrels/) there")
     if given is None:
@@ -54,7 +53,7 @@ def _eval_target(args: argparse.Namespace, settings: Settings, progress: Callabl
     labels = load_label_file(target)
     if args.split != "all":
         labels = [lb for lb in labels if (lb.split or "train") == args.split]
-    return Service(open_runtime(settings, given)), labels, k, None, given
+    return Service.open(settings, given), labels, k, None, given
 
 
 def _questions_progress(progress: Callable[[str, int, int], None] | None, total: int) -> Callable[[int], None] | None:

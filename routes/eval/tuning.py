@@ -22,7 +22,7 @@ from retrieval.router import features
 from retrieval.tune import best_fusion, fit_answer_grader, fit_grader, fit_router
 from retrieval.types import Hit, Principal
 from routes.service.service import Service
-from routes.service.view import TUNED_CONFIG, Policies
+from routes.service.tuned import TUNED_CONFIG, Policies
 from routes.service.settings import Settings
 
 TUNED_BACKUP = TUNED_CONFIG + ".bak"

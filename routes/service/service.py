@@ -34,7 +34,8 @@ from retrieval.types import Document, Filters, Hit, Principal, check_acl, check_
 from routes.service.runtime import Runtime, open_runtime
 from routes.service.schemas import DocumentIn
 from routes.service.settings import Settings
-from routes.service.view import Engine, Policies
+from routes.service.view import Engine
+from routes.service.tuned import Policies
 
 READINESS_PROBE = Principal("quarry-readiness").access_scope()
 MAX_DOC_ID_CHARS = 256  # a longer id names no document (ids are checked at write time)
@@ -77,6 +78,12 @@ class Service:
 
     def __init__(self, runtime: Runtime) -> None:
         self.runtime = runtime
+
+    @classmethod
+    def open(cls, settings: Settings, index_dir: Path | None = None, writable: bool = False, **view_options: Any) -> Service:
+        """The service of a command over the index of `index_dir` (default: the settings'),
+        loaded now; its caller closes it. See `open_runtime` for `writable` and `view_options`."""
+        return cls(open_runtime(settings, index_dir, writable, **view_options))
 
     @classmethod
     def serving(cls, view: Engine, settings: Settings | None = None) -> Service:
@@ -292,8 +299,8 @@ def open_service(settings: Settings, index_dir: Path | None = None, writable: bo
                  ) -> Iterator[Service]:
     """The service of a command over the index of `index_dir` (default: the settings'),
     closed when the block ends; see `open_runtime` for `writable` and `view_options`."""
-    runtime = open_runtime(settings, index_dir, writable, **view_options)
+    service = Service.open(settings, index_dir, writable, **view_options)
     try:
-        yield Service(runtime)
+        yield service
     finally:
-        runtime.close()
+        service.close()

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import logging
 import threading
 from concurrent.futures import Executor, ThreadPoolExecutor
@@ -15,11 +14,10 @@ from indexes.sql_runner import SqlRunner
 from indexes.embedder import Embedder
 from indexes.live import LiveState, Superseded, live_view, replay
 from indexes.snapshot_load import Snapshot, load_snapshot
-from retrieval.answer_level import AnswerConfig, AnswerScores, RerankConfig
+from retrieval.answer_level import AnswerScores
 from retrieval.calls import CallPool
 from retrieval.entities import EntityIndex
 from retrieval.errors import InvalidRequest
-from retrieval.grader import GraderConfig
 from retrieval.limits import Limits, check_filters, check_k, check_query
 from retrieval.linking import EntityLinker, TableLinker
 from retrieval.loop import Budget, LoopDeps, LoopResult, Understood, run_loop, understand
@@ -32,14 +30,13 @@ from retrieval.retrievers.exact import ExactRetriever
 from retrieval.retrievers.hybrid import FusionParams, HybridRetriever
 from retrieval.retrievers.sql import SqlRetriever
 from retrieval.sql.meaning import ColumnMeaning
-from retrieval.router import RouterConfig
 from retrieval.signals import HitScorer
 from retrieval.types import Filters, Principal
 from routes.service.plugins import load_policy
+from routes.service.tuned import Policies
 from routes.service.settings import Settings
 
 log = logging.getLogger("quarry.engine")
-TUNED_CONFIG = "tuned.json"  # written by `quarry tune` into the index directory
 
 
 def build_retrievers(snapshot: Snapshot, embedder: Embedder, fusion: FusionParams = FusionParams(),
@@ -83,36 +80,6 @@ class Shared:
             last = self._users == 0
         if last:
             self._close()
-
-
-@dataclass(frozen=True)
-class Policies:
-    """Router, grader and fusion parameters: defaults, or what `quarry tune` fitted."""
-
-    router: RouterConfig = field(default_factory=RouterConfig)
-    grader: GraderConfig = field(default_factory=GraderConfig)
-    fusion: FusionParams = field(default_factory=FusionParams)
-    answer: AnswerConfig = field(default_factory=AnswerConfig)  # the answer grader's, when it is used
-    answer_model: str | None = None  # sha256 of the answer model `answer` was fitted with
-    rerank: RerankConfig | None = None  # what `quarry tune` chose for the answer reranker
-    rerank_model: str | None = None  # sha256 of the answer model it was chosen with
-
-    @classmethod
-    def load(cls, index_dir: Path, fusion: FusionParams = FusionParams()) -> Policies:
-        """What `quarry tune` saved in the index, else the defaults with `fusion` (the settings')."""
-        path = index_dir / TUNED_CONFIG
-        if not path.is_file():
-            return cls(fusion=fusion)
-        data = json.loads(path.read_text())
-        tuned = data.get("fusion") or {}
-        answer, rerank = data.get("answer"), data.get("rerank")
-        return cls(RouterConfig.from_json(data["router"]), GraderConfig.from_json(data["grader"]),
-                   FusionParams(rrf_k=int(tuned.get("rrf_k", fusion.rrf_k)), depth=int(tuned.get("depth", fusion.depth)),
-                                weights=dict(tuned.get("weights", fusion.weights)),
-                                method=str(tuned.get("method", fusion.method))),
-                   AnswerConfig.from_json(answer["config"]) if answer else AnswerConfig(),
-                   answer["model_sha256"] if answer else None,
-                   RerankConfig.from_json(rerank["config"]) if rerank else None, rerank["model_sha256"] if rerank else None)
 
 
 @dataclass

@@ -14,7 +14,8 @@ from datetime import date
 
 import pytest
 
-from routes.service.view import TUNED_CONFIG, Policies, open_engine
+from routes.service.view import open_engine
+from routes.service.tuned import TUNED_CONFIG, Policies
 from routes.eval.evaluation import (evaluate, fit_policies, load_label_file, question_features, save_policies, split_labels,
                                write_report)
 from tests.conftest import PATIENCE_S, ROOT
