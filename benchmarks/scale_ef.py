@@ -21,6 +21,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import argparse
 import json
+from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
@@ -46,7 +47,8 @@ def main() -> None:
 
     root = root_of(args.chunks, args.corpus, args.encoder)
     path = current_snapshot_path(root / "index")
-    dense = DenseIndex.load(path / "dense.faiss")
+    walkers = ThreadPoolExecutor(dense_module.WALKERS)  # as the runtime gives a served index
+    dense = DenseIndex.load(path / "dense.faiss", walkers=walkers)
     catalog = Catalog(path / "catalog.duckdb")
     chunks = catalog.chunk_table()
     encoder = make_encoder(args.encoder)
@@ -57,7 +59,7 @@ def main() -> None:
     served = dense
     if not dense.kind.endswith("+hnsw"):  # one graph per access class, as the ingest builds them
         classes = np.unique(np.asarray([",".join(sorted(a)) for a in chunks.acls]), return_inverse=True)[1]
-        (dense, build_ms) = timed(lambda: DenseIndex.build(vectors, hnsw_from=0, classes=classes))
+        (dense, build_ms) = timed(lambda: DenseIndex.build(vectors, hnsw_from=0, classes=classes, walkers=walkers))
         out["graph_built_here_s"] = round(build_ms / 1000, 1)
     for scope in ("100%", "10%"):
         allowed = chunks.mask(PRINCIPALS[scope].access_scope(), Filters())
@@ -83,6 +85,7 @@ def main() -> None:
             out["runs"].append(run)
             print(run, flush=True)
     catalog.close()
+    walkers.shutdown()
     path_out = RESULTS / f"{root.name}-ef.json"
     path_out.write_text(json.dumps(out, indent=2))
     print(f"wrote {path_out}")

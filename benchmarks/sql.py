@@ -15,6 +15,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import json
 import time
+from concurrent.futures import ThreadPoolExecutor
 from datetime import date
 
 from benchmarks.common import CACHE, ROOT, machine, make_embedder, write_json
@@ -73,7 +74,9 @@ def main() -> None:
     build_snapshot([ROOT / "eval_data" / "demo" / "tables"], index, embedder)
     catalog = Catalog(current_snapshot_path(index) / "catalog.duckdb")
     # as the service builds it: words link to the columns they mean through the embedding model
-    retriever = SqlRetriever(SqlRunner(catalog), meaning=ColumnMeaning(embedder.load().encode_query))
+    threads = ThreadPoolExecutor(4)  # as the runtime gives the route: statement watchdogs and profile builds
+    retriever = SqlRetriever(SqlRunner(catalog, watchdogs=threads), meaning=ColumnMeaning(embedder.load().encode_query),
+                             builder=threads)
     results = {"machine": machine()}
     for name in ("sql_questions", "sql_questions_holdout", "sql_questions_holdout2"):
         path = ROOT / "eval_data" / "demo" / f"{name}.jsonl"
@@ -84,6 +87,7 @@ def main() -> None:
                   f"p50 {r['latency_p50_ms']} ms")
             for f in r["failures"]:
                 print(f"   {f['outcome']:<9} {f['id']} {f['question']}")
+    threads.shutdown()
     catalog.close()
     write_json("sql", results)
 

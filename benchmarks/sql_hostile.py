@@ -74,7 +74,8 @@ SIMPLE = "SELECT count(*) FROM tickets"
 
 def in_process(index: Path) -> dict:
     catalog = Catalog(current_snapshot_path(index) / "catalog.duckdb")
-    sql = SqlRetriever(SqlRunner(catalog), SqlLimits(timeout_s=2.0))
+    threads = ThreadPoolExecutor(4)  # as the runtime gives the route: statement watchdogs and profile builds
+    sql = SqlRetriever(SqlRunner(catalog, watchdogs=threads), SqlLimits(timeout_s=2.0), builder=threads)
     out = {}
     try:
         for name, statement in {**STATEMENTS, **REPORTED}.items():
@@ -89,6 +90,7 @@ def in_process(index: Path) -> dict:
                          "rss_after_growth_mb": round(rss_mb() - peak.before, 1)}
     finally:
         sql.close()
+        threads.shutdown()
         catalog.close()
     return out
 

@@ -30,7 +30,6 @@ from __future__ import annotations
 import json
 import re
 import unicodedata
-from functools import lru_cache
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Iterable, Literal, Sequence
@@ -63,15 +62,7 @@ class Tokenizer:
         self._stop = frozenset(STOPWORDS_EN) if stopwords else frozenset()
 
     def __call__(self, text: str) -> list[str]:
-        return list(self._cached(text))
-
-    def terms(self, text: str) -> list[str]:
-        """The same terms, past the cache (an index build reads each text once)."""
         return self._tokenize(text)
-
-    @lru_cache(maxsize=8192)  # noqa: B019 - one tokenizer per index, bounded cache of passage texts
-    def _cached(self, text: str) -> tuple[str, ...]:
-        return tuple(self._tokenize(text))
 
     def _tokenize(self, text: str) -> list[str]:
         text = unicodedata.normalize("NFKC", text).lower()
@@ -95,7 +86,7 @@ class Bm25Builder:
         self._ids: list[list[int]] = []
 
     def add(self, texts: Iterable[str]) -> None:
-        vocab, terms = self._vocab, self._tokenize.terms
+        vocab, terms = self._vocab, self._tokenize
         self._ids += [[vocab.setdefault(term, len(vocab)) for term in terms(t) or ["\x00"]] for t in texts]
 
     def finish(self) -> Bm25Index:

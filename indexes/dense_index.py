@@ -28,8 +28,10 @@ graph of a million rows builds slower than 49 small ones); `whole=False` leaves 
 A search walks each readable class's graph (with the filter when only part of the class is
 allowed, e.g. by a date constraint) and keeps the best k of all. It spends a breadth of
 EF_BUDGET over its walks, at least EF_SEARCH each, widened by how selective a filter is; the
-walks of one search share WALKERS threads. A class with at most EXACT_BELOW allowed rows,
-and any walk that returns fewer than k rows, is scanned exactly instead.
+walks of one search share the `walkers` threads the runtime gives the index when it loads it
+(WALKERS of them; without, as for an index being built, they run one after another). A
+class with at most EXACT_BELOW allowed rows, and any walk that returns fewer than k rows, is
+scanned exactly instead.
 Every hit is scored from the scan's own codes, so the scores of graph and scan hits compare,
 and rows tied with the k-th score all reach the caller's tiebreak. A live view (`without`)
 scans the graphs that hold rows deleted or given other readers since the build, until a
@@ -40,7 +42,7 @@ from __future__ import annotations
 
 import weakref
 import zipfile
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Executor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Sequence
@@ -53,7 +55,7 @@ from retrieval.lru import Lru
 
 SQ8_FROM = 50_000  # rows from which the 8-bit scan is used
 HNSW_M, EF_CONSTRUCTION, EF_SEARCH, EF_BUDGET, EF_MAX = 32, 128, 64, 512, 1024
-WALKERS = 2  # threads that walk the graphs of one search (FAISS releases the GIL while it walks)
+WALKERS = 2  # threads the runtime gives to walk the graphs of a search (FAISS releases the GIL while it walks)
 EXACT_BELOW = 10_000  # allowed rows of a class up to which it is scanned exactly, and no graph is built below
 PILE_SCAN_SHARE = 0.125  # rows outside the walked graphs, as a share of all rows, from which FAISS's scan reads them
 PLAN_CACHE_MB = 16  # where each scope's mask meets the graphs, kept per cached (read-only) mask
@@ -86,10 +88,12 @@ class DenseIndex:
     """Row i of the scan is chunk row i of the snapshot; graphs cover classes of rows."""
 
     def __init__(self, index: faiss.Index, graphs: Sequence[ClassGraph] = (), stale: np.ndarray | None = None,
-                 whole: ClassGraph | None = None) -> None:
+                 whole: ClassGraph | None = None, walkers: Executor | None = None) -> None:
         """`stale` (per graph) marks graphs that hold rows no longer live (see `without`);
-        `whole` is the graph over every class graph's rows (module docstring)."""
+        `whole` is the graph over every class graph's rows; `walkers`, the caller's threads
+        that walk several graphs of one search at once (module docstring)."""
         self._index = index
+        self._walkers = walkers
         self._graphs = list(graphs)
         n = int(index.ntotal)
         self._outside = np.ones(n, dtype=bool)  # rows no graph covers
@@ -117,10 +121,11 @@ class DenseIndex:
 
     @classmethod
     def build(cls, vectors: np.ndarray, sq8_from: int | None = None, hnsw_from: int | None = None,
-              classes: np.ndarray | None = None, whole: bool = True) -> DenseIndex:
+              classes: np.ndarray | None = None, whole: bool = True, walkers: Executor | None = None) -> DenseIndex:
         """`classes` (one id per row: rows with the same readers share it) partitions the
         graphs; without it every row is one class (right only when everyone reads every row).
-        `whole`: the whole graph too, when there are two or more class graphs."""
+        `whole`: the whole graph too, when there are two or more class graphs; `walkers` as
+        for the constructor."""
         vectors = np.ascontiguousarray(vectors, dtype=np.float32)
         index: faiss.Index
         if len(vectors) >= (SQ8_FROM if sq8_from is None else sq8_from):
@@ -144,7 +149,7 @@ class DenseIndex:
         if whole and len(graphs) >= 2:
             rows = np.sort(np.concatenate([g.rows for g in graphs]))
             union = ClassGraph(rows, _graph(vectors[rows]))
-        return cls(index, graphs, whole=union)
+        return cls(index, graphs, whole=union, walkers=walkers)
 
     @property
     def kind(self) -> str:
@@ -164,7 +169,8 @@ class DenseIndex:
         stale = np.asarray([bool(dead[g.rows].any()) for g in self._graphs], dtype=bool)
         if not stale.any():
             return self
-        return DenseIndex(self._index, self._graphs, stale)  # the whole graph holds the stale rows too: dropped
+        # The whole graph holds the stale rows too: dropped.
+        return DenseIndex(self._index, self._graphs, stale, walkers=self._walkers)
 
     def save(self, path: Path) -> None:
         """The scan at `path`; the graphs, if any, beside it (`graphs_path`)."""
@@ -178,8 +184,9 @@ class DenseIndex:
                             np.lib.format.write_array(f, np.asarray(array), allow_pickle=False)
 
     @classmethod
-    def load(cls, path: Path, graphs: bool = True) -> DenseIndex:
-        """The index saved at `path`; with `graphs` False the scan only (enough to read vectors)."""
+    def load(cls, path: Path, graphs: bool = True, walkers: Executor | None = None) -> DenseIndex:
+        """The index saved at `path`; with `graphs` False the scan only (enough to read vectors);
+        `walkers` as for the constructor."""
         parts, whole = [], None
         if graphs and graphs_path(path).is_file():
             with np.load(graphs_path(path)) as stored:
@@ -187,7 +194,7 @@ class DenseIndex:
                     return ClassGraph(stored[f"rows{key}"].astype(np.int64), faiss.deserialize_index(stored[f"graph{key}"]))
                 whole = read("whole") if "rowswhole" in stored.files else None
                 parts = [read(str(i)) for i in range(len(stored.files) // 2 - (whole is not None))]
-        return cls(faiss.read_index(str(path)), parts, whole=whole)
+        return cls(faiss.read_index(str(path)), parts, whole=whole, walkers=walkers)
 
     def vectors(self, rows: np.ndarray) -> np.ndarray:
         """Stored vectors of some rows (to score known hits against a query)."""
@@ -219,8 +226,8 @@ class DenseIndex:
         classes' graphs and an exact scan of what they leave."""
         walks, pile, pile_bits = self._plan(allowed)
         ef = max(EF_SEARCH, EF_BUDGET // max(1, len(walks)))
-        if len(walks) > 1:
-            found = list(_walkers().map(lambda w: _search(w[0], w[1], w[2], query, k, ef), walks))
+        if len(walks) > 1 and self._walkers is not None:
+            found = list(self._walkers.map(lambda w: _search(w[0], w[1], w[2], query, k, ef), walks))
         else:
             found = [_search(g, mask, count, query, k, ef) for g, mask, count in walks]
         for i, (g, mask, count) in enumerate(walks):
@@ -332,16 +339,6 @@ class DenseIndex:
 def graphs_path(path: Path) -> Path:
     """Where the graphs of the dense index at `path` are stored."""
     return path.with_name(path.stem + "-graphs.npz")
-
-
-_pool: list[ThreadPoolExecutor] = []
-
-
-def _walkers() -> ThreadPoolExecutor:
-    """The threads shared by every search that walks more than one graph."""
-    if not _pool:
-        _pool.append(ThreadPoolExecutor(WALKERS, thread_name_prefix="quarry-dense"))
-    return _pool[0]
 
 
 def _graph(vectors: np.ndarray) -> Any:

@@ -17,6 +17,7 @@ deletes it while this process may still read it.
 from __future__ import annotations
 
 import json
+from concurrent.futures import Executor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Sequence
@@ -95,13 +96,14 @@ def check_manifest(manifest: dict[str, Any], model_id: str, dim: int) -> None:
 
 
 def load_snapshot(index_dir: Path, embedder: Embedder, verify_hashes: bool = True,
-                  mask_cache_size: int = 512, mask_cache_bytes: int = 256 << 20) -> Snapshot:
+                  mask_cache_size: int = 512, mask_cache_bytes: int = 256 << 20, walkers: Executor | None = None) -> Snapshot:
     """Load the current snapshot of `index_dir` after checking its manifest and files; its
-    chunk table keeps up to `mask_cache_size` access masks. The snapshot holds a serving
+    chunk table keeps up to `mask_cache_size` access masks; its dense index walks its graphs
+    on the caller's `walkers` threads (indexes/dense_index.py). The snapshot holds a serving
     lease from before its files are read until it is closed."""
     path, lease = _leased_current(index_dir)
     try:
-        snapshot = _load(path, embedder, verify_hashes, mask_cache_size, mask_cache_bytes)
+        snapshot = _load(path, embedder, verify_hashes, mask_cache_size, mask_cache_bytes, walkers)
     except BaseException:
         lease.release()
         raise
@@ -120,7 +122,8 @@ def _leased_current(index_dir: Path, attempts: int = 5) -> tuple[Path, SnapshotL
     raise SnapshotError(f"the snapshot CURRENT names in {index_dir} kept being replaced while it was opened; try again")
 
 
-def _load(path: Path, embedder: Embedder, verify_hashes: bool, mask_cache_size: int, mask_cache_bytes: int) -> Snapshot:
+def _load(path: Path, embedder: Embedder, verify_hashes: bool, mask_cache_size: int, mask_cache_bytes: int,
+          walkers: Executor | None) -> Snapshot:
     manifest = read_manifest(path)
     check_manifest(manifest, embedder.model_id, embedder.dimension())
     if verify_hashes:
@@ -136,7 +139,7 @@ def _load(path: Path, embedder: Embedder, verify_hashes: bool, mask_cache_size: 
             raise SnapshotError(f"catalog counts {counts} differ from the manifest {manifest['counts']}")
         chunks = catalog.chunk_table(mask_cache_size, mask_cache_bytes)
         bm25 = Bm25Index.load(path / "bm25")
-        dense = DenseIndex.load(path / "dense.faiss")
+        dense = DenseIndex.load(path / "dense.faiss", walkers=walkers)
         if bm25.size != len(chunks) or dense.size != len(chunks) or dense.dim != embedder.dim:
             raise SnapshotError(f"snapshot {path} indexes disagree with its catalog; rebuild the index")
     except Exception:

@@ -8,7 +8,9 @@
 - **A watchdog.** Past its time limit a statement is interrupted, and interrupted again every
   50 ms until it returns: DuckDB looks at the interrupt between vectors, and one that arrives
   before the statement has started is forgotten. What a call can build within a vector is
-  bounded by the guard (retrieval/sql/bounds.py), so the next look comes soon.
+  bounded by the guard (retrieval/sql/bounds.py), so the next look comes soon. Each running
+  statement's watchdog takes a thread of the `watchdogs` executor the runtime gives the
+  runner (one per statement that may run at once, so none waits for a thread).
 - **Sized before converted.** Rows come as Arrow record batches, at most `max_rows + 1` of
   them; their bytes are counted as they arrive and the statement is refused past `max_bytes`
   before any Python object is made of them, so no result holds the interpreter for seconds.
@@ -24,6 +26,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from concurrent.futures import Executor, wait
 from datetime import timedelta
 from decimal import Decimal
 from pathlib import Path
@@ -71,16 +74,16 @@ def statement_database(catalog_path: Path, memory_mb: int, threads: int = 1) -> 
 
 
 class _Watchdog:
-    """Interrupts a cursor at its deadline, and again every RETRY_INTERRUPT_S until stopped."""
+    """Interrupts a cursor at its deadline, and again every RETRY_INTERRUPT_S until stopped,
+    on a thread of `threads`."""
 
-    def __init__(self, cursor: duckdb.DuckDBPyConnection, seconds: float) -> None:
+    def __init__(self, cursor: duckdb.DuckDBPyConnection, seconds: float, threads: Executor) -> None:
         self._cursor, self._done = cursor, threading.Event()
         self.fired = False
-        self._thread = threading.Thread(target=self._watch, args=(seconds,), name="quarry-sql-watchdog", daemon=True)
-        self._thread.start()
+        self._watching = threads.submit(self._watch, time.monotonic() + seconds)
 
-    def _watch(self, seconds: float) -> None:
-        if self._done.wait(seconds):
+    def _watch(self, deadline: float) -> None:
+        if self._done.wait(max(0.0, deadline - time.monotonic())):  # the deadline holds even if it started late
             return
         self.fired = True
         while True:
@@ -93,15 +96,18 @@ class _Watchdog:
 
     def stop(self) -> None:
         self._done.set()
-        self._thread.join()
+        wait([self._watching])  # as a join: returns once it ended (or was cancelled), raising nothing
 
 
 class SqlRunner:
     """Runs guarded SELECTs (see the module docstring)."""
 
     def __init__(self, catalog: CatalogFile, max_concurrent: int = 2, max_bytes: int = 4_000_000, memory_mb: int = 128,
-                 threads: int = 1, connection: duckdb.DuckDBPyConnection | None = None) -> None:
+                 threads: int = 1, connection: duckdb.DuckDBPyConnection | None = None, *, watchdogs: Executor) -> None:
+        """`watchdogs` runs the statements' watchdogs: at least `max_concurrent` threads,
+        owned by the caller, who shuts them down after `close`."""
         self._catalog = catalog
+        self._watchdogs = watchdogs
         self._con = connection if connection is not None else statement_database(catalog.path, memory_mb, threads)
         self._use = None if connection is not None else f"USE {ATTACHED}"  # a given connection is used as it is
         self._slots = threading.BoundedSemaphore(max_concurrent)
@@ -157,15 +163,17 @@ class SqlRunner:
                     raise RetrievalUnavailable("the SQL route is closing; retry shortly")
                 cur = self._con.cursor()
                 self._cursors.add(cur)
-            watchdog = _Watchdog(cur, max(0.001, timeout_s - (time.monotonic() - started)))
+            watchdog: _Watchdog | None = None
             try:
+                watchdog = _Watchdog(cur, max(0.001, timeout_s - (time.monotonic() - started)), self._watchdogs)
                 return self._run(cur, sql, timeout_s, max_rows)
             finally:
                 # Rows past the ones read may still be in the making: stop them before closing,
                 # since closing waits for a running statement.
                 cur.interrupt()
                 cur.close()
-                watchdog.stop()
+                if watchdog is not None:
+                    watchdog.stop()
                 with self._lock:
                     self._cursors.discard(cur)
         finally:

@@ -6,12 +6,15 @@ in the queue. Here a call the loop gives up on is *abandoned*: a queued one is c
 outright, a running one gives its slot back at once and runs on, on a spare thread, until it
 returns. Up to `spare` abandoned calls leave every worker free; beyond that, new calls are refused
 with a typed, retryable error instead of queueing behind them.
+
+The threads themselves belong to the runtime (routes/engine.py), which sizes them with
+`threads_needed` and shuts them down when the engine closes.
 """
 
 from __future__ import annotations
 
 import threading
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Executor, Future
 from dataclasses import dataclass
 from typing import Any, Callable
 
@@ -25,14 +28,21 @@ class _Call:
     dropped: bool = False  # abandoned before it started: it must not run
 
 
+def threads_needed(workers: int, spare: int | None = None) -> int:
+    """The threads a CallPool of `workers` and `spare` (None: as many as workers) runs on."""
+    return workers + (workers if spare is None else spare)
+
+
 class CallPool:
     """At most `workers` retriever calls run at once; `spare` more threads carry calls that
-    outlived their timeout (see the module docstring)."""
+    outlived their timeout (see the module docstring). `threads` runs them: an executor of
+    at least `threads_needed(workers, spare)` threads that nothing else uses, owned by the
+    caller."""
 
-    def __init__(self, workers: int, spare: int | None = None, name: str = "quarry-retrieve") -> None:
+    def __init__(self, workers: int, spare: int | None = None, *, threads: Executor) -> None:
         self.workers = workers
         self.spare = workers if spare is None else spare
-        self._threads = ThreadPoolExecutor(max_workers=workers + self.spare, thread_name_prefix=name)
+        self._threads = threads
         self._slots = threading.Semaphore(workers)
         self._lock = threading.Lock()
         self._calls: dict[Future[Any], _Call] = {}
@@ -84,9 +94,6 @@ class CallPool:
                 return
             self._abandoned.add(future)
         self._release(call)
-
-    def shutdown(self) -> None:
-        self._threads.shutdown(wait=False, cancel_futures=True)
 
     def _release(self, call: _Call) -> None:
         with self._lock:

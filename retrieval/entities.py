@@ -12,17 +12,19 @@ from __future__ import annotations
 import re
 from array import array
 from dataclasses import dataclass, field
-from functools import lru_cache
 from threading import Lock
 from typing import Iterable, Sequence
 
 import numpy as np
 
+from retrieval.lru import Lru
 from retrieval.text import STOPWORDS
 from retrieval.types import Hit
 
 MAX_WORDS = 8
 MEMO_MASKS, MEMO_KEYS = 8, 50_000
+FOUND_TEXTS, FOUND_MB = 8192, 32  # texts whose entity candidates an index keeps (passages recur across questions)
+NAME_KEYS, NAME_KEYS_MB = 262_144, 128  # raw names whose keys a `key_memo` keeps across builds
 _PAREN = re.compile(r"\s*\([^)]*\)\s*$")
 _TOKEN = re.compile(r"\w+(?:['.&-]\w+)*", re.UNICODE)  # no trailing punctuation: "University." -> "University"
 
@@ -31,12 +33,23 @@ def _key(text: str) -> str:
     return " ".join(t.lower() for t in _TOKEN.findall(text))
 
 
-@lru_cache(maxsize=262_144)
-def _normal(name: str) -> tuple[str, str]:
-    """(display form, key) of a raw name; memoized, since a live index builds its entity index
-    again at every write from mostly the same names."""
-    shown = _PAREN.sub("", name).strip()
-    return shown, _key(shown)
+def _normal_key(name: str) -> str:
+    """The key of a raw name: of its display form (a trailing parenthesis dropped)."""
+    return _key(_PAREN.sub("", name).strip())
+
+
+def key_memo() -> Lru[str, str]:
+    """A memo of raw name -> key for `EntityIndex.build`, kept by its caller across builds: a
+    live index builds its entity indexes again at every write from mostly the same names."""
+    return Lru(NAME_KEYS, NAME_KEYS_MB << 20, lambda name, key: len(name) + len(key))
+
+
+Candidates = tuple[tuple[int, tuple[tuple[int, str, str], ...]], ...]  # per word position: (words, surface, key)
+
+
+def _found_size(text: str, found: Candidates) -> int:
+    """Roughly the bytes a text's kept candidates hold: the text, plus each option's strings."""
+    return len(text) + sum(100 + 2 * len(surface) for _, options in found for _, surface, _ in options)
 
 
 @dataclass(eq=False)
@@ -65,16 +78,22 @@ class EntityIndex:
     _prefixes: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64), repr=False)  # sorted hashes
     _memos: list[tuple[np.ndarray, dict[str, np.ndarray]]] = field(default_factory=list, repr=False)
     _lock: Lock = field(default_factory=Lock, repr=False)
+    _found: Lru[str, Candidates] = field(default_factory=lambda: Lru(FOUND_TEXTS, FOUND_MB << 20, _found_size), repr=False)
 
     @classmethod
     def build(cls, names_by_row: Iterable[tuple[int, str]], one_document: Iterable[tuple[int, str]] = (),
-              doc_ids: Sequence[str] = ()) -> EntityIndex:
+              doc_ids: Sequence[str] = (), memo: Lru[str, str] | None = None) -> EntityIndex:
         """`names_by_row`: (row, name) pairs; `one_document`: (row, name) pairs that count only
-        while one readable document carries them (`doc_ids[row]` names each row's document)."""
+        while one readable document carries them (`doc_ids[row]` names each row's document).
+        `memo` (a `key_memo`) remembers each raw name's key for the next build."""
         hashes, rows, plain, prefixes = array("q"), array("q"), array("b"), array("q")
         for is_plain, pairs in ((1, names_by_row), (0, one_document)):
             for row, raw in pairs:
-                key = _normal(raw)[1]
+                key = memo.get(raw) if memo is not None else None
+                if key is None:
+                    key = _normal_key(raw)
+                    if memo is not None:
+                        memo.put(raw, key)
                 if not key or len(key.split()) > MAX_WORDS or key in STOPWORDS or len(key) < 3 or key.isdigit():
                     continue
                 hashes.append(hash(key))
@@ -183,10 +202,17 @@ class EntityIndex:
                     break
         return list(dict.fromkeys(found))
 
-    @lru_cache(maxsize=8192)  # noqa: B019 - passages recur across questions; one index per snapshot
-    def _candidates(self, text: str) -> tuple[tuple[int, tuple[tuple[int, str, str], ...]], ...]:
+    def _candidates(self, text: str) -> Candidates:
         """Every word position where an entity starts, with (words, surface form, key) of each
-        entity starting there, longest first; before any access filtering."""
+        entity starting there, longest first; before any access filtering. Kept per text
+        (passages recur across questions)."""
+        found = self._found.get(text)
+        if found is None:
+            found = self._scan(text)
+            self._found.put(text, found)
+        return found
+
+    def _scan(self, text: str) -> Candidates:
         words = _TOKEN.findall(text)
         # ASCII lowers character for character, so one pass over the lowered text gives the same words.
         lowered = _TOKEN.findall(text.lower()) if text.isascii() else [w.lower() for w in words]

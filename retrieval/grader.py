@@ -42,7 +42,6 @@ import math
 import re
 from dataclasses import dataclass, field
 from datetime import date
-from functools import lru_cache
 from typing import Any, Callable, Literal, Mapping, Sequence
 
 from retrieval.calibration import Calibration
@@ -117,13 +116,7 @@ def _whole_token(needle: str, haystack: str) -> bool:
 
 def _searchable(title: str | None, meta: str | None, text: str) -> str:
     """A passage's text as constraints are checked against it: its document's title and
-    metadata values too, as the exact route reads them. Cached (a passage is checked again
-    at every attempt that returns it) unless long, so the cache stays small in bytes."""
-    return _searchable_cached(title, meta, text) if len(text) <= 16_384 else normalize(f"{title or ''}\n{meta or ''}\n{text}")
-
-
-@lru_cache(maxsize=4096)
-def _searchable_cached(title: str | None, meta: str | None, text: str) -> str:
+    metadata values too, as the exact route reads them."""
     return normalize(f"{title or ''}\n{meta or ''}\n{text}")
 
 

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import re
 import unicodedata
-from functools import lru_cache
 
 # Lucene's English stopwords plus question words that carry no topical content.
 STOPWORDS = frozenset(
@@ -32,7 +31,6 @@ def words(text: str) -> list[str]:
     return _WORD.findall(normalize(text))
 
 
-@lru_cache(maxsize=8192)  # passages recur across a question's attempts and across questions
 def content_terms(text: str) -> tuple[str, ...]:
     """Words that carry meaning (no stopwords, no single characters), in order, deduplicated."""
     seen: dict[str, None] = {}
@@ -50,7 +48,6 @@ def stem(word: str) -> str:
     return word
 
 
-@lru_cache(maxsize=8192)
 def term_set(text: str) -> frozenset[str]:
     """Stemmed content terms, for coverage: which of the question's terms a passage contains."""
     return frozenset(stem(w) for w in content_terms(text))

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -110,6 +111,15 @@ class StatementLog:
 
 
 @pytest.fixture(scope="session")
+def threads():
+    """Threads for the parts tests build without open_engine (SQL watchdogs and table profile
+    builds), as the runtime gives an engine its own; enough that none waits for another."""
+    pool = ThreadPoolExecutor(max_workers=16, thread_name_prefix="quarry-test")
+    yield pool
+    pool.shutdown(wait=False, cancel_futures=True)
+
+
+@pytest.fixture(scope="session")
 def embedder():
     from indexes.embedder import Embedder
 
@@ -159,14 +169,14 @@ def tables_index(tmp_path_factory, embedder) -> Path:
 
 
 @pytest.fixture(scope="session")
-def sql_retriever(tables_index):
+def sql_retriever(tables_index, threads):
     from indexes.catalog import Catalog
     from indexes.sql_runner import SqlRunner
     from indexes.snapshot_load import current_snapshot_path
     from retrieval.retrievers.sql import SqlLimits, SqlRetriever
 
     catalog = Catalog(current_snapshot_path(tables_index) / "catalog.duckdb")
-    retriever = SqlRetriever(SqlRunner(catalog), SqlLimits(max_rows=1000, timeout_s=5.0))
+    retriever = SqlRetriever(SqlRunner(catalog, watchdogs=threads), SqlLimits(max_rows=1000, timeout_s=5.0), builder=threads)
     yield retriever
     retriever.close()
     catalog.close()

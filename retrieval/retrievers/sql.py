@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import json
 import math
-from concurrent.futures import CancelledError, Future, ThreadPoolExecutor, TimeoutError as FutureTimeout
+from concurrent.futures import CancelledError, Executor, Future, TimeoutError as FutureTimeout, wait
 from dataclasses import dataclass
 from datetime import date, datetime
 from decimal import Decimal
@@ -101,8 +101,11 @@ class SqlRetriever:
     name = "sql"
 
     def __init__(self, backend: SqlBackend, limits: SqlLimits = SqlLimits(), today: date | None = None,
-                 profile_cache: int = 256, profile_workers: int = 2, profile_cache_bytes: int = 32 << 20,
-                 meaning: ColumnMeaning | None = None) -> None:
+                 profile_cache: int = 256, profile_cache_bytes: int = 32 << 20, meaning: ColumnMeaning | None = None,
+                 *, builder: Executor) -> None:
+        """`builder` runs the table profile builds: threads of their own, so that a slow build
+        never holds a worker retrieval calls need, owned by the caller (the runtime shuts
+        them down after `close`)."""
         self._backend = backend
         self.limits = limits
         self.today = today
@@ -114,8 +117,8 @@ class SqlRetriever:
         # size), or each of its questions would profile its tables again.
         self._oversize: tuple[frozenset[str], Profiles] | None = None
         self._builds: dict[frozenset[str], Future[Profiles]] = {}  # scopes being profiled now: one build each, shared
-        # Builds get threads of their own: a slow one must never hold a worker retrieval calls need.
-        self._builder = ThreadPoolExecutor(max_workers=profile_workers, thread_name_prefix="quarry-profile")
+        self._builder = builder
+        self._closed = False
         self._lock = Lock()
         self.profile_builds = 0  # scopes profiled (not served from the cache)
 
@@ -144,9 +147,13 @@ class SqlRetriever:
         the backend refuses new statements and stops the running ones, then the builds still
         running end (their next statement fails at once). Nothing runs after this returns, so
         the database under it can close."""
-        self._builder.shutdown(wait=False, cancel_futures=True)
+        with self._lock:
+            self._closed = True
+            builds = list(self._builds.values())
+        for build in builds:
+            build.cancel()
         self._backend.close()
-        self._builder.shutdown(wait=True)
+        wait(builds)
 
     def readable_tables(self, access: AccessScope) -> list[TableInfo]:
         return [t for t in self._backend.tables().values() if t.readable_by(access)]
@@ -229,6 +236,8 @@ class SqlRetriever:
                 return done
             build = self._builds.get(key)
             if build is None:
+                if self._closed:
+                    raise RuntimeError("the SQL route is closed: it starts no profile builds")
                 build = self._builds[key] = self._builder.submit(self._build, key, access, tables)
             return build
 

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Literal
 
+from retrieval.sql.words import name_roots, name_words
 from retrieval.types import AccessScope
 
 Kind = Literal["text", "number", "date", "timestamp", "bool", "list", "other"]
@@ -36,6 +38,17 @@ class ColumnInfo:
     @property
     def kind(self) -> Kind:
         return column_kind(self.type)
+
+    # What the name says (retrieval/sql/words.py), worked out once per column: schema linking
+    # asks at every (word, column) pair of every question, and a snapshot's catalog makes its
+    # columns once.
+    @cached_property
+    def words(self) -> frozenset[str]:
+        return name_words(self.name)
+
+    @cached_property
+    def roots(self) -> frozenset[str]:
+        return name_roots(self.words)
 
 
 @dataclass(frozen=True)

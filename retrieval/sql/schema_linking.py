@@ -18,7 +18,7 @@ from retrieval.dates import find_dates
 from retrieval.sql.plan import Compare, CompareOp, DateWithin, Decline, Equals, Filter
 from retrieval.sql.meaning import ColumnMeaning
 from retrieval.sql.schema import ColumnInfo, ColumnProfile, TableInfo
-from retrieval.sql.words import FILLER, WORD, WORD_NUMBERS, column_words, matches, noun_forms, value_forms, words_in
+from retrieval.sql.words import FILLER, WORD, WORD_NUMBERS, matches, noun_forms, value_forms, words_in
 from retrieval.text import stem
 
 COMPARE = re.compile(
@@ -64,7 +64,7 @@ class Link:
 
     def consume_column(self, col: ColumnInfo) -> None:
         """The question's words that name `col` are explained."""
-        self.consumed |= {w for w in self.words if matches(w, column_words(col))}
+        self.consumed |= {w for w in self.words if matches(w, col)}
 
 
 class SchemaLinker:
@@ -197,7 +197,7 @@ class SchemaLinker:
         if m is None:
             return "value"
         words = WORD.findall(form)
-        if not any(c.name != col and any(matches(w, column_words(c)) for w in words) for c in t.visible_columns()):
+        if not any(c.name != col and any(matches(w, c) for w in words) for c in t.visible_columns()):
             return "value"  # no other reading: the words name no other column
         before, after = text[: m.start()], WORD.findall(text[m.end() :])[:1]
         if _VALUE_BEFORE.search(before) or (after and after[0] not in _CLAUSE_END):
@@ -225,7 +225,7 @@ class SchemaLinker:
         for t in self.tables.values():
             score = 3 * len(self.table_words(t) & words)
             score += sum(2 + (2 if t.id_column in self.id_columns(t, i) else 0) for i in idents if self.id_columns(t, i))
-            score += sum(1 for c in t.visible_columns() if any(matches(w, column_words(c)) for w in words))
+            score += sum(1 for c in t.visible_columns() if any(matches(w, c) for w in words))
             score += len({c for c, _, _ in self.value_hits(t, text)})
             scored.append((score, bool(self.table_words(t) & words), t.name))
         scored.sort(reverse=True)
@@ -240,7 +240,7 @@ class SchemaLinker:
         best: tuple[int, ColumnInfo] | None = None
         for col in t.visible_columns():
             if col.kind in kinds and col.name != t.id_column:
-                overlap = sum(1 for w in words if matches(w, column_words(col)))
+                overlap = sum(1 for w in words if matches(w, col))
                 if overlap and (best is None or overlap > best[0]):
                     best = (overlap, col)
         return best[1] if best else None
@@ -264,7 +264,7 @@ class SchemaLinker:
         ("close" ~ closed_on, "decided" ~ decided_on), else a known synonym, else the first."""
         dates = [c for c in t.visible_columns() if c.kind in ("date", "timestamp")]
         words = words_in(text)
-        named = [c for c in dates if any(matches(w, column_words(c)) for w in words)]
+        named = [c for c in dates if any(matches(w, c) for w in words)]
         if len(named) == 1:
             return named[0]
         for verb, root in DATE_VERBS.items():

@@ -15,7 +15,7 @@ from retrieval.sql.plan import (Aggregate, AggregateFn, Decline, Order, QueryPla
                                 equality_columns)
 from retrieval.sql.schema import ColumnInfo, TableInfo
 from retrieval.sql.schema_linking import Link, SchemaLinker
-from retrieval.sql.words import FILLER, NUM, WORD, column_words, matches, number_value, words_in
+from retrieval.sql.words import FILLER, NUM, WORD, matches, number_value, words_in
 
 _COUNT = re.compile(r"\b(how many|counts?|number of)\b")  # "number of <numeric column>" is not a count
 _AVG = re.compile(r"\b(average|mean|on average)\b")
@@ -78,7 +78,7 @@ def _read_cues(linker: SchemaLinker, link: Link) -> _Cues:
         after = WORD.findall(text[count_cue.end() : count_cue.end() + 20])[:1]
         before = words_in(text[max(0, count_cue.start() - 20) : count_cue.start()])
         near = set(after) | (before if count_cue.group(1) != "how many" else set())
-        if any(matches(w, column_words(measure)) for w in near):
+        if any(matches(w, measure) for w in near):
             count_cue = None
     if _AVG.search(text):
         agg = "avg"
@@ -140,7 +140,7 @@ def _groupable(link: Link, word: str) -> ColumnInfo | None:
         return None
     t, filtered = link.table, equality_columns(link.filters)
     return next((c for c in t.visible_columns() if c.kind == "text" and c.name not in filtered
-                 and c.name != t.id_column and not c.name.endswith("_id") and matches(word, column_words(c))), None)
+                 and c.name != t.id_column and not c.name.endswith("_id") and matches(word, c)), None)
 
 
 def _group(link: Link, limit: int | None) -> ColumnInfo | None:
@@ -150,7 +150,7 @@ def _group(link: Link, limit: int | None) -> ColumnInfo | None:
     if m is None and limit:
         # "top 3 services by number of incidents": the noun after the number is the group
         m = re.search(rf"\b(?:top|first|last)\s+{NUM}\s+([\w-]+)", text)
-        if m and not any(c.kind == "text" and matches(m.group(2), column_words(c)) for c in t.visible_columns()):
+        if m and not any(c.kind == "text" and matches(m.group(2), c) for c in t.visible_columns()):
             m = None
         if m:
             m = re.search(rf"(\b{re.escape(m.group(2))}\b)", text)
@@ -224,7 +224,7 @@ def _lookup(linker: SchemaLinker, link: Link, cues: _Cues, lookup_col: str) -> Q
     and notice as much as its decision date)."""
     t, words = link.table, link.words
     unexplained = words - link.consumed - FILLER
-    asked = [c for c in t.visible_columns() if c.name != lookup_col and any(matches(w, column_words(c)) for w in unexplained)]
+    asked = [c for c in t.visible_columns() if c.name != lookup_col and any(matches(w, c) for w in unexplained)]
     if not asked and cues.measure is not None:
         asked = [cues.measure]
     if not asked:  # "what was the spend on PO-1005?": a column the words mean, though they name none
@@ -252,7 +252,7 @@ def _listing(link: Link, cues: _Cues) -> QueryPlan | Decline:
     extra = [c for c in compared_columns(link.filters) if c not in display]
     pinned = equality_columns(link.filters)
     for c in t.visible_columns():
-        named = any(matches(w, column_words(c)) for w in words - link.consumed - FILLER)
+        named = any(matches(w, c) for w in words - link.consumed - FILLER)
         if c.name not in display and c.name not in pinned and named:
             extra.append(c.name)
             link.consume_column(c)

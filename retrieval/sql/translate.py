@@ -28,7 +28,7 @@ from retrieval.sql.render import render_sql
 from retrieval.sql.schema import ColumnProfile, TableInfo
 from retrieval.sql.schema_linking import Link, SchemaLinker
 from retrieval.sql.shape import shape_select
-from retrieval.sql.words import FILLER, column_words, matches, normalise_question
+from retrieval.sql.words import FILLER, matches, normalise_question
 
 __all__ = ["Decline", "Translation", "Translator"]
 
@@ -72,5 +72,5 @@ def unlinked_words(link: Link, plan: QueryPlan) -> list[str]:
     t, used = link.table, plan.columns_used()
     columns = [c for c in t.visible_columns() if c.name in used]
     left = sorted(w for w in link.words - link.consumed - FILLER
-                  if not w.isdigit() and not any(matches(w, column_words(c)) for c in columns))
+                  if not w.isdigit() and not any(matches(w, c) for c in columns))
     return [w for w in left if not re.fullmatch(r"[\d.:-]+", w)]

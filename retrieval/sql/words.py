@@ -4,10 +4,12 @@ carries no schema meaning, number words, and when a word names a column."""
 from __future__ import annotations
 
 import re
-from functools import lru_cache
+from typing import TYPE_CHECKING
 
-from retrieval.sql.schema import ColumnInfo
 from retrieval.text import stem
+
+if TYPE_CHECKING:  # schema.py asks this module for the words of a column's name
+    from retrieval.sql.schema import ColumnInfo
 
 # General English that carries no schema meaning in a record question.
 FILLER = frozenset("""
@@ -60,9 +62,9 @@ def root(word: str) -> str:
     return word[:5]
 
 
-def matches(word: str, column_words: frozenset[str]) -> bool:
-    """Does a question word name the column these are the words of?"""
-    return word in column_words or stem(word) in column_words or (len(word) >= 4 and root(word) in _roots(column_words))
+def matches(word: str, col: ColumnInfo) -> bool:
+    """Does a question word name the column?"""
+    return word in col.words or stem(word) in col.words or (len(word) >= 4 and root(word) in col.roots)
 
 
 def singular(word: str) -> str:
@@ -102,15 +104,9 @@ def value_forms(value: str) -> set[str]:
     return {v, v.replace("_", " "), v.replace("-", " "), v.replace("_", " ").replace("-", " ")}
 
 
-def column_words(col: ColumnInfo) -> frozenset[str]:
-    """The words that name a column: its name's parts, their stems and its unit's synonyms."""
-    return _name_words(col.name)
-
-
-# Pure functions of a column name, asked for every (word, column) pair of every question:
-# remembered, like the `re` module's compiled patterns.
-@lru_cache(maxsize=4096)
-def _name_words(name: str) -> frozenset[str]:
+def name_words(name: str) -> frozenset[str]:
+    """The words that name a column called `name`: its name's parts, their stems and its
+    unit's synonyms (`ColumnInfo.words` keeps them per column)."""
     parts = name.lower().split("_")
     words = set(parts) | {stem(p) for p in parts} | {name.lower()}
     for p in parts:
@@ -118,6 +114,6 @@ def _name_words(name: str) -> frozenset[str]:
     return frozenset(words - {"id", "at", "on"})
 
 
-@lru_cache(maxsize=4096)
-def _roots(words: frozenset[str]) -> frozenset[str]:
+def name_roots(words: frozenset[str]) -> frozenset[str]:
+    """The roots of a column's words of four letters or more, as `matches` compares them."""
     return frozenset(root(c) for c in words if len(c) >= 4)

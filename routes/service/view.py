@@ -10,17 +10,19 @@ from datetime import date
 from pathlib import Path
 from typing import Callable
 
+from indexes.dense_index import WALKERS
 from indexes.sql_runner import SqlRunner
 from indexes.embedder import Embedder
 from indexes.live import LiveState, Superseded, live_view, replay
 from indexes.snapshot_load import Snapshot, load_snapshot
 from retrieval.answer_level import AnswerScores
-from retrieval.calls import CallPool
-from retrieval.entities import EntityIndex
+from retrieval.calls import CallPool, threads_needed
+from retrieval.entities import EntityIndex, key_memo
 from retrieval.errors import InvalidRequest
 from retrieval.limits import Limits, check_filters, check_k, check_query
 from retrieval.linking import EntityLinker, TableLinker
 from retrieval.loop import Budget, LoopDeps, LoopResult, Understood, run_loop, understand
+from retrieval.lru import Lru
 from retrieval.policy import FeatureRouter, Policy, SignalGrader
 from retrieval.registry import ROW_ROUTES
 from retrieval.retrievers import Retriever
@@ -39,30 +41,61 @@ from routes.service.settings import Settings
 log = logging.getLogger("quarry.engine")
 
 
-def build_retrievers(snapshot: Snapshot, embedder: Embedder, fusion: FusionParams = FusionParams(),
+@dataclass(frozen=True, eq=False)
+class Resources:
+    """The threads and caches an engine and the views derived from it share. Made here, the
+    composition root, sized by the settings, and let go once, when the last engine using
+    them closes (`Engine._close_shared`): the core and the indexes only use them."""
+
+    calls: ThreadPoolExecutor  # retriever calls: CallPool's workers and spare threads
+    side: ThreadPoolExecutor  # the dense half of hybrid calls, beside the BM25 half
+    profiles: ThreadPoolExecutor  # table profile builds, apart from the retriever threads
+    watchdogs: ThreadPoolExecutor  # one per SQL statement that may run at once
+    walkers: ThreadPoolExecutor  # the graph walks of one dense search
+    name_keys: Lru[str, str]  # entity name keys, kept across the entity index builds of every view
+
+    @classmethod
+    def open(cls, settings: Settings) -> Resources:
+        return cls(
+            ThreadPoolExecutor(threads_needed(settings.workers, settings.spare_workers), thread_name_prefix="quarry-retrieve"),
+            ThreadPoolExecutor(settings.side_workers, thread_name_prefix="quarry-dense"),
+            ThreadPoolExecutor(settings.profile_workers, thread_name_prefix="quarry-profile"),
+            ThreadPoolExecutor(settings.sql_max_concurrent, thread_name_prefix="quarry-sql-watchdog"),
+            ThreadPoolExecutor(WALKERS, thread_name_prefix="quarry-dense"),
+            key_memo(),
+        )
+
+    def shutdown(self) -> None:
+        """Cancel what is queued and let the threads end once idle (none is waited for)."""
+        for pool in (self.calls, self.side, self.profiles, self.watchdogs, self.walkers):
+            pool.shutdown(wait=False, cancel_futures=True)
+
+
+def build_retrievers(snapshot: Snapshot, embedder: Embedder, resources: Resources, fusion: FusionParams = FusionParams(),
                      settings: Settings | None = None, today: date | None = None,
-                     side: Executor | None = None, sql: SqlRetriever | None = None) -> dict[str, Retriever]:
-    """The retrievers over one snapshot; `settings` sizes the SQL route (limits, slots, profiles).
-    `sql` reuses a SQL route (live writes change documents, never tables)."""
+                     sql: SqlRetriever | None = None) -> dict[str, Retriever]:
+    """The retrievers over one snapshot, on the threads of `resources`; `settings` sizes the
+    SQL route (limits, slots, profiles). `sql` reuses a SQL route (live writes change
+    documents, never tables)."""
     settings = settings or Settings()
     bm25 = Bm25Retriever(snapshot.bm25, snapshot.chunks)
     dense = DenseRetriever(snapshot.dense, embedder.encode_query, snapshot.chunks)
     if sql is None:
         runner = SqlRunner(snapshot.catalog, settings.sql_max_concurrent, settings.sql_max_result_bytes, settings.sql_memory_mb,
-                           settings.sql_threads)
-        sql = SqlRetriever(runner, settings.sql_limits, today, settings.profile_cache_size, settings.profile_workers,
-                           settings.profile_cache_mb << 20, ColumnMeaning(embedder.encode_query))
+                           settings.sql_threads, watchdogs=resources.watchdogs)
+        sql = SqlRetriever(runner, settings.sql_limits, today, settings.profile_cache_size, settings.profile_cache_mb << 20,
+                           ColumnMeaning(embedder.encode_query), builder=resources.profiles)
     return {
         "exact": ExactRetriever(snapshot.catalog, snapshot.chunks),
         "bm25": bm25,
         "dense": dense,
-        "hybrid": HybridRetriever(bm25, dense, fusion, side),
+        "hybrid": HybridRetriever(bm25, dense, fusion, resources.side),
         "sql": sql,
     }
 
 
 class Shared:
-    """What every view of one base snapshot shares (the base itself, thread pools, the SQL
+    """What every view of one base snapshot shares (the base itself, its Resources, the SQL
     route), closed when the last engine using it closes."""
 
     def __init__(self, close: Callable[[], None]) -> None:
@@ -94,8 +127,8 @@ class Engine:
     titles: EntityIndex
     names: EntityIndex
     calls: CallPool
+    resources: Resources  # the threads and caches it shares with the views derived from it
     today: date | None = None
-    side: ThreadPoolExecutor | None = None  # the dense half of hybrid calls, beside the BM25 half
     policy: Policy | None = None  # the loop's collaborators; None: the built-in ones over `policies`
     answer: AnswerScores | None = None  # the answer model's scores, once a policy asked for them
     base: Snapshot | None = None  # the loaded base snapshot `snapshot` is a live view of (None: itself)
@@ -129,6 +162,11 @@ class Engine:
     @property
     def sql(self) -> SqlRetriever:
         return self.retrievers["sql"]  # type: ignore[return-value]
+
+    @property
+    def side(self) -> ThreadPoolExecutor:
+        """The threads of the dense half of hybrid calls."""
+        return self.resources.side
 
     def understand(self, question: str, principal: Principal, today: date | None = None) -> Understood:
         """How the loop reads this question before retrieving (constraints, route, table link)."""
@@ -177,7 +215,7 @@ class Engine:
             settings = self.settings or Settings()
             view = live_view(base, live, settings.mask_cache_size)
             engine = _assemble(view, base, live, self.embedder, self.limits, self.policies, self.calls, self.today,
-                               self.side, self.answer, settings, self.plugins, self.shared, sql=self.sql)
+                               self.resources, self.answer, settings, self.plugins, self.shared, sql=self.sql)
         except BaseException:
             if view is not None and view is not base:
                 view.close()
@@ -194,10 +232,9 @@ class Engine:
         self.shared.release()
 
     def _close_shared(self) -> None:
-        self.calls.shutdown()
-        self.sql.close()
-        if self.side is not None:
-            self.side.shutdown(wait=False, cancel_futures=True)
+        self.resources.calls.shutdown(wait=False, cancel_futures=True)  # queued retriever calls first
+        self.sql.close()  # waits for its statements and profile builds
+        self.resources.shutdown()
         (self.base or self.snapshot).close()
 
 
@@ -214,21 +251,25 @@ def open_engine(index_dir: Path, embedder: Embedder | None = None, limits: Limit
     settings = settings or Settings()
     embedder = embedder or settings.embedder()
     today = today or settings.today
-    base, live, view = _load_live(index_dir, embedder, settings.mask_cache_size, settings.mask_cache_mb << 20)
-    if warm and len(view.chunks):
-        embedder.load().encode_query("warm up")
-        embedder.clear_cache()
-    policies = policies or Policies.load(index_dir, settings.fusion)
-    side = ThreadPoolExecutor(max_workers=settings.side_workers, thread_name_prefix="quarry-dense")
-    calls = CallPool(settings.workers, settings.spare_workers)
-    holder: list[Engine] = []
-    shared = Shared(lambda: holder[0]._close_shared())
+    resources = Resources.open(settings)
     try:
-        engine = _assemble(view, base, live, embedder, limits or settings.limits, policies, calls, today, side, answer,
+        base, live, view = _load_live(index_dir, embedder, settings.mask_cache_size, settings.mask_cache_mb << 20,
+                                      resources.walkers)
+    except BaseException:
+        resources.shutdown()
+        raise
+    try:
+        if warm and len(view.chunks):
+            embedder.load().encode_query("warm up")
+            embedder.clear_cache()
+        policies = policies or Policies.load(index_dir, settings.fusion)
+        calls = CallPool(settings.workers, settings.spare_workers, threads=resources.calls)
+        holder: list[Engine] = []
+        shared = Shared(lambda: holder[0]._close_shared())
+        engine = _assemble(view, base, live, embedder, limits or settings.limits, policies, calls, today, resources, answer,
                            settings, plugins, shared)
     except BaseException:
-        calls.shutdown()
-        side.shutdown(wait=False, cancel_futures=True)
+        resources.shutdown()
         if view is not base:
             view.close()
         base.close()
@@ -237,12 +278,13 @@ def open_engine(index_dir: Path, embedder: Embedder | None = None, limits: Limit
     return engine
 
 
-def _load_live(index_dir: Path, embedder: Embedder, mask_cache_size: int, mask_cache_bytes: int,
+def _load_live(index_dir: Path, embedder: Embedder, mask_cache_size: int, mask_cache_bytes: int, walkers: Executor,
                attempts: int = 5) -> tuple[Snapshot, LiveState, Snapshot]:
     """(base snapshot, the log's changes on it, the view of both). A compaction may switch
     CURRENT and fold the log between loading the base and reading the log: then again."""
     for attempt in range(attempts):
-        base = load_snapshot(index_dir, embedder, mask_cache_size=mask_cache_size, mask_cache_bytes=mask_cache_bytes)
+        base = load_snapshot(index_dir, embedder, mask_cache_size=mask_cache_size, mask_cache_bytes=mask_cache_bytes,
+                             walkers=walkers)
         try:
             live = replay(index_dir, base, embedder.model_id, embedder.encode)
             return base, live, live_view(base, live, mask_cache_size)
@@ -257,16 +299,17 @@ def _load_live(index_dir: Path, embedder: Embedder, mask_cache_size: int, mask_c
 
 
 def _assemble(view: Snapshot, base: Snapshot, live: LiveState, embedder: Embedder, limits: Limits, policies: Policies,
-              calls: CallPool, today: date | None, side: ThreadPoolExecutor | None, answer: AnswerScores | None,
+              calls: CallPool, today: date | None, resources: Resources, answer: AnswerScores | None,
               settings: Settings, plugins: bool, shared: Shared, sql: SqlRetriever | None = None) -> Engine:
     """The engine over `view` with the given shared parts and the plug-ins the settings name."""
     titles, title_ids, values = view.catalog.entity_names()
     engine = Engine(
         snapshot=view, embedder=embedder,
-        retrievers=build_retrievers(view, embedder, policies.fusion, settings, today, side, sql),
+        retrievers=build_retrievers(view, embedder, resources, policies.fusion, settings, today, sql),
         limits=limits, policies=policies,
-        titles=EntityIndex.build(titles, title_ids, view.chunks.doc_ids), names=EntityIndex.build(values),
-        calls=calls, today=today, side=side, answer=answer, base=base if view is not base else None, live=live,
+        titles=EntityIndex.build(titles, title_ids, view.chunks.doc_ids, resources.name_keys),
+        names=EntityIndex.build(values, memo=resources.name_keys),
+        calls=calls, resources=resources, today=today, answer=answer, base=base if view is not base else None, live=live,
         settings=settings, plugins=plugins, shared=shared,
     )
     if not plugins:

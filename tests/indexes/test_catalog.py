@@ -28,15 +28,15 @@ def catalog_copy(tables_index, tmp_path):
     "SELECT CAST('seven' AS INTEGER)",
     "SELECT * FROM read_csv('/etc/passwd')",  # file access is switched off in the catalog
 ])
-def test_a_statement_the_database_refuses_is_sql_rejected(catalog_copy, statement):
+def test_a_statement_the_database_refuses_is_sql_rejected(catalog_copy, statement, threads):
     catalog, _ = catalog_copy
     with pytest.raises(SqlRejected, match="the database refused the statement"):
-        SqlRunner(catalog).run(statement, 5.0, 10)
+        SqlRunner(catalog, watchdogs=threads).run(statement, 5.0, 10)
 
 
-def test_an_io_fault_of_the_catalog_is_a_retryable_unavailable_database(catalog_copy):
+def test_an_io_fault_of_the_catalog_is_a_retryable_unavailable_database(catalog_copy, threads):
     catalog, path = catalog_copy
-    runner = SqlRunner(catalog)  # opened with the index, as a server does
+    runner = SqlRunner(catalog, watchdogs=threads)  # opened with the index, as a server does
     with open(path, "r+b") as f:  # the disk loses the table data under a running server
         f.truncate(3 * 4096)
     with pytest.raises(RetrievalUnavailable) as raised:
@@ -45,9 +45,9 @@ def test_an_io_fault_of_the_catalog_is_a_retryable_unavailable_database(catalog_
     assert str(path) not in raised.value.message  # the caller learns no server paths
 
 
-def test_running_out_of_memory_is_a_retryable_unavailable_database(catalog_copy):
+def test_running_out_of_memory_is_a_retryable_unavailable_database(catalog_copy, threads):
     catalog, _ = catalog_copy
-    runner = SqlRunner(catalog, memory_mb=16)  # the SQL route's own database, tightly capped
+    runner = SqlRunner(catalog, memory_mb=16, watchdogs=threads)  # the SQL route's own database, tightly capped
     try:
         with pytest.raises(RetrievalUnavailable) as raised:
             runner.run("SELECT count(DISTINCT (i, i::VARCHAR)) FROM range(10000000) t(i)", 30.0, 10)

@@ -56,8 +56,10 @@ def test_large_dense_index_uses_8bit_codes_and_still_returns_k_allowed_rows():
 @pytest.mark.parametrize("pile_share", [dense_module.PILE_SCAN_SHARE, 0.0])
 @pytest.mark.parametrize("sq8_from", [None, 1000])
 def test_graphs_return_min_k_allowed_rows_for_any_scope_and_match_the_exact_scan(tmp_path, monkeypatch, sq8_from,
-                                                                                  pile_share):
-    """`pile_share` 0: rows outside the walked graphs are read by FAISS's scan, not gathered."""
+                                                                                  pile_share, threads):
+    """`pile_share` 0: rows outside the walked graphs are read by FAISS's scan, not gathered.
+    The loaded index walks its graphs on threads, as a served one does; the built one walks
+    them one after another: both find the same rows."""
     monkeypatch.setattr(dense_module, "EXACT_BELOW", 400)
     monkeypatch.setattr(dense_module, "PILE_SCAN_SHARE", pile_share)
     rng = np.random.default_rng(3)
@@ -67,7 +69,7 @@ def test_graphs_return_min_k_allowed_rows_for_any_scope_and_match_the_exact_scan
     assert graph.graphs == 3 and graph.kind.endswith("+hnsw")
     graph.save(tmp_path / "g.faiss")
     assert graphs_path(tmp_path / "g.faiss").is_file()
-    loaded = DenseIndex.load(tmp_path / "g.faiss")
+    loaded = DenseIndex.load(tmp_path / "g.faiss", walkers=threads)
     flat = DenseIndex.build(vectors)
     scopes = {
         "every class": np.ones(6000, bool),

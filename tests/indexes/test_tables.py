@@ -73,7 +73,7 @@ def test_tables_are_recorded_in_the_manifest(tables_index):
     assert manifest["tables"]["deployments"]["acl"] == ["group:sre", "group:admin"]
 
 
-def test_parquet_files_become_tables_with_list_row_acls(tmp_path, embedder):
+def test_parquet_files_become_tables_with_list_row_acls(tmp_path, embedder, threads):
     import pyarrow as pa
     import pyarrow.parquet as pq
 
@@ -91,7 +91,7 @@ def test_parquet_files_become_tables_with_list_row_acls(tmp_path, embedder):
     build_snapshot([src], index, embedder)
     catalog = Catalog(current_snapshot_path(index) / "catalog.duckdb")
     try:
-        sql = SqlRetriever(SqlRunner(catalog))
+        sql = SqlRetriever(SqlRunner(catalog, watchdogs=threads), builder=threads)
         ops = Principal("olga", ("ops",), frozenset({"query", "sql"}))
         assert sql.run_statement("SELECT shipment_id, kg FROM shipments ORDER BY 1", ops).rows == (("S1", 10.5), ("S2", 20.0))
         assert sql.run_statement("SELECT sum(kg) FROM shipments", Principal("bob", (), frozenset({"sql"}))).rows == ((17.75,),)
@@ -99,7 +99,7 @@ def test_parquet_files_become_tables_with_list_row_acls(tmp_path, embedder):
         catalog.close()
 
 
-def test_a_row_acl_cell_with_one_bare_entry_is_a_list_of_one(tmp_path, embedder):
+def test_a_row_acl_cell_with_one_bare_entry_is_a_list_of_one(tmp_path, embedder, threads):
     from indexes.catalog import Catalog
     from indexes.sql_runner import SqlRunner
     from retrieval.retrievers.sql import SqlLimits, SqlRetriever
@@ -113,7 +113,7 @@ def test_a_row_acl_cell_with_one_bare_entry_is_a_list_of_one(tmp_path, embedder)
     build_snapshot([src.parent], index, embedder)
     catalog = Catalog(current_snapshot_path(index) / "catalog.duckdb")
     try:
-        sql = SqlRetriever(SqlRunner(catalog), SqlLimits())
+        sql = SqlRetriever(SqlRunner(catalog, watchdogs=threads), SqlLimits(), builder=threads)
 
         def rows(p):
             return sorted(r[0] for r in sql.run_statement("SELECT permit_id FROM permits", p).rows)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 from hypothesis import given, settings, strategies as st
 
-from retrieval.entities import EntityIndex, bridge_candidates
+from retrieval.entities import EntityIndex, bridge_candidates, key_memo
 
 WORDS = ["Project", "Nightingale", "acquisition", "INC-2041", "ledger", "Ostrava", "Trans", "plan"]
 
@@ -38,6 +38,17 @@ def test_a_whole_title_names_its_document_not_the_titles_that_mention_it():
     assert bridge_candidates(index, ["A", "B", "C"], [], "What is BRCA1?", everyone) == ("A",)
     only_b = np.array([False, True, False])
     assert bridge_candidates(index, ["A", "B", "C"], [], "What is BRCA1?", only_b) == ("B",)
+
+
+def test_rebuilds_that_share_a_name_key_memo_find_what_a_fresh_build_finds():
+    """A live index rebuilds its entity indexes at every write; the runtime's memo of name keys
+    spares the work, never changes what is found."""
+    titles = [(0, "Project Nightingale (draft)"), (1, "INC-2041: ledger outage"), (2, "Ostrava Trans plan")]
+    memo, question = key_memo(), "Did Project Nightingale cause INC-2041 or touch the Ostrava Trans plan?"
+    first, again = EntityIndex.build(titles, memo=memo), EntityIndex.build(titles[1:], memo=memo)
+    assert memo.get("Project Nightingale (draft)") == "project nightingale" and len(memo) == 3
+    assert first.find(question) == EntityIndex.build(titles).find(question)
+    assert again.find(question) == EntityIndex.build(titles[1:]).find(question)
 
 
 names = st.lists(st.sampled_from(WORDS[:5]), min_size=1, max_size=2).map(" ".join)  # small: names collide

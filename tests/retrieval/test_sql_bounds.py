@@ -21,13 +21,13 @@ NESTED_REPLACE = ("SELECT max(length(regexp_replace(regexp_replace(title, '', ti
 
 
 @pytest.fixture(scope="module")
-def bounded(tables_index):
+def bounded(tables_index, threads):
     from indexes.catalog import Catalog
     from indexes.snapshot_load import current_snapshot_path
     from indexes.sql_runner import SqlRunner
 
     catalog = Catalog(current_snapshot_path(tables_index) / "catalog.duckdb")
-    sql = SqlRetriever(SqlRunner(catalog), SqlLimits(timeout_s=1.0))
+    sql = SqlRetriever(SqlRunner(catalog, watchdogs=threads), SqlLimits(timeout_s=1.0), builder=threads)
     yield sql
     sql.close()
     catalog.close()
@@ -127,7 +127,7 @@ def test_generated_hostile_statements_end_typed_far_within_their_time_and_memory
         assert time.monotonic() - t0 < 20 and peak.growth < 400, (statement, peak.growth)
 
 
-def test_the_watchdog_interrupts_again_until_the_statement_returns():
+def test_the_watchdog_interrupts_again_until_the_statement_returns(threads):
     """An interrupt that arrives before DuckDB starts the statement is forgotten; the watchdog
     sends it again until the statement is over."""
     from indexes.sql_runner import _Watchdog
@@ -143,7 +143,7 @@ def test_the_watchdog_interrupts_again_until_the_statement_returns():
                 self.third.set()
 
     cursor = Cursor()
-    watchdog = _Watchdog(cursor, 0.01)  # type: ignore[arg-type]
+    watchdog = _Watchdog(cursor, 0.01, threads)  # type: ignore[arg-type]
     assert cursor.third.wait(30)
     watchdog.stop()
     stopped_at = cursor.interrupts
@@ -152,7 +152,7 @@ def test_the_watchdog_interrupts_again_until_the_statement_returns():
 
 
 @pytest.mark.slow
-def test_the_reported_statements_end_typed_and_another_callers_simple_sql_keeps_answering(tables_index):
+def test_the_reported_statements_end_typed_and_another_callers_simple_sql_keeps_answering(tables_index, threads):
     """Two clients send the security review's two statements again and again (they held both
     slots for 85 s); each ends as a typed refusal, and a third caller's simple statement,
     waiting for a slot within its own time limit, is answered every time."""
@@ -161,7 +161,7 @@ def test_the_reported_statements_end_typed_and_another_callers_simple_sql_keeps_
     from indexes.sql_runner import SqlRunner
 
     catalog = Catalog(current_snapshot_path(tables_index) / "catalog.duckdb")
-    sql = SqlRetriever(SqlRunner(catalog), SqlLimits(timeout_s=5.0))
+    sql = SqlRetriever(SqlRunner(catalog, watchdogs=threads), SqlLimits(timeout_s=5.0), builder=threads)
     reported = [NESTED_REPLACE, "SELECT array_agg(a.cost_usd) FROM tickets a, tickets b, tickets c, tickets d"]
     stop, outcomes, simple = threading.Event(), [], []
 

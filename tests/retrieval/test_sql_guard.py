@@ -153,13 +153,13 @@ def test_sending_sql_needs_the_sql_scope(sql_retriever):
         sql_retriever.run_statement("SELECT 1", Principal("erin"))
 
 
-def test_runaway_query_is_interrupted_at_the_time_limit(tables_index):
+def test_runaway_query_is_interrupted_at_the_time_limit(tables_index, threads):
     from indexes.catalog import Catalog
     from indexes.sql_runner import SqlRunner
     from indexes.snapshot_load import current_snapshot_path
 
     catalog = Catalog(current_snapshot_path(tables_index) / "catalog.duckdb")
-    slow = SqlRetriever(SqlRunner(catalog), SqlLimits(timeout_s=0.3))
+    slow = SqlRetriever(SqlRunner(catalog, watchdogs=threads), SqlLimits(timeout_s=0.3), builder=threads)
     try:
         with pytest.raises(RetrievalTimeout, match="interrupted"):
             slow.run_statement("SELECT count(*) FROM incidents a, incidents b, incidents c, incidents d, incidents e", ERIN)
@@ -168,31 +168,32 @@ def test_runaway_query_is_interrupted_at_the_time_limit(tables_index):
         catalog.close()
 
 
-def test_row_limit_truncates_and_says_so(tables_index):
+def test_row_limit_truncates_and_says_so(tables_index, threads):
     from indexes.catalog import Catalog
     from indexes.sql_runner import SqlRunner
     from indexes.snapshot_load import current_snapshot_path
 
     catalog = Catalog(current_snapshot_path(tables_index) / "catalog.duckdb")
     try:
-        result = SqlRetriever(SqlRunner(catalog), SqlLimits(max_rows=5)).run_statement("SELECT * FROM incidents", ERIN)
+        sql = SqlRetriever(SqlRunner(catalog, watchdogs=threads), SqlLimits(max_rows=5), builder=threads)
+        result = sql.run_statement("SELECT * FROM incidents", ERIN)
         assert len(result.rows) == 5 and result.truncated
     finally:
         catalog.close()
 
 
-def _runner(tables_index, **kw):
+def _runner(tables_index, threads, **kw):
     from indexes.catalog import Catalog
     from indexes.sql_runner import SqlRunner
     from indexes.snapshot_load import current_snapshot_path
 
     catalog = Catalog(current_snapshot_path(tables_index) / "catalog.duckdb")
-    return catalog, SqlRunner(catalog, **kw)
+    return catalog, SqlRunner(catalog, watchdogs=threads, **kw)
 
 
-def test_padding_to_a_gigabyte_is_refused_before_it_builds(tables_index):
-    catalog, runner = _runner(tables_index)
-    sql = SqlRetriever(runner, SqlLimits(timeout_s=5.0))
+def test_padding_to_a_gigabyte_is_refused_before_it_builds(tables_index, threads):
+    catalog, runner = _runner(tables_index, threads)
+    sql = SqlRetriever(runner, SqlLimits(timeout_s=5.0), builder=threads)
     try:
         for statement in ("SELECT length(rpad('x', 1000000000, 'y'))", "SELECT length(lpad('x', 2000000000))",
                           "SELECT length(rpad(title, CAST(1e9 AS INTEGER), title)) AS n FROM incidents LIMIT 1"):
@@ -205,10 +206,10 @@ def test_padding_to_a_gigabyte_is_refused_before_it_builds(tables_index):
         catalog.close()
 
 
-def test_a_result_over_the_byte_cap_is_a_typed_rejection_naming_the_cap(tables_index):
-    catalog, runner = _runner(tables_index, max_bytes=1_000_000)
+def test_a_result_over_the_byte_cap_is_a_typed_rejection_naming_the_cap(tables_index, threads):
+    catalog, runner = _runner(tables_index, threads, max_bytes=1_000_000)
     try:
-        sql = SqlRetriever(runner, SqlLimits(timeout_s=5.0))
+        sql = SqlRetriever(runner, SqlLimits(timeout_s=5.0), builder=threads)
         with pytest.raises(SqlRejected, match="larger than 1,000,000 bytes") as err:
             sql.run_statement("SELECT lpad('x', 4000, 'y') FROM incidents a, incidents b", ERIN)
         assert err.value.context["reason"] == "too_large"
@@ -221,10 +222,10 @@ def test_a_result_over_the_byte_cap_is_a_typed_rejection_naming_the_cap(tables_i
 
 
 @pytest.mark.slow
-def test_statements_beyond_the_server_wide_bound_wait_then_get_a_retryable_busy_error(tables_index):
+def test_statements_beyond_the_server_wide_bound_wait_then_get_a_retryable_busy_error(tables_index, threads):
     import threading
 
-    catalog, runner = _runner(tables_index, max_concurrent=1)
+    catalog, runner = _runner(tables_index, threads, max_concurrent=1)
     slow = "SELECT count(*) FROM data.incidents a, data.incidents b, data.incidents c, data.incidents d, data.incidents e"
     outcome: list[BaseException] = []
 

@@ -113,26 +113,26 @@ def test_compare_rows_allows_extra_columns_but_not_other_values():
     assert not compare_rows([["a"], ["b"]], [("b",), ("a",)], ordered=True)
 
 
-def test_concurrent_first_questions_of_a_scope_profile_its_tables_once(sql_retriever):
+def test_concurrent_first_questions_of_a_scope_profile_its_tables_once(sql_retriever, threads):
     from retrieval.retrievers.sql import SqlRetriever
 
     question, principal = "how many incidents were opened in 2025", Principal("bob", ("finance",)).access_scope()
     alone = TablesProbe(sql_retriever._backend)
-    expected = SqlRetriever(alone, sql_retriever.limits).translate(question, principal)
+    expected = SqlRetriever(alone, sql_retriever.limits, builder=threads).translate(question, principal)
     slow = TablesProbe(sql_retriever._backend, seconds=0.02)
-    shared = SqlRetriever(slow, sql_retriever.limits)
+    shared = SqlRetriever(slow, sql_retriever.limits, builder=threads)
     with ThreadPoolExecutor(4) as pool:
         results = list(pool.map(lambda _: shared.translate(question, principal), range(4)))
     assert alone.statements > 0 and slow.statements == alone.statements
     assert all(r == expected for r in results)
 
 
-def test_questions_arriving_during_a_profile_build_share_it_and_its_failure(sql_retriever):
+def test_questions_arriving_during_a_profile_build_share_it_and_its_failure(sql_retriever, threads):
     from retrieval.retrievers.sql import SqlRetriever
 
     question, principal = "how many incidents were opened in 2025", Principal("bob", ("finance",)).access_scope()
     failing = TablesProbe(sql_retriever._backend, held=True, error=RetrievalTimeout("statement timed out"))
-    shared = SqlRetriever(failing, sql_retriever.limits)
+    shared = SqlRetriever(failing, sql_retriever.limits, builder=threads)
     try:
         tables = shared.readable_tables(principal)
         build = shared._profile_build(principal, tables)
@@ -182,14 +182,14 @@ def test_a_lookup_by_identifier_returns_the_record_with_its_document(trial_engin
     assert out.doc_ids == ("notice-bp-2202",)
 
 
-def test_the_profile_cache_is_bounded_by_bytes_as_well_as_by_scopes(sql_retriever):
+def test_the_profile_cache_is_bounded_by_bytes_as_well_as_by_scopes(sql_retriever, threads):
     """Profiles are kept per access scope; their byte budget evicts the least recent scope
     even when the count of scopes would allow more (and a budget that fits keeps both)."""
     from retrieval.retrievers.sql import SqlRetriever, _profiles_size
 
     question = "how many incidents were opened in 2025"
     bob, alice = Principal("bob", ("finance",)).access_scope(), Principal("alice", ("sre",)).access_scope()
-    probe = SqlRetriever(TablesProbe(sql_retriever._backend), sql_retriever.limits)
+    probe = SqlRetriever(TablesProbe(sql_retriever._backend), sql_retriever.limits, builder=threads)
     sizes = []
     for p in (bob, alice):
         probe.translate(question, p)
@@ -198,7 +198,7 @@ def test_the_profile_cache_is_bounded_by_bytes_as_well_as_by_scopes(sql_retrieve
     assert probe.scope(bob) != probe.scope(alice) and min(sizes) > 1000
     for budget, both in ((sum(sizes) + 1000, True), (max(sizes) + 300, False)):
         shared = SqlRetriever(TablesProbe(sql_retriever._backend), sql_retriever.limits, profile_cache=256,
-                              profile_cache_bytes=budget)
+                              profile_cache_bytes=budget, builder=threads)
         try:
             for p in (bob, alice):
                 shared.translate(question, p)
@@ -208,11 +208,12 @@ def test_the_profile_cache_is_bounded_by_bytes_as_well_as_by_scopes(sql_retrieve
             shared.close()
 
 
-def test_profiles_larger_than_the_whole_budget_are_still_kept_for_their_scope(sql_retriever):
+def test_profiles_larger_than_the_whole_budget_are_still_kept_for_their_scope(sql_retriever, threads):
     from retrieval.retrievers.sql import SqlRetriever
 
     question, bob = "how many incidents were opened in 2025", Principal("bob", ("finance",)).access_scope()
-    shared = SqlRetriever(TablesProbe(sql_retriever._backend), sql_retriever.limits, profile_cache_bytes=100)
+    shared = SqlRetriever(TablesProbe(sql_retriever._backend), sql_retriever.limits, profile_cache_bytes=100,
+                          builder=threads)
     try:
         shared.translate(question, bob)
         shared.translate(question, bob)

@@ -63,8 +63,7 @@ def test_the_settings_defaults_are_those_of_the_classes_they_configure():
     assert (s.sql_max_concurrent, s.sql_max_result_bytes, s.sql_memory_mb, s.sql_threads) == (
         default(SqlRunner, "max_concurrent"), default(SqlRunner, "max_bytes"), default(SqlRunner, "memory_mb"),
         default(SqlRunner, "threads"))
-    assert (s.profile_cache_size, s.profile_workers) == (default(SqlRetriever, "profile_cache"),
-                                                         default(SqlRetriever, "profile_workers"))
+    assert s.profile_cache_size == default(SqlRetriever, "profile_cache")
     assert s.profile_cache_mb << 20 == default(SqlRetriever, "profile_cache_bytes")
     assert s.mask_cache_size == ChunkTable.__dataclass_fields__["cache_size"].default
     assert s.spare_workers is None and default(CallPool, "spare") is None  # both: as many as workers
@@ -141,6 +140,9 @@ def test_open_engine_sizes_pools_caches_sql_and_fusion_from_the_settings(mini_in
     try:
         assert engine.limits.max_k == 20 and engine.snapshot.chunks.cache_size == 7
         assert (engine.calls.workers, engine.calls.spare, engine.side._max_workers) == (2, 3, 1)
+        pools = engine.resources
+        assert (pools.calls._max_workers, pools.profiles._max_workers, pools.watchdogs._max_workers) == (
+            5, s.profile_workers, s.sql_max_concurrent)
         params = engine.retrievers["hybrid"].params
         assert (params.rrf_k, params.depth, params.weights, params.method) == (30, 40, {"bm25": 1.0, "dense": 0.5}, "zscore")
         erin = Principal("erin").access_scope()
