@@ -53,7 +53,7 @@ from indexes.answer_model import default_path
 from routes.policies.answer_policy import DEFAULTS_FILE, ModelScorer, shipped_defaults
 from routes.eval.beir_eval import beir_labels
 from routes.cli.demo import DEMO_SOURCES
-from routes.service.view import Engine, open_engine
+from routes.service.view import IndexView, open_view
 from routes.service.tuned import Policies
 from routes.eval.evaluation import evaluate, load_label_file
 from routes.eval.tuning import answer_examples, grade_rows, split_labels
@@ -70,8 +70,8 @@ def load_scores() -> AnswerScores:
     return AnswerScores(ModelScorer(AnswerModel.load()))
 
 
-def with_grader(engine: Engine, shared: AnswerScores, config: AnswerConfig | None,
-                rerank: RerankConfig | None = None) -> Engine:
+def with_grader(engine: IndexView, shared: AnswerScores, config: AnswerConfig | None,
+                rerank: RerankConfig | None = None) -> IndexView:
     """The engine with the answer grader (None: the signal grader) and optionally the
     reranker, over a fresh score cache (so no variant is timed on another's cached scores)."""
     scores = AnswerScores(shared.scorer)
@@ -90,7 +90,7 @@ def gap_figures(metrics: dict[str, Any]) -> dict[str, Any]:
     return {k: metrics.get(k) for k in keys}
 
 
-def false_gaps(engine: Engine, labels: Sequence[Label], k: int = 8) -> dict[str, Any]:
+def false_gaps(engine: IndexView, labels: Sequence[Label], k: int = 8) -> dict[str, Any]:
     """False-gap rate on answerable labels and gap recall on unanswerable ones, whole loop."""
     fg = [engine.query(lb.question, lb.principal_obj(), k=k, today=lb.today).status == "evidence_gap"
           for lb in labels if lb.answerable]
@@ -104,7 +104,7 @@ def part_fit(embedder: Embedder, scores: AnswerScores) -> dict[str, Any]:
     """The answer grader fitted as `quarry tune` fits it (routes/eval/tuning.py), on demo train
     questions and SciFact train claims with half their gold hidden, together."""
     index, _ = build_or_reuse("demo", DEMO_SOURCES, embedder)
-    demo = open_engine(index, embedder, today=TODAY, policies=Policies())
+    demo = open_view(index, embedder, today=TODAY, policies=Policies())
     train, _ = split_labels(load_label_file(ROOT / "eval_data" / "demo" / "questions.jsonl"))
     found = lambda lb, docs: lb.answerable and bool(set(lb.relevant) & set(docs))  # noqa: E731
     cheap, answer, y = answer_examples(grade_rows(Service.serving(demo), train, found), GraderConfig(), scores)
@@ -114,7 +114,7 @@ def part_fit(embedder: Embedder, scores: AnswerScores) -> dict[str, Any]:
     sf_train = beir_labels(root, "train")
     hidden_ids, hidden_docs = ablate(sf_train, SEED)
     sf_index = ablated_index(root, hidden_docs, embedder, CACHE / "scifact-train-ablation", reuse_from=_scifact(embedder))
-    sf = open_engine(sf_index, embedder, policies=Policies())
+    sf = open_view(sf_index, embedder, policies=Policies())
     more = answer_examples(grade_rows(Service.serving(sf), unambiguous(sf_train, hidden_ids, hidden_docs),
                                       lambda lb, docs: lb.id not in hidden_ids), GraderConfig(), scores)
     sf.close()
@@ -156,7 +156,7 @@ def part_demo(embedder: Embedder, scores: AnswerScores, config: AnswerConfig) ->
     _, test = split_labels(load_label_file(ROOT / "eval_data" / "demo" / "questions.jsonl"))
     out = {}
     for name, cfg in _graders(config):
-        engine = with_grader(open_engine(index, embedder, today=TODAY, policies=Policies()), scores, cfg)
+        engine = with_grader(open_view(index, embedder, today=TODAY, policies=Policies()), scores, cfg)
         out[name] = gap_figures(evaluate(Service.serving(engine), test, 8))
         engine.close()
         print(f"demo test ({len(test)}), {name}: {out[name]}")
@@ -169,7 +169,7 @@ def part_waterworks(embedder: Embedder, scores: AnswerScores, config: AnswerConf
     labels = load_label_file(root / "questions.jsonl")
     out = {}
     for name, cfg in _graders(config):
-        engine = with_grader(open_engine(index, embedder, policies=Policies()), scores, cfg)
+        engine = with_grader(open_view(index, embedder, policies=Policies()), scores, cfg)
         out[name] = {**false_gaps(engine, labels), **gap_figures(evaluate(Service.serving(engine), labels, 8))}
         engine.close()
         print(f"waterworks ({len(labels)}), {name}: {out[name]}")
@@ -186,7 +186,7 @@ def part_scifact(embedder: Embedder, scores: AnswerScores, config: AnswerConfig,
     hybrid_ms: list[float] = []
     base: list[float] = []
     for name, cfg, rerank in variants:
-        engine = with_grader(open_engine(index, embedder, policies=Policies()), scores, cfg, rerank)
+        engine = with_grader(open_view(index, embedder, policies=Policies()), scores, cfg, rerank)
         ndcg, one_ms = [], []
         for qid, rel in qrels.items():
             if name == variants[0][0]:
@@ -213,7 +213,7 @@ def part_scifact(embedder: Embedder, scores: AnswerScores, config: AnswerConfig,
     hidden_ids, hidden_docs = ablate(labels, SEED)
     ab_index = ablated_index(root, hidden_docs, embedder, CACHE / "scifact-test-ablation", reuse_from=index)
     for name, cfg in _graders(config)[::2]:
-        engine = with_grader(open_engine(ab_index, embedder, policies=Policies()), scores, cfg)
+        engine = with_grader(open_view(ab_index, embedder, policies=Policies()), scores, cfg)
         out[f"ablation {name}"] = gap_accuracy(Service.serving(engine), unambiguous(labels, hidden_ids, hidden_docs), hidden_ids)
         engine.close()
         print(f"scifact ablation {name}: {out[f'ablation {name}']}")
@@ -237,7 +237,7 @@ def part_sweep(embedder: Embedder, scores: AnswerScores, config: AnswerConfig) -
         out[name] = {"signal": {}, "answer": {}}
         for t in THRESHOLDS:
             for grader in ("signal", "answer"):
-                engine = open_engine(index, embedder, today=today, policies=Policies(grader=replace(GraderConfig(), threshold=t))
+                engine = open_view(index, embedder, today=today, policies=Policies(grader=replace(GraderConfig(), threshold=t))
                                      if grader == "signal" else Policies())
                 if grader == "answer":
                     chosen = AnswerGrader(scores, GraderConfig(), replace(config, threshold=t))
@@ -253,7 +253,7 @@ def part_sweep(embedder: Embedder, scores: AnswerScores, config: AnswerConfig) -
 
 
 
-def _rerank_ndcg(engine: Engine, scores: AnswerScores, queries: dict[str, str], qrels: dict[str, dict[str, float]],
+def _rerank_ndcg(engine: IndexView, scores: AnswerScores, queries: dict[str, str], qrels: dict[str, dict[str, float]],
                  top_n: int) -> dict[float, float]:
     """nDCG@10 of hybrid's top_n as the answer reranker orders them, per rank prior
     (infinite prior: hybrid's own order)."""
@@ -274,7 +274,7 @@ def part_rerank(embedder: Embedder, scores: AnswerScores, top_n: int) -> dict[st
     import math
 
     root = DATASETS / "scifact"
-    engine = open_engine(_scifact(embedder), embedder, policies=Policies())
+    engine = open_view(_scifact(embedder), embedder, policies=Policies())
     queries = load_queries(root)
     train = _rerank_ndcg(engine, scores, queries, load_qrels(root, "train"), top_n)
     test = _rerank_ndcg(engine, scores, queries, load_qrels(root, "test"), top_n)
@@ -296,7 +296,7 @@ def part_hotpotqa(embedder: Embedder, scores: AnswerScores, config: AnswerConfig
     variants = [("loop signal", None, None), ("loop answer+cascade", config, None),
                 ("loop answer+cascade+rerank", config, RerankConfig(top_n))]
     for name, cfg, rerank in variants:
-        engine = with_grader(open_engine(index, embedder, policies=Policies()), scores, cfg, rerank)
+        engine = with_grader(open_view(index, embedder, policies=Policies()), scores, cfg, rerank)
         base = full = gaps_with_gold = with_gold = 0
         for qid, rel in qrels.items():
             if name == variants[0][0]:

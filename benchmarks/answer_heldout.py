@@ -81,7 +81,7 @@ def first_attempts() -> dict[str, Any]:
 
     from benchmarks.common import ROOT, build_or_reuse, make_embedder
     from routes.cli.demo import DEMO_SOURCES
-    from routes.service.view import open_engine
+    from routes.service.view import open_view
     from routes.service.tuned import Policies
     from routes.eval.evaluation import load_label_file
     from routes.eval.tuning import grade_rows
@@ -93,7 +93,7 @@ def first_attempts() -> dict[str, Any]:
             ("demo", DEMO_SOURCES, ROOT / "eval_data/demo/questions.jsonl", date(2025, 11, 1)),
             ("waterworks", [ROOT / "eval_data/waterworks/docs"], ROOT / "eval_data/waterworks/questions.jsonl", None)):
         index, _ = build_or_reuse(name, sources, embedder)
-        engine = open_engine(index, embedder, today=today, policies=Policies())
+        engine = open_view(index, embedder, today=today, policies=Policies())
         out[name] = grade_rows(Service.serving(engine), load_label_file(labels), found)
         engine.close()
     return out

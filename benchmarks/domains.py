@@ -39,7 +39,7 @@ from retrieval.answer_level import AnswerScores
 from retrieval.grader import GraderConfig, relevance
 from retrieval.limits import Limits
 from retrieval.tune import SCALE_FREE_FEATURES, DomainRows, fit_domains_grader
-from routes.service.view import open_engine
+from routes.service.view import open_view
 from routes.service.tuned import Policies
 from routes.eval.evaluation import load_label_file, run_labels
 from routes.eval.tuning import GradeRows, grade_rows
@@ -140,7 +140,7 @@ def main() -> None:
         sources = [folder / "docs"] + ([folder / "tables"] if (folder / "tables").is_dir() else [])
         indexes[name] = build_or_reuse(name, sources, embedder)[0]
         labels[name] = load_label_file(folder / "questions.jsonl")
-        engine = open_engine(indexes[name], embedder, LIMITS, TODAY, Policies(grader=PREVIOUS))
+        engine = open_view(indexes[name], embedder, LIMITS, TODAY, Policies(grader=PREVIOUS))
         try:
             g = grade_rows(Service.serving(engine), labels[name], sufficient)
         finally:
@@ -150,7 +150,7 @@ def main() -> None:
         print(f"{name}: {len(labels[name])} questions, {len(g.rows)} first attempts, {sum(g.sufficient)} sufficient", flush=True)
 
     def run(name: str, config: GraderConfig) -> dict[str, Any]:
-        engine = open_engine(indexes[name], embedder, LIMITS, TODAY, Policies(grader=config))
+        engine = open_view(indexes[name], embedder, LIMITS, TODAY, Policies(grader=config))
         try:
             return outcome(run_labels(Service.serving(engine), labels[name], 8))
         finally:

@@ -22,7 +22,7 @@ from indexes.beir import load_qrels, load_queries  # noqa: E402
 from retrieval.fusion import rrf_scores, zscore_scores  # noqa: E402
 from retrieval.metrics import all_found, mean, ndcg_at_k  # noqa: E402
 from retrieval.types import Filters, Principal  # noqa: E402
-from routes.service.view import open_engine  # noqa: E402
+from routes.service.view import open_view  # noqa: E402
 
 READER = Principal("bench-reader")
 WEIGHTS = (0.3, 0.4, 0.5, 0.6, 0.7)
@@ -70,7 +70,7 @@ def main() -> None:
 
     root = DATASETS / "scifact"
     index, _ = build_or_reuse("scifact", [root / "corpus.jsonl"], embedder, default_acl=("public",))
-    engine = open_engine(index, embedder)
+    engine = open_view(index, embedder)
     queries, train, test = load_queries(root), load_qrels(root, "train"), load_qrels(root, "test")
     doc_ids = engine.snapshot.chunks.doc_ids
     payload["scifact"] = {}
@@ -89,7 +89,7 @@ def main() -> None:
 
     root = DATASETS / "hotpotqa"
     index, _ = build_or_reuse("hotpotqa", [root / "corpus.jsonl"], embedder, default_acl=("public",))
-    engine = open_engine(index, embedder)
+    engine = open_view(index, embedder)
     queries, qrels = load_queries(root), load_qrels(root)
     doc_ids = engine.snapshot.chunks.doc_ids
     payload["hotpotqa"] = {}

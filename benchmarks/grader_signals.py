@@ -36,7 +36,7 @@ from benchmarks.common import ROOT, build_or_reuse, machine, make_embedder, writ
 from retrieval.grader import GRADE_FEATURES, evidence_features
 from retrieval.text import content_terms
 from routes.cli.demo import DEMO_SOURCES
-from routes.service.view import open_engine
+from routes.service.view import open_view
 from routes.service.tuned import Policies
 from routes.eval.evaluation import first_attempt_evidence, load_label_file
 from routes.service.service import Service
@@ -81,7 +81,7 @@ def gap_f1_ceiling(x: np.ndarray, answerable: np.ndarray, seed: int = 0) -> floa
 def main() -> None:
     embedder = make_embedder().load()
     index, _ = build_or_reuse("demo", DEMO_SOURCES, embedder)
-    engine = open_engine(index, embedder, today=date(2025, 11, 1), policies=Policies())
+    engine = open_view(index, embedder, today=date(2025, 11, 1), policies=Policies())
     texts = engine.snapshot.chunks.texts
     df: dict[str, int] = {}
     for t in texts:

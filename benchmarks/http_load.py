@@ -33,7 +33,7 @@ from retrieval.metrics import percentile
 from retrieval.search import search
 from retrieval.types import Filters, Principal
 from routes.cli.demo import ensure_demo_index
-from routes.service.view import open_engine
+from routes.service.view import open_view
 from routes.service.keys import KeyStore
 
 QUESTIONS = [json.loads(line)["question"] for line in (ROOT / "eval_data" / "demo" / "questions.jsonl").read_text().splitlines()
@@ -140,7 +140,7 @@ def main() -> None:
     url = f"http://127.0.0.1:{args.port}"
     results: dict = {"machine": machine(), "clients": args.clients, "seconds": args.seconds}
 
-    engine = open_engine(index, embedder, today=date(2025, 11, 1))
+    engine = open_view(index, embedder, today=date(2025, 11, 1))
     erin = Principal("erin")
 
     def in_process(route: str, body: dict) -> None:

@@ -78,7 +78,7 @@ def summary(values: list[float]) -> dict:
 
 
 def main() -> None:
-    from routes.service.view import open_engine
+    from routes.service.view import open_view
     from routes.service.plugins import load_policy
 
     parser = argparse.ArgumentParser()
@@ -87,7 +87,7 @@ def main() -> None:
     args = parser.parse_args()
     embedder = make_embedder()
     index, _ = build_or_reuse("demo", [ROOT / "eval_data" / "demo" / "docs", ROOT / "eval_data" / "demo" / "tables"], embedder)
-    engine = open_engine(index, embedder, today=date(2025, 11, 1))
+    engine = open_view(index, embedder, today=date(2025, 11, 1))
     state: dict = {"requests": [], "sleep": 60.0}
     judge = StandIn(state)
     try:

@@ -33,7 +33,7 @@ from indexes.snapshot_build import BuildOptions, build_snapshot
 from retrieval.metrics import doc_ranking, mean, ndcg_at_k, percentile
 from retrieval.search import search
 from retrieval.types import Filters, Principal
-from routes.service.view import open_engine
+from routes.service.view import open_view
 from routes.service.generations import Generations
 from routes.service.writes import Writer
 
@@ -87,7 +87,7 @@ def main() -> None:
     uncited = [r for r in records if r["_id"] not in cited]
     rng = random.Random(7)
 
-    generations = Generations(open_engine(work, embedder, plugins=False, warm=True), owned=True)
+    generations = Generations(open_view(work, embedder, plugins=False, warm=True), owned=True)
     writer = Writer(work, generations)
     try:
         before = _search_figures(generations, queries, qrels)

@@ -36,7 +36,7 @@ from retrieval.metrics import all_found, doc_ranking, mean, ndcg_at_k, percentil
 from retrieval.types import Filters, Principal
 from benchmarks.domains import PREVIOUS
 from retrieval.grader import GraderConfig
-from routes.service.view import open_engine
+from routes.service.view import open_view
 from routes.service.tuned import Policies
 
 READER = Principal("bench")
@@ -46,7 +46,7 @@ SEED = 13
 def hotpotqa(embedder: Embedder, grader: GraderConfig | None = None) -> dict:
     root = DATASETS / "hotpotqa"
     index, _ = build_or_reuse("hotpotqa", [root / "corpus.jsonl"], embedder, default_acl=("public",))
-    engine = open_engine(index, embedder, policies=None if grader is None else Policies(grader=grader))
+    engine = open_view(index, embedder, policies=None if grader is None else Policies(grader=grader))
     queries, qrels = load_queries(root), load_qrels(root)
     k = 8
     base_hits, loop_hits, complete_gaps, attempts, strategies = 0, 0, 0, [], {}
@@ -75,7 +75,7 @@ def hotpotqa(embedder: Embedder, grader: GraderConfig | None = None) -> dict:
 def scifact(embedder: Embedder, grader: GraderConfig | None = None) -> dict:
     root = DATASETS / "scifact"
     index, _ = build_or_reuse("scifact", [root / "corpus.jsonl"], embedder, default_acl=("public",))
-    engine = open_engine(index, embedder, policies=None if grader is None else Policies(grader=grader))
+    engine = open_view(index, embedder, policies=None if grader is None else Policies(grader=grader))
     queries, qrels = load_queries(root), load_qrels(root, "test")
     k = 10
     base, auto, attempts, one_attempt_ms, hybrid_ms, overhead, routes, strategies = [], [], [], [], [], [], {}, {}
@@ -133,7 +133,7 @@ def gap_detection(embedder: Embedder, name: str, docs: list[dict], questions: li
     index = work / "index"
     reuse = CACHE / name if (CACHE / name).exists() else None
     build_snapshot([corpus, *sources_extra], index, embedder, BuildOptions(reuse_from=reuse))
-    engine = open_engine(index, embedder, today=today)
+    engine = open_view(index, embedder, today=today)
     tp = fn = tn = fp = 0
     reasons: dict[str, int] = {}
     for i in sorted(ablated_ids) + kept:

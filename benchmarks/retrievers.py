@@ -26,7 +26,7 @@ from benchmarks.common import DATASETS, build_or_reuse, machine, make_embedder, 
 from indexes.beir import load_qrels, load_queries
 from retrieval.metrics import doc_ranking, mean, ndcg_at_k, percentile, recall_at_k
 from retrieval.types import Filters, Principal
-from routes.service.view import open_engine
+from routes.service.view import open_view
 
 READER = Principal("bench")
 DEPTH = 100
@@ -142,7 +142,7 @@ def main() -> None:
     ingest = {**timings, "overhead_beyond_embedding": round((total_s - embed_s) / embed_s, 4),
               "chunks": manifest["counts"]["chunks"], "documents": manifest["counts"]["documents"]}
 
-    engine = open_engine(index, embedder)
+    engine = open_view(index, embedder)
     results = {}
     for name in ("bm25", "dense", "hybrid"):
         r = engine.retrievers[name]

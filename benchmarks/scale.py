@@ -233,11 +233,11 @@ def serving_process(index: Path, qs: list[str]) -> dict[str, float]:
 
 def _serve_and_measure(index: str, qs: list[str]) -> dict[str, float]:
     from retrieval.search import search
-    from routes.service.view import open_engine
+    from routes.service.view import open_view
     from routes.service.settings import Settings
 
     encoder = make_encoder(Path(index, "..", "encoder").resolve().read_text())
-    engine = open_engine(Path(index), embedder=encoder, settings=Settings(index_dir=Path(index)))
+    engine = open_view(Path(index), embedder=encoder, settings=Settings(index_dir=Path(index)))
     for principal in PRINCIPALS.values():
         for q in qs:
             for route in ROUTES:
@@ -262,7 +262,7 @@ def main() -> None:
                          "or the real embedding model (with --corpus real)")
     args = ap.parse_args()
     from retrieval.search import search
-    from routes.service.view import open_engine
+    from routes.service.view import open_view
     from routes.service.settings import Settings
 
     encoder: Any = Recorder(make_embedder().load()) if args.encoder == "model" else make_encoder(args.encoder)
@@ -277,7 +277,7 @@ def main() -> None:
     memory = memory_by_structure(index, PRINCIPALS)
     rss_before = rss_mb()
     t0 = time.perf_counter()
-    engine = open_engine(index, embedder=encoder, settings=Settings(index_dir=index), warm=False)
+    engine = open_view(index, embedder=encoder, settings=Settings(index_dir=index), warm=False)
     load_s = time.perf_counter() - t0
     qs = queries(args.chunks, args.queries, args.corpus)
     # Each question's vector is computed (and cached) before anything is timed: embedding a

@@ -30,7 +30,7 @@ from indexes.embedder import Embedder
 from retrieval.metrics import doc_ranking, mean, ndcg_at_k
 from retrieval.types import Filters
 from routes.cli.demo import DEMO_SOURCES
-from routes.service.view import open_engine
+from routes.service.view import open_view
 from routes.service.tuned import Policies
 from routes.eval.evaluation import (READER, ablate, ablated_index, beir_labels, evaluate, fit_policies, gap_accuracy,
                                load_label_file, split_labels, unambiguous)
@@ -49,13 +49,13 @@ def demo(embedder: Embedder, seed: int) -> dict:
     today = date(2025, 11, 1)
     labels = load_label_file(ROOT / "eval_data" / "demo" / "questions.jsonl")
     train, test = split_labels(labels)
-    base = open_engine(index, embedder, today=today, policies=Policies())
+    base = open_view(index, embedder, today=today, policies=Policies())
     try:
         before = pick(evaluate(Service.serving(base), test, 8))
         policies, notes = fit_policies(Service.serving(base), train, seed)
     finally:
         base.close()
-    tuned = open_engine(index, embedder, today=today, policies=policies)
+    tuned = open_view(index, embedder, today=today, policies=policies)
     try:
         after = pick(evaluate(Service.serving(tuned), test, 8))
     finally:
@@ -72,14 +72,14 @@ def scifact(embedder: Embedder, seed: int) -> dict:
     index, _ = build_or_reuse("scifact", [root / "corpus.jsonl"], embedder, default_acl=("public",))
     train, test = beir_labels(root, "train"), beir_labels(root, "test")
     k = 20
-    base = open_engine(index, embedder, policies=Policies())
+    base = open_view(index, embedder, policies=Policies())
     try:
         before = pick(evaluate(Service.serving(base), test, k))
         reader = READER.access_scope()
         plain_rrf = mean(ndcg_at_k(doc_ranking(base.retrievers["hybrid"].search(lb.question, reader, k, Filters())),
                                    {d: 1.0 for d in lb.relevant}, 10) for lb in test)
         hidden_train, hidden_docs = ablate(train, seed)
-        ab = open_engine(ablated_index(root, hidden_docs, embedder, CACHE / "scifact-train-ablation-tune", index), embedder)
+        ab = open_view(ablated_index(root, hidden_docs, embedder, CACHE / "scifact-train-ablation-tune", index), embedder)
         try:
             policies, notes = fit_policies(Service.serving(base), train, seed, tune_router=False,
                                            grader_service=Service.serving(ab),
@@ -89,7 +89,7 @@ def scifact(embedder: Embedder, seed: int) -> dict:
             ab.close()
     finally:
         base.close()
-    tuned = open_engine(index, embedder, policies=policies)
+    tuned = open_view(index, embedder, policies=policies)
     try:
         after = pick(evaluate(Service.serving(tuned), test, k))
     finally:
@@ -98,7 +98,7 @@ def scifact(embedder: Embedder, seed: int) -> dict:
     test_index = ablated_index(root, hidden_test_docs, embedder, CACHE / "scifact-test-ablation-tune", index)
     gaps = {}
     for name, pol in (("before", Policies()), ("after", policies)):
-        e = open_engine(test_index, embedder, policies=pol)
+        e = open_view(test_index, embedder, policies=pol)
         try:
             gaps[name] = gap_accuracy(Service.serving(e), unambiguous(test, hidden_test, hidden_test_docs), hidden_test)
         finally:
@@ -117,14 +117,14 @@ def hotpotqa(embedder: Embedder, seed: int) -> dict:
     fit_ids = set(order[: len(order) // 2])
     fit_half = [lb for lb in labels if lb.id in fit_ids]
     held_out = [lb for lb in labels if lb.id not in fit_ids]
-    base = open_engine(index, embedder, policies=Policies())
+    base = open_view(index, embedder, policies=Policies())
     try:
         before = pick(evaluate(Service.serving(base), held_out, 8))
         policies, notes = fit_policies(Service.serving(base), fit_half, seed, tune_router=False,
                                        sufficient_of=lambda lb, docs: set(lb.relevant) <= set(docs))
     finally:
         base.close()
-    tuned = open_engine(index, embedder, policies=policies)
+    tuned = open_view(index, embedder, policies=policies)
     try:
         after = pick(evaluate(Service.serving(tuned), held_out, 8))
     finally:

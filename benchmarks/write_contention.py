@@ -25,7 +25,7 @@ from benchmarks.common import ROOT, build_or_reuse, machine, make_embedder, writ
 from indexes.corpus import make_document
 from indexes.live import Put
 from retrieval.types import Principal
-from routes.service.view import open_engine
+from routes.service.view import open_view
 from routes.service.generations import Generations
 from routes.service.writes import Writer
 
@@ -57,7 +57,7 @@ def main() -> None:
     index = base.parent / "write-contention"
     shutil.rmtree(index, ignore_errors=True)
     shutil.copytree(base, index)
-    generations = Generations(open_engine(index, embedder, plugins=False), owned=True)
+    generations = Generations(open_view(index, embedder, plugins=False), owned=True)
     writer = Writer(index, generations)
     try:
         alone = small_puts(writer, args.small, "alone")

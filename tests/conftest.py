@@ -112,7 +112,7 @@ class StatementLog:
 
 @pytest.fixture(scope="session")
 def threads():
-    """Threads for the parts tests build without open_engine (SQL watchdogs and table profile
+    """Threads for the parts tests build without open_view (SQL watchdogs and table profile
     builds), as the runtime gives an engine its own; enough that none waits for another."""
     pool = ThreadPoolExecutor(max_workers=16, thread_name_prefix="quarry-test")
     yield pool
@@ -137,9 +137,9 @@ def mini_index(tmp_path_factory, embedder) -> Path:
 
 @pytest.fixture(scope="session")
 def engine(mini_index, embedder):
-    from routes.service.view import open_engine
+    from routes.service.view import open_view
 
-    eng = open_engine(mini_index, embedder)
+    eng = open_view(mini_index, embedder)
     yield eng
     eng.close()
 
@@ -149,11 +149,11 @@ def trial_engine(tmp_path_factory, embedder):
     from datetime import date
 
     from indexes.snapshot_build import build_snapshot
-    from routes.service.view import open_engine
+    from routes.service.view import open_view
 
     index = tmp_path_factory.mktemp("trial-index")
     build_snapshot([TRIAL], index, embedder)
-    eng = open_engine(index, embedder, today=date(2025, 11, 1))
+    eng = open_view(index, embedder, today=date(2025, 11, 1))
     yield eng
     eng.close()
 
@@ -195,9 +195,9 @@ def demo_index(tmp_path_factory, embedder) -> Path:
 def demo_engine(demo_index, embedder):
     from datetime import date
 
-    from routes.service.view import open_engine
+    from routes.service.view import open_view
 
-    eng = open_engine(demo_index, embedder, today=date(2025, 11, 1))
+    eng = open_view(demo_index, embedder, today=date(2025, 11, 1))
     yield eng
     eng.close()
 

@@ -21,7 +21,7 @@ from typing import Any, Sequence
 
 from indexes.answer_model import AnswerModel, default_path
 from retrieval.answer_level import AnswerConfig, AnswerGrader, AnswerReranker, AnswerScores, RerankConfig
-from routes.service.view import Engine
+from routes.service.view import IndexView
 from routes.service.settings import Settings
 
 log = logging.getLogger("quarry.answer")
@@ -75,7 +75,7 @@ def configured(settings: Settings, *kinds: str) -> bool:
                for kind in kinds or ("grader", "reranker"))
 
 
-def answer_scores(settings: Settings, engine: Engine) -> AnswerScores:
+def answer_scores(settings: Settings, engine: IndexView) -> AnswerScores:
     """The engine's answer scores, loading the model (checksum verified) on first use."""
     with _LOCK:
         if engine.answer is None:
@@ -88,7 +88,7 @@ def answer_scores(settings: Settings, engine: Engine) -> AnswerScores:
         return engine.answer
 
 
-def answer_config(settings: Settings, engine: Engine, checksum: str | None) -> AnswerConfig:
+def answer_config(settings: Settings, engine: IndexView, checksum: str | None) -> AnswerConfig:
     """Tuned (for the model with this checksum) or shipped, with the settings' overrides."""
     config: AnswerConfig | None = None
     if engine.policies.answer_model is not None:
@@ -114,12 +114,12 @@ def answer_config(settings: Settings, engine: Engine, checksum: str | None) -> A
     return config
 
 
-def make_grader(settings: Settings, engine: Engine) -> AnswerGrader:
+def make_grader(settings: Settings, engine: IndexView) -> AnswerGrader:
     scores = answer_scores(settings, engine)
     return AnswerGrader(scores, engine.policies.grader, answer_config(settings, engine, scores.checksum))
 
 
-def make_reranker(settings: Settings, engine: Engine) -> AnswerReranker:
+def make_reranker(settings: Settings, engine: IndexView) -> AnswerReranker:
     """The reranker `quarry tune` chose for this index (if it was tuned with this model), else
     20 candidates and no rank prior; the settings override either."""
     scores = answer_scores(settings, engine)

@@ -39,7 +39,7 @@ from retrieval.grader import Grade
 from retrieval.policy import Evidence, Grader, SignalGrader
 
 if TYPE_CHECKING:
-    from routes.service.view import Engine
+    from routes.service.view import IndexView
 
 log = logging.getLogger("quarry.judge")
 
@@ -196,7 +196,7 @@ def _failure(e: Exception, deadline: bool) -> str:
     return "unreadable verdict"
 
 
-def make_judge(settings: Any, engine: Engine) -> JudgeGrader:
+def make_judge(settings: Any, engine: IndexView) -> JudgeGrader:
     """The factory `QUARRY_GRADER=routes.policies.judge:make_judge` names; the built-in grader over the
     engine's tuned configuration is its fallback."""
     url = getattr(settings, "judge_url", None)

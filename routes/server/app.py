@@ -35,7 +35,7 @@ from routes.http.docs import install_docs
 from routes.service.auth import Caller, Gate, caller_from_header
 from routes.service.runtime import Runtime
 from routes.service.service import Service
-from routes.service.view import Engine, open_engine
+from routes.service.view import IndexView, open_view
 from routes.http.error_handlers import error_code, install_error_handlers
 from routes.service.keys import KeyStore
 from routes.http.prometheus import Metrics
@@ -230,13 +230,13 @@ class BodyLimit:
         await send({"type": "http.response.body", "body": body})
 
 
-def engine_for(settings: Settings) -> Engine:
+def view_for(settings: Settings) -> IndexView:
     """The engine over the current snapshot of `settings.index_dir`, built once, with the
     policies the settings name (routes/service/plugins.py); a policy that fails to load stops here."""
-    return open_engine(settings.index_dir, settings=settings)
+    return open_view(settings.index_dir, settings=settings)
 
 
-def create_app(settings: Settings, engine: Engine | None = None, keys: KeyStore | None = None,
+def create_app(settings: Settings, engine: IndexView | None = None, keys: KeyStore | None = None,
                own_engine: bool = False) -> FastAPI:
     """Build the app. Without `engine`, the lifespan loads the index of `settings` once. A
     ready `engine` stays its caller's to close unless `own_engine` (then the app closes it

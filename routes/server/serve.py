@@ -10,7 +10,7 @@ import uvicorn
 from uvicorn.config import LOGGING_CONFIG
 
 from retrieval.errors import InvalidRequest
-from routes.server.app import create_app, engine_for
+from routes.server.app import create_app, view_for
 from routes.service.keys import KeyStore
 from routes.service.settings import Settings
 
@@ -39,7 +39,7 @@ def serve(settings: Settings) -> None:
     """Serve until stopped; the app owns the engine, closes it when a reload replaces it
     (routes/service/reload.py), and closes the last one on the way out."""
     keys = require_keys(settings)
-    app = create_app(settings, engine=engine_for(settings), keys=keys, own_engine=True)
+    app = create_app(settings, engine=view_for(settings), keys=keys, own_engine=True)
     try:
         uvicorn.run(app, host=settings.host, port=settings.port, log_level="info", access_log=False,
                     log_config=log_config())

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any, Iterator
 
 from retrieval.errors import RetrievalUnavailable
-from routes.service.view import Engine
+from routes.service.view import IndexView
 
 log = logging.getLogger("quarry.reload")
 
@@ -32,7 +32,7 @@ class Generation:
     """One served engine: its number, its snapshot, and who still holds it."""
 
     number: int
-    engine: Engine
+    engine: IndexView
     owned: bool
     leases: int = 0
     retired: bool = False
@@ -52,7 +52,7 @@ class Generation:
 class Generations:
     """The current generation, the leases requests hold, and the closing of retired ones."""
 
-    def __init__(self, engine: Engine | None = None, owned: bool = False, grace_s: float = 30.0) -> None:
+    def __init__(self, engine: IndexView | None = None, owned: bool = False, grace_s: float = 30.0) -> None:
         self.grace_s = grace_s
         self._lock = threading.Lock()
         self._number = 0
@@ -82,7 +82,7 @@ class Generations:
             if last:
                 self._close_later(generation)
 
-    def install(self, engine: Engine, owned: bool = True) -> Generation:
+    def install(self, engine: IndexView, owned: bool = True) -> Generation:
         """Make `engine` current; the generation it replaces closes once its leases are returned."""
         with self._lock:
             self._number += 1

@@ -18,7 +18,7 @@ from retrieval.errors import InvalidRequest
 from retrieval.policy import Grader, Policy, Reranker, Rewriter, Router
 
 if TYPE_CHECKING:
-    from routes.service.view import Engine
+    from routes.service.view import IndexView
 
 INTERFACES: dict[str, type] = {"router": Router, "grader": Grader, "rewriter": Rewriter, "reranker": Reranker}
 # short names for the policies Quarry ships beside its defaults
@@ -50,7 +50,7 @@ def load_factory(setting: str, path: str) -> Any:
     return target
 
 
-def load_policy(settings: Any, engine: Engine, base: Policy) -> Policy:
+def load_policy(settings: Any, engine: IndexView, base: Policy) -> Policy:
     """`base` with every policy the settings name replaced by its factory's product."""
     changes: dict[str, Any] = {}
     for name, interface in INTERFACES.items():

@@ -23,13 +23,13 @@ from indexes.live import wal_path
 from indexes.snapshot_load import current_snapshot_path
 from indexes.wal import log_end
 from retrieval.errors import SnapshotError
-from routes.service.view import Engine, open_engine
+from routes.service.view import IndexView, open_view
 from routes.service.generations import Generations
 from routes.service.settings import Settings
 
 log = logging.getLogger("quarry.reload")
 
-Opener = Callable[[Path, Engine], Engine]  # (index directory, serving engine) -> a new engine over CURRENT
+Opener = Callable[[Path, IndexView], IndexView]  # (index directory, serving engine) -> a new engine over CURRENT
 
 
 def _log_stat(index_dir: Path) -> tuple[int, int] | None:
@@ -48,7 +48,7 @@ def current_name(index_dir: Path) -> str | None:
         return None
 
 
-def serves_from(engine: Engine, index_dir: Path) -> bool:
+def serves_from(engine: IndexView, index_dir: Path) -> bool:
     """Whether `engine`'s snapshot lives in `index_dir` (only then is its CURRENT followed)."""
     try:
         return engine.snapshot.path.parent.parent.samefile(index_dir)
@@ -79,9 +79,9 @@ class Reloader:
         self._task: asyncio.Task[None] | None = None
         self._checking = asyncio.Lock()
 
-    def _open(self, index_dir: Path, serving: Engine) -> Engine:
+    def _open(self, index_dir: Path, serving: IndexView) -> IndexView:
         # The models already in memory (and their caches, keyed by the text they read) serve on.
-        return open_engine(index_dir, embedder=serving.embedder, settings=self.settings, warm=False,
+        return open_view(index_dir, embedder=serving.embedder, settings=self.settings, warm=False,
                            answer=serving.answer)
 
     def start(self) -> None:
@@ -172,7 +172,7 @@ class Reloader:
             self.on_outcome("switched")
         return installed is not None
 
-    def _load_and_install(self, serving: Engine) -> str | None:
+    def _load_and_install(self, serving: IndexView) -> str | None:
         """On a worker thread: open the new engine and install it, unless the server stopped
         meanwhile (then nobody would serve or close it: it is closed here)."""
         if self.writer is None:
@@ -185,7 +185,7 @@ class Reloader:
                     self.writer.fold(int(current.engine.snapshot.manifest.get("wal_seq", 0)))
             return name
 
-    def _open_and_install(self, serving: Engine) -> str | None:
+    def _open_and_install(self, serving: IndexView) -> str | None:
         engine = self.opener(self.index_dir, serving)
         with self._lock:
             if not self._stopped:

@@ -1,8 +1,8 @@
 """The runtime: what one process serves an index with, opened once from settings and closed
-once. It owns the served generations (each an index view, routes/service/view.py), the
-writer of the index's write-ahead log when this process holds it, and the reloader that
-follows CURRENT. The edges never see it: they receive a `Service` (routes/service/service.py)
-built over it.
+once. It owns the threads and caches every view uses (routes/service/resources.py), the
+served generations (each an index view, routes/service/view.py), the writer of the index's
+write-ahead log when this process holds it, and the reloader that follows CURRENT. The
+edges never see it: they receive a `Service` (routes/service/service.py) built over it.
 """
 
 from __future__ import annotations
@@ -10,13 +10,14 @@ from __future__ import annotations
 import logging
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Callable, Iterator
+from typing import Any, Callable, Iterator
 
 from retrieval.errors import Conflict, RetrievalError
 from routes.service.generations import Generations
 from routes.service.reload import Reloader, serves_from
+from routes.service.resources import Resources
 from routes.service.settings import Settings
-from routes.service.view import Engine, open_engine
+from routes.service.view import IndexView, open_view
 from routes.service.writes import Writer
 
 log = logging.getLogger("quarry.runtime")
@@ -26,18 +27,19 @@ READ_ONLY = "this server serves its index read-only (it does not own the index's
 class Runtime:
     """Generations, writer and reloader of one index in one process (see the module docstring)."""
 
-    def __init__(self, settings: Settings, view: Engine | None = None, own_view: bool = False) -> None:
+    def __init__(self, settings: Settings, view: IndexView | None = None, own_view: bool = False) -> None:
         """`view`, when given, is served first and stays its caller's to close unless
         `own_view`; without it `start` (a server) or `open_runtime` (a command) loads the
         index of `settings`."""
         self.settings = settings
+        self.resources = Resources.open(settings)
         self.generations = Generations(view, owned=own_view, grace_s=settings.reload_grace_s)
         self.writer: Writer | None = None
         self.writer_error: RetrievalError | None = None  # why this process could not take the log
         self.reloader: Reloader | None = None
 
     @contextmanager
-    def lease(self) -> Iterator[Engine]:
+    def lease(self) -> Iterator[IndexView]:
         """The view current now, held (never closed under its user) until the block ends."""
         with self.generations.lease() as generation:
             yield generation.engine
@@ -45,19 +47,23 @@ class Runtime:
     def load(self) -> None:
         """Serve the index of the settings when no view is served yet (blocking: loads models)."""
         if self.generations.current is None:
-            self.generations.install(open_engine(self.settings.index_dir, settings=self.settings), owned=True)
+            self.generations.install(self.open_view(self.settings.index_dir), owned=True)
 
     def owns_index(self) -> bool:
         """Whether the served view is the settings' index (only then are its log and CURRENT followed)."""
         served = self.generations.current
         return served is not None and serves_from(served.engine, self.settings.index_dir)
 
-    def reopen(self) -> Engine:
+    def reopen(self) -> IndexView:
         """A view over the index's CURRENT with the models the served one has loaded."""
         served = self.generations.current
         assert served is not None
-        return open_engine(self.settings.index_dir, embedder=served.engine.embedder, settings=self.settings, warm=False,
-                           answer=served.engine.answer)
+        return self.open_view(self.settings.index_dir, embedder=served.engine.embedder, warm=False,
+                              answer=served.engine.answer)
+
+    def open_view(self, index_dir: Path, **options: Any) -> IndexView:
+        """A view of `index_dir` on this runtime's threads and caches (options: `open_view`'s)."""
+        return open_view(index_dir, settings=self.settings, resources=self.resources, **options)
 
     def open_writer(self, rebase: bool = True) -> Writer | None:
         """Own the index's write-ahead log; the writer, or None. Another process holding it
@@ -93,6 +99,8 @@ class Runtime:
         """Follow CURRENT every `reload_interval_s` (on the running event loop)."""
         if self.settings.reload_interval_s > 0 and self.owns_index():
             self.reloader = Reloader(self.generations, self.settings, self.settings.index_dir, on_outcome,
+                                     opener=lambda index_dir, serving: self.open_view(
+                                         index_dir, embedder=serving.embedder, warm=False, answer=serving.answer),
                                      writer=self.writer, acquire_writer=self.open_writer)
             self.reloader.start()
 
@@ -102,24 +110,26 @@ class Runtime:
             self.reloader = None
 
     def close(self) -> None:
-        """Close the served views (each once its last user is done) and the writer."""
+        """Close the served views (each once its last user is done), the writer, then the
+        threads and caches they used. Idempotent."""
         self.generations.close()
         writer, self.writer = self.writer, None
         if writer is not None:
             writer.close()
+        self.resources.shutdown()
 
 
-def open_runtime(settings: Settings, index_dir: Path | None = None, writable: bool = False, **view_options: object
+def open_runtime(settings: Settings, index_dir: Path | None = None, writable: bool = False, **view_options: Any
                  ) -> Runtime:
     """A runtime for a command: the view of `index_dir` (default: the settings') loaded now.
     `writable` takes the write-ahead log first (another holder's Conflict costs no model
-    load). `view_options` go to `open_engine` (warm, plugins, embedder, policies, answer, limits, today)."""
+    load). `view_options` go to `open_view` (warm, plugins, embedder, policies, answer, limits, today)."""
     index = index_dir or settings.index_dir
     runtime = Runtime(settings)
     try:
         if writable:
             runtime.writer = Writer(index, runtime.generations, settings.write_batch_max)
-        view = open_engine(index, settings=settings, **view_options)  # type: ignore[arg-type]
+        view = runtime.open_view(index, **view_options)
         runtime.generations.install(view, owned=True)
         if runtime.writer is not None:
             runtime.writer.start_at(int((view.base or view.snapshot).manifest.get("wal_seq", 0)))

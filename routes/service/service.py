@@ -34,7 +34,7 @@ from retrieval.types import Document, Filters, Hit, Principal, check_acl, check_
 from routes.service.runtime import Runtime, open_runtime
 from routes.service.schemas import DocumentIn
 from routes.service.settings import Settings
-from routes.service.view import Engine
+from routes.service.view import IndexView
 from routes.service.tuned import Policies
 
 READINESS_PROBE = Principal("quarry-readiness").access_scope()
@@ -86,7 +86,7 @@ class Service:
         return cls(open_runtime(settings, index_dir, writable, **view_options))
 
     @classmethod
-    def serving(cls, view: Engine, settings: Settings | None = None) -> Service:
+    def serving(cls, view: IndexView, settings: Settings | None = None) -> Service:
         """The service over one ready view that stays its caller's to close (tests,
         benchmarks and commands that built it themselves)."""
         return cls(Runtime(settings or view.settings or Settings(), view))

@@ -1,4 +1,6 @@
-"""Wiring: load the model and the current snapshot once, build retrievers and the loop over them."""
+"""An index view: what one served generation answers from (a snapshot, or a base snapshot
+with the live changes over it), its retrievers and the loop over them. Views are opened by
+the runtime (routes/service/runtime.py) and read through the service; no edge touches one."""
 
 from __future__ import annotations
 
@@ -10,19 +12,17 @@ from datetime import date
 from pathlib import Path
 from typing import Callable
 
-from indexes.dense_index import WALKERS
 from indexes.sql_runner import SqlRunner
 from indexes.embedder import Embedder
 from indexes.live import LiveState, Superseded, live_view, replay
 from indexes.snapshot_load import Snapshot, load_snapshot
 from retrieval.answer_level import AnswerScores
-from retrieval.calls import CallPool, threads_needed
-from retrieval.entities import EntityIndex, key_memo
+from retrieval.calls import CallPool
+from retrieval.entities import EntityIndex
 from retrieval.errors import InvalidRequest
 from retrieval.limits import Limits, check_filters, check_k, check_query
 from retrieval.linking import EntityLinker, TableLinker
 from retrieval.loop import Budget, LoopDeps, LoopResult, Understood, run_loop, understand
-from retrieval.lru import Lru
 from retrieval.policy import FeatureRouter, Policy, SignalGrader
 from retrieval.registry import ROW_ROUTES
 from retrieval.retrievers import Retriever
@@ -35,40 +35,11 @@ from retrieval.sql.meaning import ColumnMeaning
 from retrieval.signals import HitScorer
 from retrieval.types import Filters, Principal
 from routes.service.plugins import load_policy
+from routes.service.resources import Resources
 from routes.service.tuned import Policies
 from routes.service.settings import Settings
 
 log = logging.getLogger("quarry.engine")
-
-
-@dataclass(frozen=True, eq=False)
-class Resources:
-    """The threads and caches an engine and the views derived from it share. Made here, the
-    composition root, sized by the settings, and let go once, when the last engine using
-    them closes (`Engine._close_shared`): the core and the indexes only use them."""
-
-    calls: ThreadPoolExecutor  # retriever calls: CallPool's workers and spare threads
-    side: ThreadPoolExecutor  # the dense half of hybrid calls, beside the BM25 half
-    profiles: ThreadPoolExecutor  # table profile builds, apart from the retriever threads
-    watchdogs: ThreadPoolExecutor  # one per SQL statement that may run at once
-    walkers: ThreadPoolExecutor  # the graph walks of one dense search
-    name_keys: Lru[str, str]  # entity name keys, kept across the entity index builds of every view
-
-    @classmethod
-    def open(cls, settings: Settings) -> Resources:
-        return cls(
-            ThreadPoolExecutor(threads_needed(settings.workers, settings.spare_workers), thread_name_prefix="quarry-retrieve"),
-            ThreadPoolExecutor(settings.side_workers, thread_name_prefix="quarry-dense"),
-            ThreadPoolExecutor(settings.profile_workers, thread_name_prefix="quarry-profile"),
-            ThreadPoolExecutor(settings.sql_max_concurrent, thread_name_prefix="quarry-sql-watchdog"),
-            ThreadPoolExecutor(WALKERS, thread_name_prefix="quarry-dense"),
-            key_memo(),
-        )
-
-    def shutdown(self) -> None:
-        """Cancel what is queued and let the threads end once idle (none is waited for)."""
-        for pool in (self.calls, self.side, self.profiles, self.watchdogs, self.walkers):
-            pool.shutdown(wait=False, cancel_futures=True)
 
 
 def build_retrievers(snapshot: Snapshot, embedder: Embedder, resources: Resources, fusion: FusionParams = FusionParams(),
@@ -116,8 +87,8 @@ class Shared:
 
 
 @dataclass
-class Engine:
-    """Everything a request needs, built once per process and passed in."""
+class IndexView:
+    """Everything a request needs from one generation: built once, derived per write."""
 
     snapshot: Snapshot
     embedder: Embedder
@@ -128,6 +99,7 @@ class Engine:
     names: EntityIndex
     calls: CallPool
     resources: Resources  # the threads and caches it shares with the views derived from it
+    own_resources: bool = True  # False: a runtime's, which it shuts down itself once every view is closed
     today: date | None = None
     policy: Policy | None = None  # the loop's collaborators; None: the built-in ones over `policies`
     answer: AnswerScores | None = None  # the answer model's scores, once a policy asked for them
@@ -153,7 +125,7 @@ class Engine:
             today=lambda: self.today or date.today(),
         )
 
-    def with_policy(self, policy: Policy) -> Engine:
+    def with_policy(self, policy: Policy) -> IndexView:
         """The same loaded index and threads with other collaborators (plug-ins, tests)."""
         self.policy = policy
         self.deps = replace(self.deps, policy=policy)
@@ -202,13 +174,13 @@ class Engine:
         return run_loop(check_query(question, lim, "question"), principal, budget, self.deps, check_filters(filters, lim),
                         today or self.today)
 
-    def derive(self, live: LiveState) -> Engine:
+    def derive(self, live: LiveState) -> IndexView:
         """An engine over the same base snapshot with the changes `live` (a write's): it shares
         the base, the models, the thread pools and the SQL route with this one, and only
         builds the delta segment and the retrievers over it (no full rebuild)."""
         base = self.base or self.snapshot
         if self.shared is None:
-            raise RuntimeError("only an engine opened with open_engine can derive views")
+            raise RuntimeError("only an engine opened with open_view can derive views")
         self.shared.acquire()
         view: Snapshot | None = None
         try:
@@ -232,44 +204,52 @@ class Engine:
         self.shared.release()
 
     def _close_shared(self) -> None:
-        self.resources.calls.shutdown(wait=False, cancel_futures=True)  # queued retriever calls first
+        if self.own_resources:
+            self.resources.calls.shutdown(wait=False, cancel_futures=True)  # queued retriever calls first
         self.sql.close()  # waits for its statements and profile builds
-        self.resources.shutdown()
+        if self.own_resources:
+            self.resources.shutdown()
         (self.base or self.snapshot).close()
 
 
-def open_engine(index_dir: Path, embedder: Embedder | None = None, limits: Limits | None = None,
+def open_view(index_dir: Path, embedder: Embedder | None = None, limits: Limits | None = None,
                 today: date | None = None, policies: Policies | None = None, settings: Settings | None = None,
-                warm: bool = True, plugins: bool = True, answer: AnswerScores | None = None) -> Engine:
+                warm: bool = True, plugins: bool = True, answer: AnswerScores | None = None,
+                resources: Resources | None = None) -> IndexView:
     """Load everything once, sized by `settings` (thread pools, caches, SQL and fusion; the
     defaults when None), with the policies the settings name (routes/service/plugins.py: a policy
     that fails to load stops here; `plugins=False` for commands that run no loop). `limits`,
     `today` and `policies`, when given, replace the settings' (and the index's tuned
     policies); `answer` shares an already loaded answer model and its cache. `warm` loads
     the embedding model and runs one query embedding now, so the first request does not
-    spend its deadline importing torch."""
+    spend its deadline importing torch. `resources` are a runtime's threads and caches, which
+    it shuts down itself; without them the engine opens its own and shuts them down when its
+    last view closes."""
     settings = settings or Settings()
     embedder = embedder or settings.embedder()
     today = today or settings.today
-    resources = Resources.open(settings)
+    own = resources is None
+    resources = resources or Resources.open(settings)
     try:
         base, live, view = _load_live(index_dir, embedder, settings.mask_cache_size, settings.mask_cache_mb << 20,
                                       resources.walkers)
     except BaseException:
-        resources.shutdown()
+        if own:
+            resources.shutdown()
         raise
     try:
         if warm and len(view.chunks):
             embedder.load().encode_query("warm up")
             embedder.clear_cache()
         policies = policies or Policies.load(index_dir, settings.fusion)
-        calls = CallPool(settings.workers, settings.spare_workers, threads=resources.calls)
-        holder: list[Engine] = []
+        calls = resources.call_pool
+        holder: list[IndexView] = []
         shared = Shared(lambda: holder[0]._close_shared())
         engine = _assemble(view, base, live, embedder, limits or settings.limits, policies, calls, today, resources, answer,
-                           settings, plugins, shared)
+                           settings, plugins, shared, own_resources=own)
     except BaseException:
-        resources.shutdown()
+        if own:
+            resources.shutdown()
         if view is not base:
             view.close()
         base.close()
@@ -300,16 +280,18 @@ def _load_live(index_dir: Path, embedder: Embedder, mask_cache_size: int, mask_c
 
 def _assemble(view: Snapshot, base: Snapshot, live: LiveState, embedder: Embedder, limits: Limits, policies: Policies,
               calls: CallPool, today: date | None, resources: Resources, answer: AnswerScores | None,
-              settings: Settings, plugins: bool, shared: Shared, sql: SqlRetriever | None = None) -> Engine:
+              settings: Settings, plugins: bool, shared: Shared, sql: SqlRetriever | None = None,
+              own_resources: bool = True) -> IndexView:
     """The engine over `view` with the given shared parts and the plug-ins the settings name."""
     titles, title_ids, values = view.catalog.entity_names()
-    engine = Engine(
+    engine = IndexView(
         snapshot=view, embedder=embedder,
         retrievers=build_retrievers(view, embedder, resources, policies.fusion, settings, today, sql),
         limits=limits, policies=policies,
         titles=EntityIndex.build(titles, title_ids, view.chunks.doc_ids, resources.name_keys),
         names=EntityIndex.build(values, memo=resources.name_keys),
-        calls=calls, resources=resources, today=today, answer=answer, base=base if view is not base else None, live=live,
+        calls=calls, resources=resources, own_resources=own_resources, today=today, answer=answer,
+        base=base if view is not base else None, live=live,
         settings=settings, plugins=plugins, shared=shared,
     )
     if not plugins:

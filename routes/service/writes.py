@@ -43,7 +43,7 @@ from indexes.live import WRITE, Change, Delete, Put, apply, compact, embed_docs,
 from indexes.wal import JSONObject, WriteAheadLog
 from retrieval.errors import Conflict, InvalidRequest, NotFound
 from retrieval.types import Principal, check_acl, check_doc_id
-from routes.service.view import Engine
+from routes.service.view import IndexView
 from routes.service.generations import Generations
 from routes.service.write_quota import WriteQuota, change_bytes
 
@@ -76,7 +76,7 @@ class Writer:
 
     def __init__(self, index_dir: Path, generations: Generations | None = None, max_batch: int = MAX_BATCH,
                  idempotency_keys: int = 10_000, compact_after: int = 0,
-                 opener: Callable[[], Engine] | None = None, max_key_bytes: int = MAX_KEY_BYTES) -> None:
+                 opener: Callable[[], IndexView] | None = None, max_key_bytes: int = MAX_KEY_BYTES) -> None:
         self.index_dir = index_dir
         self.quota = WriteQuota(max_key_bytes)
         self.generations = generations
@@ -111,7 +111,7 @@ class Writer:
                 self.wal.restart_at(base_wal_seq, self.keys.carry())
 
     def write(self, changes: Sequence[Change], principal: Principal | None,
-              idempotency: tuple[str, bytes] | None = None, engine: Engine | None = None,
+              idempotency: tuple[str, bytes] | None = None, engine: IndexView | None = None,
               key: str | None = None) -> JSONObject:
         """Apply `changes` as one record; the result names the new generation (the record's
         seq). The changes apply to the served generation's view (or to `engine`, without
@@ -142,7 +142,7 @@ class Writer:
                 return self._apply(changes, principal, idempotency, engine, embedded)
 
     def _apply(self, changes: Sequence[Change], principal: Principal | None, idempotency: tuple[str, bytes] | None,
-               engine: Engine | None, embedded: Embedded) -> JSONObject:
+               engine: IndexView | None, embedded: Embedded) -> JSONObject:
         """Under the lock: check again against the view served now, then log and install."""
         if idempotency is not None:
             stored = self.keys.lookup(*idempotency)
@@ -180,7 +180,7 @@ class Writer:
         return out
 
     @contextmanager
-    def _served(self, engine: Engine | None) -> Iterator[Engine]:
+    def _served(self, engine: IndexView | None) -> Iterator[IndexView]:
         if engine is not None:
             yield engine
             return
@@ -190,7 +190,7 @@ class Writer:
             yield generation.engine
 
     @staticmethod
-    def _authorize(engine: Engine, changes: Sequence[Change], principal: Principal | None) -> None:
+    def _authorize(engine: IndexView, changes: Sequence[Change], principal: Principal | None) -> None:
         """Changing an existing document needs the right to read it, whatever the change: a
         put, a delete or an ACL change of a document the caller cannot read is NotFound,
         exactly like one of a missing id (a put of a missing id creates it)."""
@@ -203,7 +203,7 @@ class Writer:
                 raise NotFound(f"no document {doc_id[:80]!r}")
 
     @staticmethod
-    def _embed(engine: Engine, changes: Sequence[Change]) -> Embedded:
+    def _embed(engine: IndexView, changes: Sequence[Change]) -> Embedded:
         """The puts' vectors, with the served base's chunking and the engine's model."""
         max_chars = options_of(engine.base or engine.snapshot)[0]
         puts = [c for c in changes if isinstance(c, Put)]
@@ -211,7 +211,7 @@ class Writer:
         return Embedded([(c, next(vectors) if isinstance(c, Put) else None) for c in changes],
                         engine.embedder.model_id, max_chars)
 
-    def rebase(self, open_new: Callable[[], Engine]) -> Engine:
+    def rebase(self, open_new: Callable[[], IndexView]) -> IndexView:
         """Serve a new base snapshot (after an ingest or a compaction): `open_new` opens it with
         the log replayed onto it, and runs under the writer's lock, so no write can fall
         between the replay and the install; then the folded records are dropped."""
@@ -224,7 +224,7 @@ class Writer:
             self.fold(int(engine.snapshot.manifest.get("wal_seq", 0)))
             return engine
 
-    def behind(self, engine: Engine) -> bool:
+    def behind(self, engine: IndexView) -> bool:
         """Whether `engine` misses log records (written before this writer took the log)."""
         return self.wal.last_seq > engine.live.seq
 

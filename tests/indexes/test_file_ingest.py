@@ -19,7 +19,7 @@ from indexes.snapshot_load import current_snapshot_path
 from retrieval.errors import IngestError
 from retrieval.search import search
 from retrieval.types import NO_FILTERS, Principal
-from routes.service.view import open_engine
+from routes.service.view import open_view
 
 PRINCIPALS = {"pat": (), "fin": ("finance",), "hal": ("hr",), "root": ("admin", "finance", "hr")}
 MANIFEST = {"files": [
@@ -49,7 +49,7 @@ def mixed(tmp_path_factory, embedder):
     written = _write_mixed(root / "corpus")
     index = root / "index"
     manifest = build_snapshot([root / "corpus"], index, embedder)
-    engine = open_engine(index, embedder, today=date(2026, 12, 1))
+    engine = open_view(index, embedder, today=date(2026, 12, 1))
     yield {"root": root, "index": index, "engine": engine, "manifest": manifest, **written}
     engine.close()
 
@@ -165,7 +165,7 @@ def test_no_principal_can_tell_a_forbidden_file_is_there(mixed, embedder, tmp_pa
         _reduced_folder(mixed, principal, folder)
         index = tmp_path / pid / "index"
         build_snapshot([folder], index, embedder, BuildOptions(reuse_from=mixed["index"]))
-        alone = open_engine(index, embedder, today=date(2026, 12, 1))
+        alone = open_view(index, embedder, today=date(2026, 12, 1))
         try:
             for q in questions:
                 full = mixed["engine"].query(q, principal)

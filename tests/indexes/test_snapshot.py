@@ -17,7 +17,7 @@ import pytest
 from indexes.snapshot_build import build_snapshot
 from indexes.snapshot_load import current_snapshot_path, load_snapshot
 from retrieval.errors import IngestError, SnapshotError
-from routes.service.view import open_engine
+from routes.service.view import open_view
 from retrieval.search import search
 from retrieval.types import Filters, Principal
 from tests.conftest import MINI, PATIENCE_S, ROOT
@@ -140,7 +140,7 @@ def test_killed_ingest_leaves_the_previous_snapshot_loadable_and_answering(index
     kill_ingest_when(big, index_copy, lambda: bool(list((index_copy / "snapshots").glob(".building-*/bm25"))))
     assert list((index_copy / "snapshots").glob(".building-*"))  # the half-written build is there...
     assert current_snapshot_path(index_copy) == before  # ...but not current
-    engine = open_engine(index_copy, embedder)
+    engine = open_view(index_copy, embedder)
     try:
         hits = search(engine.retrievers, "hybrid", "carrier webhook retries", Principal("erin"), 3, Filters(), engine.limits)
         assert hits and hits[0].doc_id == "m15"

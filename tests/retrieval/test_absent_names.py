@@ -29,7 +29,7 @@ QUESTION = "What are the opening hours of the Ravensholt store?"
 def engines(tmp_path_factory, embedder):
     """The corpus, and the same corpus without the forbidden document."""
     from indexes.snapshot_build import build_snapshot
-    from routes.service.view import open_engine
+    from routes.service.view import open_view
 
     root = tmp_path_factory.mktemp("absent-names")
     out = {}
@@ -37,7 +37,7 @@ def engines(tmp_path_factory, embedder):
         (root / name).mkdir()
         (root / name / "docs.jsonl").write_text("\n".join(json.dumps(d) for d in docs))
         build_snapshot([root / name], root / f"index-{name}", embedder)
-        out[name] = open_engine(root / f"index-{name}", embedder, Limits(default_deadline_ms=30000))
+        out[name] = open_view(root / f"index-{name}", embedder, Limits(default_deadline_ms=30000))
     yield out
     for engine in out.values():
         engine.close()

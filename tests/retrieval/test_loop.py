@@ -150,9 +150,9 @@ def test_deadline_is_honoured_with_slow_retrievers(engine, deadline_ms):
 def test_slow_first_table_profiles_hold_up_neither_their_questions_nor_anyone_else(demo_index, embedder):
     """The first link for a new access scope profiles its tables, which may take long. The
     question goes on without tables, and the build must not take threads other callers need."""
-    from routes.service.view import open_engine
+    from routes.service.view import open_view
 
-    engine = open_engine(demo_index, embedder, today=date(2025, 11, 1))
+    engine = open_view(demo_index, embedder, today=date(2025, 11, 1))
     question, regular = "how many incidents were opened in 2025", Principal("bob", ("finance",))
     newcomers = [Principal(f"newcomer-{i}", ("finance",)) for i in range(6)]  # more than the retrieval workers
     try:

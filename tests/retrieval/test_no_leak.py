@@ -15,7 +15,7 @@ import pytest
 from indexes.corpus import load_documents
 from indexes.snapshot_build import BuildOptions, build_snapshot
 from retrieval.types import Filters, Principal
-from routes.service.view import open_engine
+from routes.service.view import open_view
 from tests.conftest import DEMO, PATIENCE_S
 from tests.retrieval.remote_backend import RemoteBackend
 
@@ -45,7 +45,7 @@ def reduced_engines(demo_index, embedder, tmp_path_factory):
                                         "metadata": dict(d.metadata), "acl": list(d.acl)}) + "\n")
         index = tmp_path_factory.mktemp(f"index-{pid}")
         build_snapshot([folder / "docs.jsonl", DEMO / "tables"], index, embedder, BuildOptions(reuse_from=demo_index))
-        engines[pid] = open_engine(index, embedder, today=date(2025, 11, 1))
+        engines[pid] = open_view(index, embedder, today=date(2025, 11, 1))
     yield engines
     for e in engines.values():
         e.close()
@@ -76,7 +76,7 @@ REMOTE_ROUTE = "hybrid"  # the route the loop chooses for most of these question
 def remote(demo_index, embedder):
     """(engine, client): an engine over the demo index whose loop sends every hybrid call to
     a server process that loaded the same snapshot itself; the server is killed afterwards."""
-    engine = open_engine(demo_index, embedder, today=date(2025, 11, 1))
+    engine = open_view(demo_index, embedder, today=date(2025, 11, 1))
     try:
         fusion = asdict(engine.retrievers[REMOTE_ROUTE].params)  # the same fusion as the local route
         with RemoteBackend(demo_index, REMOTE_ROUTE, fusion, PATIENCE_S) as client:

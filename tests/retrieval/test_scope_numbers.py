@@ -15,7 +15,7 @@ import pytest
 import indexes.dense_index as dense_module
 from indexes.snapshot_build import BuildOptions, build_snapshot
 from retrieval.types import Principal
-from routes.service.view import open_engine
+from routes.service.view import open_view
 
 pytestmark = pytest.mark.slow  # builds an index per principal, then compares every answer
 
@@ -87,13 +87,13 @@ def scoped_engines(request, tmp_path_factory, embedder):
         patch.setattr(dense_module, "EXACT_BELOW", 3)
         _write(docs, root / "all", rows)
         build_snapshot([root / "all"], root / "index-all", embedder, options)
-        full = open_engine(root / "index-all", embedder, today=TODAY)
+        full = open_view(root / "index-all", embedder, today=TODAY)
         alone = {}
         for p in PRINCIPALS:
             _write([d for d in docs if p.can_read(d["acl"])], root / f"only-{p.id}",
                    [r for r in rows if p.can_read([r["acl"]])])
             build_snapshot([root / f"only-{p.id}"], root / f"index-{p.id}", embedder, options)
-            alone[p.id] = open_engine(root / f"index-{p.id}", embedder, today=TODAY)
+            alone[p.id] = open_view(root / f"index-{p.id}", embedder, today=TODAY)
         assert (full.snapshot.dense.graphs >= 4) == (request.param == "graphs")
         yield full, alone, _questions(docs, random.Random(5))
     for e in [full, *alone.values()]:

@@ -20,9 +20,9 @@ PROGRAM = r"""
 import json, sys
 from datetime import date
 from pathlib import Path
-from routes.service.view import open_engine
+from routes.service.view import open_view
 from routes.eval.evaluation import load_label_file
-engine = open_engine(Path(sys.argv[1]), today=date(2025, 11, 1))
+engine = open_view(Path(sys.argv[1]), today=date(2025, 11, 1))
 try:
     for label in load_label_file(Path(sys.argv[2])):
         r = engine.query(label.question, label.principal_obj(), deadline_ms=30000)

@@ -27,13 +27,13 @@ def _k_maximum(schema: dict) -> int:
 def limited(demo_index, embedder, http_keys, tmp_path_factory):
     """A real server whose settings came from QUARRY_MAX_K=20."""
     from routes.server.app import create_app
-    from routes.service.view import open_engine
+    from routes.service.view import open_view
     from routes.service.settings import Settings
 
     store, keys = http_keys
     settings = Settings.load({"QUARRY_MAX_K": "20"}, {"index_dir": tmp_path_factory.mktemp("limited-srv"),
                                                       "rate_per_second": 1000.0, "burst": 1000})
-    engine = open_engine(demo_index, embedder, settings=settings)
+    engine = open_view(demo_index, embedder, settings=settings)
     try:
         with LiveServer(create_app(settings, engine=engine, keys=store)) as server:
             server.keys = keys

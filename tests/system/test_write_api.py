@@ -91,7 +91,7 @@ def test_put_is_found_by_every_route_then_delete_hides_it_everywhere(writable):
 
 def test_acl_change_revokes_on_the_next_request_and_equals_a_fresh_build(writable, embedder, tmp_path):
     from indexes.snapshot_build import BuildOptions, build_snapshot
-    from routes.service.view import open_engine
+    from routes.service.view import open_view
 
     text = "Quarterly spend on the Halvorsen retrofit came to 412k, under the approved envelope."
     put = httpx.put(writable.url + "/v1/documents/fin-halvorsen", headers=_h(writable, "wendy"), timeout=60,
@@ -113,7 +113,7 @@ def test_acl_change_revokes_on_the_next_request_and_equals_a_fresh_build(writabl
                             "acl": ["group:board", "group:content"]}) + "\n")
     fresh_dir = tmp_path / "fresh"
     build_snapshot([corpus], fresh_dir, embedder, BuildOptions(reuse_embeddings=False))
-    fresh = open_engine(fresh_dir, embedder)
+    fresh = open_view(fresh_dir, embedder)
     try:
         bob = Principal("bob", ("finance",))
         for q in ("Halvorsen retrofit spend", "ledger lock timeout", "rotate signing keys"):
@@ -391,7 +391,7 @@ def slow_writer(tmp_path, embedder):
 
     from indexes.snapshot_build import build_snapshot
     from routes.server.app import create_app
-    from routes.service.view import open_engine
+    from routes.service.view import open_view
     from routes.service.keys import KeyStore
     from routes.service.settings import Settings
 
@@ -416,7 +416,7 @@ def slow_writer(tmp_path, embedder):
     settings = Settings(index_dir=index, rate_per_second=1000.0, burst=1000, max_concurrent_per_key=64,
                         reload_interval_s=0, write_max_key_bytes=1_500_000)
     held = HeldEmbedder(embedder)
-    engine = open_engine(index, held, settings=settings)
+    engine = open_view(index, held, settings=settings)
     with LiveServer(create_app(settings, engine=engine, keys=store, own_engine=True)) as server:
         server.keys, server.embedder = keys, held
         try:
@@ -476,7 +476,7 @@ def _two_page_pdf(second_page: str) -> bytes:
 
 
 def test_a_pdf_put_is_found_with_its_page_and_keeps_it_through_replay_and_compaction(writable, embedder):
-    from routes.service.view import open_engine
+    from routes.service.view import open_view
 
     data = _two_page_pdf("The Quenlar sluice gate opens with override key ZK-4471 after the tide alarm.")
     r = httpx.put(writable.url + "/v1/documents/sluice-handbook", params=[("acl", "public"), ("acl", "group:content")],
@@ -487,7 +487,7 @@ def test_a_pdf_put_is_found_with_its_page_and_keeps_it_through_replay_and_compac
     assert [(h["doc_id"], h["page"], h["section"]) for h in hits] == [("sluice-handbook", 2, [])]
     doc = httpx.get(writable.url + "/v1/documents/sluice-handbook", headers=_h(writable, "erin"), timeout=30).json()
     assert doc["title"] == "Sluice handbook" and [g["page"] for g in doc["regions"]] == [1, 2]
-    replayed = open_engine(writable.index, embedder)  # another process's view: the change replayed from the log
+    replayed = open_view(writable.index, embedder)  # another process's view: the change replayed from the log
     try:
         hit = search(replayed.retrievers, "exact", "ZK-4471", Principal("erin", ()), 3, Filters(), replayed.limits)[0]
         assert (hit.doc_id, hit.page) == ("sluice-handbook", 2)

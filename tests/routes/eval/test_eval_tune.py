@@ -14,7 +14,7 @@ from datetime import date
 
 import pytest
 
-from routes.service.view import open_engine
+from routes.service.view import open_view
 from routes.service.tuned import TUNED_CONFIG, Policies
 from routes.eval.evaluation import (evaluate, fit_policies, load_label_file, question_features, save_policies, split_labels,
                                write_report)
@@ -66,7 +66,7 @@ def test_eval_writes_metrics_report_and_plots(engine, labels_file, tmp_path):
 
 def test_tune_is_deterministic_and_the_index_loads_what_it_saved(index_copy, embedder, labels_file):
     train, _ = split_labels(load_label_file(labels_file))
-    engine = open_engine(index_copy, embedder)
+    engine = open_view(index_copy, embedder)
     try:
         a, notes_a = fit_policies(Service.serving(engine), train, seed=3)
         b, notes_b = fit_policies(Service.serving(engine), train, seed=3)
@@ -75,7 +75,7 @@ def test_tune_is_deterministic_and_the_index_loads_what_it_saved(index_copy, emb
     assert a.router.to_json() == b.router.to_json() and a.grader.to_json() == b.grader.to_json()
     path = save_policies(index_copy, a, notes_a, seed=3)
     assert path == index_copy / TUNED_CONFIG
-    reloaded = open_engine(index_copy, embedder)
+    reloaded = open_view(index_copy, embedder)
     try:
         assert reloaded.policies.router.source.startswith("tuned") and reloaded.policies.grader.to_json() == a.grader.to_json()
         assert reloaded.policies.fusion == a.fusion and notes_a["fusion"]["method"] == a.fusion.method
@@ -265,7 +265,7 @@ def test_labeled_today_resolves_the_questions_relative_dates_in_eval(dated_table
     labels.write_text("".join(json.dumps({"id": i, "question": question, "principal": "erin", "route": "sql", "relevant": [],
                                           "answer_rows": rows, "today": today}) + "\n"
                               for i, rows, today in (("q1", [[2]], "2023-04-15"), ("q2", [[3]], "2023-10-02"))))
-    engine = open_engine(dated_tables_index, embedder, today=date(2026, 1, 5))  # an engine date that fits neither label
+    engine = open_view(dated_tables_index, embedder, today=date(2026, 1, 5))  # an engine date that fits neither label
     try:
         result = evaluate(Service.serving(engine), load_label_file(labels), k=8)
     finally:
@@ -276,7 +276,7 @@ def test_labeled_today_resolves_the_questions_relative_dates_in_eval(dated_table
 def test_tune_features_resolve_relative_dates_against_the_labels_today(dated_tables_index, embedder):
     from retrieval.types import Principal
 
-    engine = open_engine(dated_tables_index, embedder, today=date(2026, 1, 5))
+    engine = open_view(dated_tables_index, embedder, today=date(2026, 1, 5))
     try:
         service = Service.serving(engine)
         constraints, _ = question_features(service, "incidents opened last quarter", Principal("erin"), date(2023, 4, 15))

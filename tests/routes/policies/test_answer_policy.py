@@ -12,7 +12,7 @@ import pytest
 from indexes.answer_model import AnswerModel, default_path
 from retrieval.answer_level import AnswerGrader, AnswerReranker, passage_text
 from retrieval.types import Filters, Principal
-from routes.service.view import open_engine
+from routes.service.view import open_view
 from routes.eval.evaluation import fit_policies, load_label_file, save_policies, split_labels
 from routes.service.plugins import PluginError
 from routes.service.settings import Settings
@@ -34,7 +34,7 @@ def model():
 def answer_engine(mini_index, embedder, tmp_path_factory):
     index = tmp_path_factory.mktemp("answer") / "index"
     shutil.copytree(mini_index, index)  # its own catalog file
-    eng = open_engine(index, embedder, settings=Settings(grader="answer", reranker="answer", rerank_top_n=6))
+    eng = open_view(index, embedder, settings=Settings(grader="answer", reranker="answer", rerank_top_n=6))
     yield eng
     eng.close()
 
@@ -73,7 +73,7 @@ def erins_own_engine(embedder, tmp_path_factory):
             shutil.copy(extra, root / extra.name)
     index = tmp_path_factory.mktemp("erin-index")
     build_snapshot([root], index, embedder)
-    eng = open_engine(index, embedder, settings=Settings(grader="answer", reranker="answer", rerank_top_n=6))
+    eng = open_view(index, embedder, settings=Settings(grader="answer", reranker="answer", rerank_top_n=6))
     yield eng
     eng.close()
 
@@ -106,7 +106,7 @@ def test_a_damaged_model_stops_startup_with_one_line(mini_index, embedder, tmp_p
     index = tmp_path / "index"
     shutil.copytree(mini_index, index)
     with pytest.raises(PluginError) as err:
-        open_engine(index, embedder, settings=Settings(grader="answer", answer_model_path=bad))
+        open_view(index, embedder, settings=Settings(grader="answer", answer_model_path=bad))
     assert "\n" not in str(err.value) and "QUARRY_GRADER" in str(err.value) and "sha256" in str(err.value)
 
 
@@ -115,7 +115,7 @@ def test_tune_fits_the_answer_grader_for_its_false_gap_target_and_serving_uses_i
     index = tmp_path / "index"
     shutil.copytree(mini_index, index)
     train, _ = split_labels(load_label_file(labels_file))
-    base = open_engine(index, embedder, settings=Settings(grader="answer"))
+    base = open_view(index, embedder, settings=Settings(grader="answer"))
     try:
         policies, notes = fit_policies(Service.serving(base), train, seed=3, answer=base.answer, target_false_gap=0.2)
     finally:
@@ -125,8 +125,8 @@ def test_tune_fits_the_answer_grader_for_its_false_gap_target_and_serving_uses_i
     save_policies(index, policies, notes, seed=3)
     saved = json.loads((index / "tuned.json").read_text())["answer"]
     assert saved["model_sha256"] == base.answer.scorer.checksum
-    served = open_engine(index, embedder, settings=Settings(grader="answer"))
-    overridden = open_engine(index, embedder, settings=Settings(grader="answer", answer_threshold=1.0))
+    served = open_view(index, embedder, settings=Settings(grader="answer"))
+    overridden = open_view(index, embedder, settings=Settings(grader="answer", answer_threshold=1.0))
     try:
         assert served.policy.grader.config.threshold == pytest.approx(policies.answer.threshold, abs=1e-6)
         assert overridden.policy.grader.config.threshold == 1.0
@@ -158,7 +158,7 @@ def test_tune_chooses_the_rerankers_candidates_and_prior_and_serving_uses_them(m
     shutil.copytree(mini_index, index)
     train, _ = split_labels(load_label_file(labels_file))
     settings = Settings(reranker="answer")
-    base = open_engine(index, embedder, settings=settings)
+    base = open_view(index, embedder, settings=settings)
     try:
         policies, notes = fit_policies(Service.serving(base), train, seed=3, rerank=base.answer, settings=settings)
     finally:
@@ -167,8 +167,8 @@ def test_tune_chooses_the_rerankers_candidates_and_prior_and_serving_uses_them(m
     assert chosen in RERANK_GRID and notes["rerank"]["train_ndcg@10"] >= notes["rerank"]["train_ndcg@10_without"]
     assert (policies.rerank.top_n, policies.rerank.rank_prior) == chosen
     save_policies(index, policies, notes, seed=3)
-    served = open_engine(index, embedder, settings=settings)
-    overridden = open_engine(index, embedder, settings=Settings(reranker="answer", rerank_top_n=7, rerank_rank_prior=3.0))
+    served = open_view(index, embedder, settings=settings)
+    overridden = open_view(index, embedder, settings=Settings(reranker="answer", rerank_top_n=7, rerank_rank_prior=3.0))
     try:
         assert (served.policy.reranker.config.top_n, served.policy.reranker.config.rank_prior) == chosen
         assert (overridden.policy.reranker.config.top_n, overridden.policy.reranker.config.rank_prior) == (7, 3.0)

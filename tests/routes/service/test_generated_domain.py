@@ -67,7 +67,7 @@ def _services(rng: random.Random) -> list[dict]:
 @pytest.fixture(scope="module")
 def domain(tmp_path_factory, embedder):
     from indexes.snapshot_build import BuildOptions, build_snapshot
-    from routes.service.view import open_engine
+    from routes.service.view import open_view
 
     root = tmp_path_factory.mktemp("studio")
     src = root / "src"
@@ -81,7 +81,7 @@ def domain(tmp_path_factory, embedder):
     (src / "services.acl.json").write_text(json.dumps({"acl": ["public"], "types": {"charge_eur": "DOUBLE"},
                                                       "key": "job_ref"}))
     build_snapshot([src], root / "index", embedder, BuildOptions(default_acl=("public",)))
-    engine = open_engine(root / "index", embedder, today=date(2025, 11, 1), plugins=False)
+    engine = open_view(root / "index", embedder, today=date(2025, 11, 1), plugins=False)
     yield engine, rows
     engine.close()
 
@@ -169,12 +169,12 @@ def test_eval_waits_for_a_new_scopes_table_profiles_however_long_they_take(domai
     longer than half its deadline is still routed with the tables (a served question would
     not wait, tests/retrieval/test_loop.py), so two runs of the same labels agree."""
     from retrieval.evaluate import Label
-    from routes.service.view import open_engine
+    from routes.service.view import open_view
     from routes.eval.evaluation import run_labels
     from tests.conftest import TablesProbe
 
     served, _ = domain
-    engine = open_engine(served.snapshot.path.parent.parent, embedder, today=date(2025, 11, 1), plugins=False)
+    engine = open_view(served.snapshot.path.parent.parent, embedder, today=date(2025, 11, 1), plugins=False)
     try:
         engine.sql._backend = slow = TablesProbe(engine.sql._backend, seconds=0.4)  # a profile build of seconds
         label = Label("s1", "What is the state of service RJ-3007?", "mika", route="sql")

@@ -17,7 +17,7 @@ from indexes.snapshot_build import BuildOptions, build_snapshot
 from retrieval.errors import Conflict, NotFound
 from retrieval.search import search
 from retrieval.types import Filters, Principal
-from routes.service.view import Engine, open_engine
+from routes.service.view import IndexView, open_view
 from routes.service.generations import Generations
 from routes.service.writes import Writer
 
@@ -47,7 +47,7 @@ def _queries(rng: random.Random) -> list[str]:
     return out + [f'"{VOCAB[3]}"', VOCAB[7], "pump valve review"]
 
 
-def _rankings(engine: Engine, queries: list[str]) -> dict:
+def _rankings(engine: IndexView, queries: list[str]) -> dict:
     """Per principal, query and route: (chunk ids in order, scores); and the loop's outcome."""
     out: dict = {}
     for p in PRINCIPALS:
@@ -68,13 +68,13 @@ def _index(tmp: Path, corpus: dict[str, dict], embedder, graph_from: int | None 
     return tmp / "ix"
 
 
-def _rebuild(tmp: Path, corpus: dict[str, dict], embedder, graph_from: int | None = None) -> Engine:
+def _rebuild(tmp: Path, corpus: dict[str, dict], embedder, graph_from: int | None = None) -> IndexView:
     src = tmp / "final"
     src.mkdir(exist_ok=True)
     (src / "docs.jsonl").write_text("".join(json.dumps(r) + "\n" for r in corpus.values()))
     index = tmp / f"rebuild-{len(list(tmp.glob('rebuild-*')))}"
     build_snapshot([src / "docs.jsonl"], index, embedder, BuildOptions(reuse_embeddings=False, dense_graph_from=graph_from))
-    return open_engine(index, embedder, plugins=False)
+    return open_view(index, embedder, plugins=False)
 
 
 def _compare(live: dict, rebuilt: dict) -> None:
@@ -96,7 +96,7 @@ def test_random_writes_and_compactions_rank_like_a_full_rebuild(tmp_path, embedd
     rng = random.Random(seed)
     corpus = {f"d{i:02d}": _record(rng, f"d{i:02d}") for i in range(24)}
     index = _index(tmp_path, corpus, embedder, graph_from)
-    generations = Generations(open_engine(index, embedder, plugins=False), owned=True)
+    generations = Generations(open_view(index, embedder, plugins=False), owned=True)
     writer = Writer(index, generations)
     queries = _queries(rng)
     fresh = 100
@@ -105,7 +105,7 @@ def test_random_writes_and_compactions_rank_like_a_full_rebuild(tmp_path, embedd
             kind = rng.choice(["put", "put", "replace", "delete", "acl", "batch", "compact"] if step != 6 else ["compact"])
             if kind == "compact":
                 assert writer.compact(embedder)["status"] in ("compacted", "unchanged")
-                writer.rebase(lambda: open_engine(index, embedder, plugins=False))
+                writer.rebase(lambda: open_view(index, embedder, plugins=False))
                 continue
             if kind == "put":
                 fresh += 1
@@ -144,7 +144,7 @@ def test_random_writes_and_compactions_rank_like_a_full_rebuild(tmp_path, embedd
         writer.close()
         generations.close()
     # A restart replays the log onto the last base: the same corpus again.
-    reopened = open_engine(index, embedder, plugins=False)
+    reopened = open_view(index, embedder, plugins=False)
     rebuilt = _rebuild(tmp_path, corpus, embedder, graph_from)
     try:
         _compare(_rankings(reopened, queries), _rankings(rebuilt, queries))
@@ -164,7 +164,7 @@ def test_a_compaction_keeps_the_whole_dense_graph_setting_of_the_build(tmp_path,
     src.write_text("".join(json.dumps(r) + "\n" for r in corpus.values()))
     index = tmp_path / "ix"
     build_snapshot([src], index, embedder, BuildOptions(dense_graph_from=1, dense_whole_graph=whole))
-    generations = Generations(open_engine(index, embedder, plugins=False), owned=True)
+    generations = Generations(open_view(index, embedder, plugins=False), owned=True)
     writer = Writer(index, generations)
     try:
         assert writer.write([Put(_doc(_record(rng, "fresh")), "test")], None)["status"] == "applied"
@@ -172,7 +172,7 @@ def test_a_compaction_keeps_the_whole_dense_graph_setting_of_the_build(tmp_path,
     finally:
         writer.close()
         generations.close()
-    reopened = open_engine(index, embedder, plugins=False)
+    reopened = open_view(index, embedder, plugins=False)
     try:
         dense = reopened.snapshot.dense
         dense = getattr(dense, "parts", [dense])[0]
@@ -187,7 +187,7 @@ def test_a_write_checks_the_whole_batch_and_applies_nothing_on_a_bad_change(tmp_
     corpus = {f"d{i}": _record(rng, f"d{i}") for i in range(6)}
     corpus["d0"]["acl"] = ["group:alpha"]
     index = _index(tmp_path, corpus, embedder)
-    generations = Generations(open_engine(index, embedder, plugins=False), owned=True)
+    generations = Generations(open_view(index, embedder, plugins=False), owned=True)
     writer = Writer(index, generations)
     try:
         new = _doc(_record(rng, "fresh"))
@@ -214,9 +214,9 @@ def test_past_compact_after_changes_a_background_compaction_folds_them(tmp_path,
     corpus = {f"d{i}": _record(rng, f"d{i}") for i in range(8)}
     index = _index(tmp_path, corpus, embedder)
     first = current_snapshot_path(index).name
-    generations = Generations(open_engine(index, embedder, plugins=False), owned=True)
+    generations = Generations(open_view(index, embedder, plugins=False), owned=True)
     writer = Writer(index, generations, compact_after=3,
-                    opener=lambda: open_engine(index, embedder, plugins=False))
+                    opener=lambda: open_view(index, embedder, plugins=False))
     try:
         for i in range(3):
             corpus[f"n{i}"] = _record(rng, f"n{i}")
@@ -237,7 +237,7 @@ def test_past_compact_after_changes_a_background_compaction_folds_them(tmp_path,
         writer.close()
         generations.close()
     rebuilt = _rebuild(tmp_path, corpus, embedder)
-    reopened = open_engine(index, embedder, plugins=False)
+    reopened = open_view(index, embedder, plugins=False)
     try:
         queries = _queries(rng)
         _compare(_rankings(reopened, queries), _rankings(rebuilt, queries))
@@ -265,7 +265,7 @@ def test_changes_logged_before_the_id_and_acl_rules_still_open_and_a_write_meets
     log = WriteAheadLog(wal_path(index))
     log.append("write", payload)
     log.close()
-    engine = open_engine(index, embedder, plugins=False)
+    engine = open_view(index, embedder, plugins=False)
     generations = Generations(engine, owned=True)
     writer = Writer(index, generations)
     try:

@@ -132,11 +132,11 @@ def test_quarry_settings_never_prints_a_secret():
 
 def test_open_engine_sizes_pools_caches_sql_and_fusion_from_the_settings(mini_index, tables_index, embedder):
     from retrieval.types import Filters, Principal
-    from routes.service.view import open_engine
+    from routes.service.view import open_view
 
     s = Settings(workers=2, spare_workers=3, side_workers=1, mask_cache_size=7, fusion_rrf_k=30, fusion_depth=40,
                  fusion_dense_weight=0.5, fusion_method="zscore", max_k=20)
-    engine = open_engine(mini_index, embedder, settings=s, warm=False)
+    engine = open_view(mini_index, embedder, settings=s, warm=False)
     try:
         assert engine.limits.max_k == 20 and engine.snapshot.chunks.cache_size == 7
         assert (engine.calls.workers, engine.calls.spare, engine.side._max_workers) == (2, 3, 1)
@@ -150,7 +150,7 @@ def test_open_engine_sizes_pools_caches_sql_and_fusion_from_the_settings(mini_in
                 for name, _ in h.signals} >= {"zscore"}
     finally:
         engine.close()
-    engine = open_engine(tables_index, embedder, settings=Settings(sql_max_rows=2, sql_timeout_s=5.0), warm=False)
+    engine = open_view(tables_index, embedder, settings=Settings(sql_max_rows=2, sql_timeout_s=5.0), warm=False)
     try:
         rows = engine.sql.run_statement("SELECT * FROM incidents", Principal("erin", (), frozenset({"query", "sql"})))
         assert len(rows.rows) == 2 and rows.truncated

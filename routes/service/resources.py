@@ -1,0 +1,45 @@
+"""The threads and caches a process serves with: made by the runtime (or by a view opened
+alone), sized by the settings, shut down once; the core and the indexes only use them."""
+
+from __future__ import annotations
+
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+
+from indexes.dense_index import WALKERS
+from retrieval.calls import CallPool, threads_needed
+from retrieval.entities import key_memo
+from retrieval.lru import Lru
+from routes.service.settings import Settings
+
+
+@dataclass(frozen=True, eq=False)
+class Resources:
+    """The threads and caches every view of one runtime shares (or of one view opened alone,
+    which lets them go when its last derived view closes)."""
+
+    calls: ThreadPoolExecutor  # retriever calls: CallPool's workers and spare threads
+    side: ThreadPoolExecutor  # the dense half of hybrid calls, beside the BM25 half
+    profiles: ThreadPoolExecutor  # table profile builds, apart from the retriever threads
+    watchdogs: ThreadPoolExecutor  # one per SQL statement that may run at once
+    walkers: ThreadPoolExecutor  # the graph walks of one dense search
+    name_keys: Lru[str, str]  # entity name keys, kept across the entity index builds of every view
+    call_pool: CallPool  # at most `workers` retriever calls at once on `calls`, whichever view makes them
+
+    @classmethod
+    def open(cls, settings: Settings) -> Resources:
+        calls = ThreadPoolExecutor(threads_needed(settings.workers, settings.spare_workers), thread_name_prefix="quarry-retrieve")
+        return cls(
+            calls,
+            ThreadPoolExecutor(settings.side_workers, thread_name_prefix="quarry-dense"),
+            ThreadPoolExecutor(settings.profile_workers, thread_name_prefix="quarry-profile"),
+            ThreadPoolExecutor(settings.sql_max_concurrent, thread_name_prefix="quarry-sql-watchdog"),
+            ThreadPoolExecutor(WALKERS, thread_name_prefix="quarry-dense"),
+            key_memo(),
+            CallPool(settings.workers, settings.spare_workers, threads=calls),
+        )
+
+    def shutdown(self) -> None:
+        """Cancel what is queued and let the threads end once idle (none is waited for)."""
+        for pool in (self.calls, self.side, self.profiles, self.watchdogs, self.walkers):
+            pool.shutdown(wait=False, cancel_futures=True)
