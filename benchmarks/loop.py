@@ -142,7 +142,7 @@ def gap_detection(embedder: Embedder, name: str, docs: list[dict], questions: li
         result = engine.query(q["question"], principal, k=8)
         gap = result.status == "evidence_gap"
         if gap:
-            reasons[result.gap["reason"]] = reasons.get(result.gap["reason"], 0) + 1
+            reasons[result.gap.reason] = reasons.get(result.gap.reason, 0) + 1
         if i in ablated_ids:
             tp += gap
             fn += not gap

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Sequence
 
-from retrieval.types import Document, Hit
+from retrieval.types import Document, Gap, Hit
 
 if TYPE_CHECKING:
     from retrieval.loop import LoopResult
@@ -42,6 +42,13 @@ def hits_json(hits: Sequence[Hit]) -> list[dict[str, Any]]:
     return [hit_json(h, i) for i, h in enumerate(hits, start=1)]
 
 
+def gap_json(gap: Gap | None) -> dict[str, Any] | None:
+    """An evidence gap as the answer's `gap` field (client/quarry_client/models.py's `Gap`)."""
+    if gap is None:
+        return None
+    return {"reason": gap.reason, "missing": list(gap.missing), "detail": gap.detail, "partial_context": gap.partial_context}
+
+
 def result_json(result: LoopResult) -> dict[str, Any]:
     """The answer shape of DESIGN.md for a LoopResult (HTTP, MCP and CLI print this)."""
     rows = result.rows.to_json() if result.rows is not None and hasattr(result.rows, "to_json") else None
@@ -49,7 +56,7 @@ def result_json(result: LoopResult) -> dict[str, Any]:
         "status": result.status,
         "context": hits_json(result.context),
         "rows": rows,
-        "gap": result.gap,
+        "gap": gap_json(result.gap),
         "constraints": result.constraints.to_json(),
         "route": result.decision.to_json(),
         "attempts": [a.to_json() for a in result.attempts],

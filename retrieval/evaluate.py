@@ -38,7 +38,7 @@ from retrieval.constraints import missing_from_queries
 from retrieval.errors import InvalidRequest
 from retrieval.metrics import all_found, doc_ranking, mean, ndcg_at_k, percentile, reciprocal_rank, recall_at_k
 from retrieval.registry import route_agrees
-from retrieval.types import Principal
+from retrieval.types import GapReason, Principal, Status
 
 if TYPE_CHECKING:
     from retrieval.loop import LoopResult
@@ -109,8 +109,8 @@ def _label_date(value: object) -> date | None:
 class Record:
     label: Label
     route: str | None
-    status: str | None
-    gap_reason: str | None
+    status: Status | None  # None when the question's run raised
+    gap_reason: GapReason | None
     ranked: list[str]
     attempts: int
     latency_ms: float
@@ -145,7 +145,7 @@ def record_for(label: Label, result: LoopResult, latency_ms: float, can_read: Ca
     sql_match = None
     if label.answer_rows is not None and rows_match is not None:
         sql_match = result.rows is not None and rows_match(label.answer_rows, result.rows.rows)
-    return Record(label, result.decision.chosen, result.status, (result.gap or {}).get("reason"),
+    return Record(label, result.decision.chosen, result.status, result.gap.reason if result.gap else None,
                   doc_ranking(result.context), len(result.attempts), latency_ms, sorted(set(leaked)), kept, sql_match,
                   trail=tuple(f"{a.plan.strategy}:{a.plan.route}" for a in result.attempts))
 

@@ -41,10 +41,9 @@ from retrieval.rewrite import EXTENSIONS, Plan, PlanKey, RewriteContext, Tried, 
 from retrieval.router import RouteDecision
 from retrieval.signals import HitScorer
 from retrieval.sql.translate import Translation
-from retrieval.types import AccessScope, Filters, Hit, Principal
+from retrieval.types import AccessScope, Filters, Gap, GapReason, Hit, Principal, Status, StopReason
 
 log = logging.getLogger("quarry.loop")
-StopReason = str  # "sufficient" | "attempts_exhausted" | "deadline" | "no_strategy_left"
 
 
 @dataclass(frozen=True)
@@ -112,10 +111,10 @@ class Attempt:
 @dataclass
 class LoopResult:
     question: str
-    status: str  # "answer_context" | "evidence_gap"
+    status: Status
     context: tuple[Hit, ...]
     rows: Any
-    gap: dict[str, Any] | None
+    gap: Gap | None  # None when the status is answer_context
     constraints: Constraints
     decision: RouteDecision
     attempts: list[Attempt]
@@ -366,6 +365,7 @@ def _result(question: str, constraints: Constraints, decision: RouteDecision, at
     # looks closer to the question than a fused one, without being better evidence.
     best = min((a for a in succeeded if a.hits), key=lambda a: (_unmet(a), a.n), default=None) or \
         (succeeded[0] if succeeded else None)
+    reason: GapReason
     if stop == "deadline":
         reason = "deadline_exceeded"
     elif not dispatched:
@@ -377,15 +377,15 @@ def _result(question: str, constraints: Constraints, decision: RouteDecision, at
     else:
         reason = "insufficient_evidence"
     missing = list(best.grade.missing) if best and best.grade else list(constraints.labels())
-    detail = {
+    details: dict[GapReason, str] = {
         "no_authorized_evidence": "no passage or row the caller may read matched the question",
         "constraint_unmet": "no authorized evidence satisfies: " + ", ".join(missing),
         "insufficient_evidence": "the best authorized evidence did not pass the relevance threshold" if dispatched
                                  else "no plan kept the question's constraints, so nothing was searched",
         "deadline_exceeded": "the deadline ran out before sufficient evidence was found",
-    }[reason]
+    }
     partial = _passages(best) if best is not None else ()
-    gap = {"reason": reason, "missing": missing, "detail": detail, "partial_context": bool(partial)}
+    gap = Gap(reason, tuple(missing), details[reason], bool(partial))
     return LoopResult(question, "evidence_gap", partial, _rows(best) if best else None, gap, constraints, decision,
                       attempts, stop, trace_id, elapsed_ms, overhead_ms)
 

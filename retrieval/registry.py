@@ -1,31 +1,114 @@
-"""The one list of routes: the router scores them, the rewriter switches among them, and the
-HTTP, tool and CLI enums (and so OpenAPI) are built from them.
+"""The one list of routes: the router scores them, the rewriter switches among them, the
+HTTP, tool and CLI enums (and so OpenAPI) are built from them, and the composition root builds
+each route's retriever from its entry.
 
 A route is a retriever the loop may choose. Text routes answer with passages through
 `search(query, access, k, filters)`; the rows route (`sql`) answers with table rows
 and is reached by the loop or `/v1/sql`, never by a plain search, because a search has no
-question to translate.
+question to translate. Adding a route is one entry here: its name, kind and builder.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from datetime import date
+from typing import TYPE_CHECKING, Callable, Literal
+
+if TYPE_CHECKING:
+    from concurrent.futures import Executor
+
+    import numpy as np
+
+    from retrieval.access import ChunkTable
+    from retrieval.retrievers import Retriever
+    from retrieval.retrievers.bm25 import Bm25Retriever, LexicalIndex
+    from retrieval.retrievers.dense import DenseRetriever, VectorIndex
+    from retrieval.retrievers.exact import TextScanner
+    from retrieval.retrievers.hybrid import FusionParams
+    from retrieval.retrievers.sql import SqlBackend, SqlLimits
+
+
+@dataclass(frozen=True)
+class SqlParts:
+    """What the rows route is built from besides the snapshot: its backend, sizes (from the
+    settings) and the threads its table profiles are built on. The composition root opens the
+    backend (it holds database connections) and owns the threads; `open_backend` is called
+    only when the route is built, not when one is reused."""
+
+    open_backend: Callable[[], SqlBackend]
+    limits: SqlLimits
+    today: date | None  # resolves the relative dates of translated questions (None: the day of the call)
+    profile_cache: int  # access scopes whose column profiles are kept
+    profile_cache_bytes: int
+    profiles: Executor  # runs the table profile builds, apart from the retriever threads
+
+
+@dataclass(frozen=True)
+class RetrieverParts:
+    """Everything a route's builder may take: one snapshot's catalog, indexes and chunk table,
+    the query encoder, the fusion parameters, the executor hybrid overlaps its dense side on
+    (None: one after the other) and the SQL parts. Protocols, so retrieval/ imports no index."""
+
+    chunks: ChunkTable
+    catalog: TextScanner
+    bm25: LexicalIndex
+    dense: VectorIndex
+    encode_query: Callable[[str], np.ndarray]
+    fusion: FusionParams
+    side: Executor | None
+    sql: SqlParts
+
+
+# Each builder imports its retriever when it is called: the route list is read by the CLI and
+# the router long before an index loads, and must not pull in numpy, sqlglot or DuckDB with it.
+def _exact(parts: RetrieverParts) -> Retriever:
+    from retrieval.retrievers.exact import ExactRetriever
+
+    return ExactRetriever(parts.catalog, parts.chunks)
+
+
+def _bm25(parts: RetrieverParts) -> Bm25Retriever:
+    from retrieval.retrievers.bm25 import Bm25Retriever
+
+    return Bm25Retriever(parts.bm25, parts.chunks)
+
+
+def _dense(parts: RetrieverParts) -> DenseRetriever:
+    from retrieval.retrievers.dense import DenseRetriever
+
+    return DenseRetriever(parts.dense, parts.encode_query, parts.chunks)
+
+
+def _hybrid(parts: RetrieverParts) -> Retriever:
+    from retrieval.retrievers.hybrid import HybridRetriever
+
+    return HybridRetriever(_bm25(parts), _dense(parts), parts.fusion, parts.side)
+
+
+def _sql(parts: RetrieverParts) -> Retriever:
+    from retrieval.retrievers.sql import SqlRetriever
+    from retrieval.sql.meaning import ColumnMeaning
+
+    sql = parts.sql
+    return SqlRetriever(sql.open_backend(), sql.limits, sql.today, sql.profile_cache, sql.profile_cache_bytes,
+                        ColumnMeaning(parts.encode_query), builder=sql.profiles)
 
 
 @dataclass(frozen=True)
 class Route:
     name: str
-    kind: str  # "text" (passages) | "rows" (table rows)
+    kind: Literal["text", "rows"]  # passages, or table rows
+    build: Callable[[RetrieverParts], Retriever]  # its retriever over one snapshot
     fuses: frozenset[str] = frozenset()  # text routes whose evidence this one already covers
     literal: bool = False  # finds literal items (identifiers, phrases, patterns), not topics
 
 
 REGISTRY: tuple[Route, ...] = (
-    Route("exact", "text", literal=True),
-    Route("bm25", "text"),
-    Route("dense", "text"),
-    Route("hybrid", "text", fuses=frozenset({"bm25", "dense"})),
-    Route("sql", "rows"),
+    Route("exact", "text", _exact, literal=True),
+    Route("bm25", "text", _bm25),
+    Route("dense", "text", _dense),
+    Route("hybrid", "text", _hybrid, fuses=frozenset({"bm25", "dense"})),
+    Route("sql", "rows", _sql),
 )
 
 ROUTES: tuple[str, ...] = tuple(r.name for r in REGISTRY)  # the router's tie order: exact before hybrid

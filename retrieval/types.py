@@ -1,5 +1,6 @@
 """Typed records shared by every layer: principals and their access scopes, documents,
-chunks, filters and hits."""
+chunks, filters and hits, and what an answer says about itself (status, evidence gap, stop
+reason)."""
 
 from __future__ import annotations
 
@@ -222,3 +223,23 @@ class Hit:
             if key == name:
                 return value
         return None
+
+
+# What an answer is, why there is not enough evidence, and why the loop stopped: the values of
+# the answer shape's `status`, `gap.reason` and `stop_reason` (DESIGN.md), defined here once.
+# The client's wire models (client/quarry_client/models.py) accept exactly these
+# (tests/retrieval/test_answer.py).
+Status = Literal["answer_context", "evidence_gap"]
+GapReason = Literal["no_authorized_evidence", "insufficient_evidence", "constraint_unmet", "deadline_exceeded"]
+StopReason = Literal["sufficient", "attempts_exhausted", "deadline", "no_strategy_left"]
+
+
+@dataclass(frozen=True)
+class Gap:
+    """Why an answer is an evidence gap, and what is missing: a result, not an error.
+    retrieval/answer.py's `gap_json` renders it."""
+
+    reason: GapReason
+    missing: tuple[str, ...]  # the constraint labels (or relevance) no authorized evidence met
+    detail: str  # one readable sentence for the reason
+    partial_context: bool  # the answer carries the best partial context, marked insufficient

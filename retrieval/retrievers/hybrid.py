@@ -1,9 +1,10 @@
 """Hybrid retrieval: fusion of BM25 and dense (reciprocal-rank by default, or z-score;
 see retrieval/fusion.py), each side already ACL-filtered.
 
-The two sides are fused on chunk rows and only the k returned hits are built (a fused list
-of 2 x 100 candidates would otherwise build 200 hits to keep 8). The result equals `rrf`
-over the two sides' hit lists: same order, scores, retrievers and signals.
+The two sides are fused on chunk rows (by `fuse`, the one fusion of retrieval/fusion.py) and
+only the k returned hits are built (a fused list of 2 x 100 candidates would otherwise build
+200 hits to keep 8). The result equals `fuse_hits` over the two sides' hit lists: same order,
+scores, retrievers and signals.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from typing import Protocol
 import numpy as np
 
 from retrieval.access import ChunkTable
-from retrieval.fusion import DEFAULT_RRF_K, rrf_scores, zscore_scores
+from retrieval.fusion import DEFAULT_RRF_K, FUSION_METHODS, fuse
 from retrieval.types import AccessScope, Filters, Hit
 
 
@@ -37,14 +38,11 @@ class FusionParams:
     rrf_k: int = DEFAULT_RRF_K
     depth: int = 100  # candidates taken from each retriever before fusing
     weights: dict[str, float] = field(default_factory=lambda: {"bm25": 1.0, "dense": 1.0})
-    method: str = "rrf"  # "rrf" | "zscore"
+    method: str = "rrf"  # one of retrieval/fusion.py's FUSION_METHODS
 
     def __post_init__(self) -> None:
         if self.method not in FUSION_METHODS:
             raise ValueError(f"fusion method must be one of {', '.join(FUSION_METHODS)}, not {self.method!r}")
-
-
-FUSION_METHODS = ("rrf", "zscore")
 
 
 class HybridRetriever:
@@ -65,18 +63,13 @@ class HybridRetriever:
         else:
             later = self._executor.submit(semantic.rank, query, access, depth, filters)
             ranked = [(lexical.name, *lexical.rank(query, access, depth, filters)), (semantic.name, *later.result())]
-        rows = {name: [int(r) for r in part_rows] for name, part_rows, _ in ranked}
-        if self.params.method == "zscore":
-            fused, best_rank = zscore_scores({name: (rows[name], scores.tolist()) for name, _, scores in ranked},
-                                             self.params.weights)
-        else:
-            fused, best_rank = rrf_scores(rows, self.params.rrf_k, self.params.weights)
+        sides = {name: ([int(r) for r in part_rows], scores.tolist()) for name, part_rows, scores in ranked}
         chunk_ids = self._chunks.chunk_ids
-        order = sorted(fused, key=lambda r: (-fused[r], best_rank[r], chunk_ids[r]))[:k]
-        found = {name: dict(zip(rows[name], scores.tolist(), strict=True)) for name, _, scores in ranked}
+        fused = fuse(sides, lambda r: chunk_ids[r], self.params.method, self.params.rrf_k, self.params.weights, k)
+        found = {name: dict(zip(part_rows, scores, strict=True)) for name, (part_rows, scores) in sides.items()}
         hits = []
-        for r in order:
-            names = tuple(name for name, _, _ in ranked if r in found[name])
-            signals = tuple((name, float(found[name][r])) for name in names) + ((self.params.method, fused[r]),)
-            hits.append(self._chunks.hit(r, fused[r], names, signals))
+        for r, score in fused:
+            names = tuple(name for name in sides if r in found[name])
+            signals = tuple((name, float(found[name][r])) for name in names) + ((self.params.method, score),)
+            hits.append(self._chunks.hit(r, score, names, signals))
         return hits

@@ -14,7 +14,7 @@ from typing import Any, Callable, Mapping, Sequence
 from retrieval.answer_level import AnswerConfig, AnswerReranker, AnswerScores, RerankConfig
 from retrieval.constraints import Constraints
 from retrieval.evaluate import Label, gap_balance
-from retrieval.fusion import DEFAULT_RRF_K, rrf, zscore_scores
+from retrieval.fusion import DEFAULT_RRF_K, fuse_hits
 from retrieval.grader import GraderConfig, evidence_features, relevance, unmet_constraints
 from retrieval.metrics import doc_ranking, mean, ndcg_at_k
 from retrieval.retrievers.hybrid import FusionParams
@@ -40,12 +40,7 @@ def fusion_params(method: str, rrf_k: int, w: float) -> FusionParams:
 
 def _fused(b: list[Hit], d: list[Hit], method: str, rrf_k: int, w: float) -> list[Hit]:
     params = fusion_params(method, rrf_k, w)
-    if method == "rrf":
-        return rrf({"bm25": b, "dense": d}, k=rrf_k, weights=params.weights, limit=100)
-    fused, best = zscore_scores({"bm25": ([h.chunk_id for h in b], [h.score for h in b]),
-                                 "dense": ([h.chunk_id for h in d], [h.score for h in d])}, params.weights)
-    by_id = {h.chunk_id: h for h in (*d, *b)}
-    return [by_id[c] for c in sorted(fused, key=lambda c: (-fused[c], best[c], c))[:100]]
+    return fuse_hits({"bm25": b, "dense": d}, method, rrf_k, params.weights, limit=100)
 
 
 def _fusion_scores(service: Service, labels: Sequence[Label]) -> dict[tuple[str, int, float], float]:

@@ -25,6 +25,7 @@ from pydantic_settings import BaseSettings, EnvSettingsSource, NoDecode, Pydanti
 from pydantic_settings.sources.utils import parse_env_vars
 
 from retrieval.errors import InvalidRequest
+from retrieval.fusion import FusionMethod
 from retrieval.limits import Limits
 from retrieval.retrievers.hybrid import FusionParams
 from retrieval.retrievers.sql import SqlLimits
@@ -135,8 +136,8 @@ class Settings(BaseSettings):
                                  "sql", ge=16)
 
     # -- hybrid fusion (build `FusionParams`; a `quarry tune` result in the index wins) -----
-    fusion_method: Literal["rrf", "zscore"] = setting(_FUSION.method, "How hybrid fuses BM25 and dense: rrf "
-                                                      "(reciprocal ranks) or zscore (standardised scores).", "fusion")
+    fusion_method: FusionMethod = setting(_FUSION.method, "How hybrid fuses BM25 and dense: rrf "
+                                          "(reciprocal ranks) or zscore (standardised scores).", "fusion")
     fusion_rrf_k: int = setting(_FUSION.rrf_k, "Reciprocal-rank fusion constant k (score 1/(k + rank)).",
                                 "fusion", ge=1)
     fusion_depth: int = setting(_FUSION.depth, "Candidates taken from BM25 and from dense before fusing.",

@@ -24,14 +24,10 @@ from retrieval.limits import Limits, check_filters, check_k, check_query
 from retrieval.linking import EntityLinker, TableLinker
 from retrieval.loop import Budget, LoopDeps, LoopResult, Understood, run_loop, understand
 from retrieval.policy import FeatureRouter, Policy, SignalGrader
-from retrieval.registry import ROW_ROUTES
+from retrieval.registry import REGISTRY, ROW_ROUTES, RetrieverParts, SqlParts
 from retrieval.retrievers import Retriever
-from retrieval.retrievers.bm25 import Bm25Retriever
-from retrieval.retrievers.dense import DenseRetriever
-from retrieval.retrievers.exact import ExactRetriever
-from retrieval.retrievers.hybrid import FusionParams, HybridRetriever
+from retrieval.retrievers.hybrid import FusionParams
 from retrieval.retrievers.sql import SqlRetriever
-from retrieval.sql.meaning import ColumnMeaning
 from retrieval.signals import HitScorer
 from retrieval.types import Filters, Principal
 from routes.service.plugins import load_policy
@@ -45,24 +41,20 @@ log = logging.getLogger("quarry.engine")
 def build_retrievers(snapshot: Snapshot, embedder: Embedder, resources: Resources, fusion: FusionParams = FusionParams(),
                      settings: Settings | None = None, today: date | None = None,
                      sql: SqlRetriever | None = None) -> dict[str, Retriever]:
-    """The retrievers over one snapshot, on the threads of `resources`; `settings` sizes the
-    SQL route (limits, slots, profiles). `sql` reuses a SQL route (live writes change
-    documents, never tables)."""
+    """The retrievers over one snapshot, on the threads of `resources`, one per route of the
+    registry, each built by its entry; `settings` sizes the SQL route (limits, slots,
+    profiles). `sql` reuses a SQL route (live writes change documents, never tables)."""
     settings = settings or Settings()
-    bm25 = Bm25Retriever(snapshot.bm25, snapshot.chunks)
-    dense = DenseRetriever(snapshot.dense, embedder.encode_query, snapshot.chunks)
-    if sql is None:
-        runner = SqlRunner(snapshot.catalog, settings.sql_max_concurrent, settings.sql_max_result_bytes, settings.sql_memory_mb,
-                           settings.sql_threads, watchdogs=resources.watchdogs)
-        sql = SqlRetriever(runner, settings.sql_limits, today, settings.profile_cache_size, settings.profile_cache_mb << 20,
-                           ColumnMeaning(embedder.encode_query), builder=resources.profiles)
-    return {
-        "exact": ExactRetriever(snapshot.catalog, snapshot.chunks),
-        "bm25": bm25,
-        "dense": dense,
-        "hybrid": HybridRetriever(bm25, dense, fusion, resources.side),
-        "sql": sql,
-    }
+
+    def sql_runner() -> SqlRunner:
+        return SqlRunner(snapshot.catalog, settings.sql_max_concurrent, settings.sql_max_result_bytes, settings.sql_memory_mb,
+                         settings.sql_threads, watchdogs=resources.watchdogs)
+
+    parts = RetrieverParts(snapshot.chunks, snapshot.catalog, snapshot.bm25, snapshot.dense, embedder.encode_query, fusion,
+                           resources.side, SqlParts(sql_runner, settings.sql_limits, today, settings.profile_cache_size,
+                                                    settings.profile_cache_mb << 20, resources.profiles))
+    reused: dict[str, Retriever] = {} if sql is None else {"sql": sql}
+    return {route.name: reused[route.name] if route.name in reused else route.build(parts) for route in REGISTRY}
 
 
 class Shared:

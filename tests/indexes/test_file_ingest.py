@@ -149,7 +149,7 @@ def _reduced_folder(mixed, principal: Principal, dest: Path) -> None:
 
 
 def _outcome(result) -> tuple:
-    return (result.status, (result.gap or {}).get("reason"), [(h.doc_id, h.page, h.section) for h in result.context])
+    return (result.status, result.gap.reason if result.gap else None, [(h.doc_id, h.page, h.section) for h in result.context])
 
 
 def test_no_principal_can_tell_a_forbidden_file_is_there(mixed, embedder, tmp_path):

@@ -45,8 +45,8 @@ def engines(tmp_path_factory, embedder):
 
 def test_a_name_no_readable_document_holds_is_an_unmet_entity_after_one_attempt(engines):
     result = engines["all"].query(QUESTION, ERIN)
-    assert result.status == "evidence_gap" and result.gap["reason"] == "constraint_unmet"
-    assert "entity:Ravensholt" in result.gap["missing"] and "Ravensholt" in result.constraints.entities
+    assert result.status == "evidence_gap" and result.gap.reason == "constraint_unmet"
+    assert "entity:Ravensholt" in result.gap.missing and "Ravensholt" in result.constraints.entities
     assert len(result.attempts) == 1 and result.stop_reason == "no_strategy_left"
 
 

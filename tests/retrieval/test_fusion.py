@@ -57,3 +57,38 @@ def test_zscore_gives_a_missing_candidate_the_lists_lowest_score_and_honours_wei
     assert max(only_dense, key=only_dense.get) == "c"
     flat, _ = zscore_scores({"bm25": (["a", "b"], [1.0, 1.0])})  # no spread: no division by zero
     assert flat == {"a": 0.0, "b": 0.0}
+
+
+def test_fusing_keys_of_any_kind_orders_them_as_fusing_the_hits_they_stand_for():
+    from retrieval.fusion import fuse, fuse_hits
+
+    chunk_ids = ["c#0", "a#0", "b#0", "d#0"]  # rows 0..3; row order is not chunk-id order
+    lists = {"bm25": ([2, 0, 1], [3.0, 2.0, 2.0]), "dense": ([1, 3, 0], [0.9, 0.5, 0.5])}
+    hits = {name: [hit(chunk_ids[r], name, s) for r, s in zip(rows, scores, strict=True)]
+            for name, (rows, scores) in lists.items()}
+    for method in ("rrf", "zscore"):
+        by_rows = fuse(lists, lambda r: chunk_ids[r], method, weights={"bm25": 0.7, "dense": 0.3})
+        fused = fuse_hits(hits, method, weights={"bm25": 0.7, "dense": 0.3})
+        assert [(chunk_ids[r], s) for r, s in by_rows] == [(h.chunk_id, h.score) for h in fused]
+        assert all(h.signal(method) == h.score for h in fused)
+
+
+def test_equal_fused_scores_go_to_the_smaller_chunk_id_whatever_the_key():
+    from retrieval.fusion import fuse
+
+    chunk_ids = ["z#0", "a#0"]
+    assert [r for r, _ in fuse({"x": ([0], [1.0]), "y": ([1], [1.0])}, lambda r: chunk_ids[r])] == [1, 0]
+
+
+def test_rrf_is_fuse_hits_by_reciprocal_ranks():
+    from retrieval.fusion import fuse_hits
+
+    lists = {"bm25": [hit("a#0", "bm25", 9), hit("b#0", "bm25", 5)], "dense": [hit("b#0", "dense", 0.8)]}
+    assert rrf(lists, k=10, limit=1) == fuse_hits(lists, "rrf", 10, limit=1)
+
+
+def test_an_unknown_fusion_method_is_refused_by_the_fusion_itself():
+    from retrieval.fusion import fuse
+
+    with pytest.raises(ValueError, match="rrf, zscore"):
+        fuse({"x": (["a"], [1.0])}, str, "borda")

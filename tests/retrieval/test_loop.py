@@ -142,7 +142,7 @@ def test_deadline_is_honoured_with_slow_retrievers(engine, deadline_ms):
     result = run_loop("how do I rotate the signing keys after INC-9999 in June 2024", Principal("erin"), budget,
                       deps_with(engine, retrievers=costly, grader=NEVER_SUFFICIENT, clock=clock))
     assert starts and all(t < deadline_ms / 1000 for t in starts)
-    assert result.stop_reason == "deadline" and result.gap["reason"] == "deadline_exceeded"
+    assert result.stop_reason == "deadline" and result.gap.reason == "deadline_exceeded"
     assert len(result.attempts) <= -(-deadline_ms // 250)  # six 250 ms attempts would not fit
 
 
@@ -222,7 +222,7 @@ def test_sufficient_first_attempt_stops_the_loop(engine):
 def test_identifier_that_no_readable_passage_contains_is_an_unmet_constraint(engine):
     result = run_loop("what was fixed in SEC-210", Principal("erin"), Budget(max_attempts=3), engine.deps)
     assert result.status == "evidence_gap"
-    assert result.gap["reason"] in {"constraint_unmet", "no_authorized_evidence"}
+    assert result.gap.reason in {"constraint_unmet", "no_authorized_evidence"}
     assert all(h.doc_id != "m11" for a in result.attempts for h in a.hits)  # the security-only finding never surfaces
 
 
@@ -347,8 +347,8 @@ def test_a_rewriter_whose_every_plan_is_rejected_still_ends_with_a_typed_gap(eng
     result = run_loop("ledger export fails with E4012", Principal("erin"), Budget(max_attempts=3),
                       deps_with(engine, retrievers=retrievers, policy=policy))
     assert sent == [] and result.attempts and all(a.rejected for a in result.attempts)
-    assert result.status == "evidence_gap" and result.gap["reason"] == "insufficient_evidence"
-    assert "nothing was searched" in result.gap["detail"]
+    assert result.status == "evidence_gap" and result.gap.reason == "insufficient_evidence"
+    assert "nothing was searched" in result.gap.detail
 
 
 def test_a_plugged_reranker_sees_only_authorized_candidates_and_cannot_add_any(engine):

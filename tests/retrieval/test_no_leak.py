@@ -24,7 +24,7 @@ BAIT = [q for q in map(json.loads, (DEMO / "questions.jsonl").read_text().splitl
 
 
 def outcome(result) -> tuple:
-    return (result.status, (result.gap or {}).get("reason"), [h.doc_id for h in result.context],
+    return (result.status, result.gap.reason if result.gap else None, [h.doc_id for h in result.context],
             result.rows.rows if result.rows is not None else None)
 
 

@@ -91,6 +91,19 @@ def test_zscore_hybrid_ranks_as_zscore_fusion_of_the_two_authorized_lists(engine
     assert {h.chunk_id for h in hits} <= readable
 
 
+@pytest.mark.parametrize("query", ["connection pool exhausted", "how do I rotate a leaked key?", "zzz"])
+def test_zscore_hybrid_on_rows_equals_zscore_fusion_of_the_two_hit_lists(engine, query):
+    """Hit for hit, signals included: the rows path and the hit lists share one fusion."""
+    from retrieval.fusion import fuse_hits
+    from retrieval.retrievers.hybrid import FusionParams, HybridRetriever
+
+    params = FusionParams(method="zscore", weights={"bm25": 0.4, "dense": 0.6})
+    hybrid = HybridRetriever(engine.retrievers["bm25"], engine.retrievers["dense"], params)
+    access = CAROL.access_scope()
+    sides = {name: engine.retrievers[name].search(query, access, params.depth, ALL) for name in ("bm25", "dense")}
+    assert hybrid.search(query, access, 5, ALL) == fuse_hits(sides, "zscore", weights=params.weights, limit=5)
+
+
 def test_an_unknown_fusion_method_is_refused():
     from retrieval.retrievers.hybrid import FusionParams
 

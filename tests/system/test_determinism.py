@@ -20,6 +20,7 @@ PROGRAM = r"""
 import json, sys
 from datetime import date
 from pathlib import Path
+from retrieval.answer import gap_json
 from routes.service.view import open_view
 from routes.eval.evaluation import load_label_file
 engine = open_view(Path(sys.argv[1]), today=date(2025, 11, 1))
@@ -27,7 +28,7 @@ try:
     for label in load_label_file(Path(sys.argv[2])):
         r = engine.query(label.question, label.principal_obj(), deadline_ms=30000)
         print(json.dumps({
-            "id": label.id, "status": r.status, "stop": r.stop_reason, "gap": r.gap,
+            "id": label.id, "status": r.status, "stop": r.stop_reason, "gap": gap_json(r.gap),
             "route": r.decision.chosen,
             "context": [[h.chunk_id, round(h.score, 6)] for h in r.context],
             "rows": None if r.rows is None else [r.rows.sql, [list(map(str, row)) for row in r.rows.rows]],

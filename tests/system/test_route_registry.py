@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import anyio
 import httpx
+import pytest
 
 from retrieval.registry import REGISTRY, ROUTES, SEARCH_ROUTES, TEXT_ROUTES
 from tests.system.test_cli import one_line_error, quarry
@@ -14,6 +15,18 @@ def test_search_routes_are_the_text_routes_and_the_router_scores_every_route():
     assert SEARCH_ROUTES == TEXT_ROUTES == tuple(r.name for r in REGISTRY if r.kind == "text")
     assert set(ROUTES) == {r.name for r in REGISTRY} and "sql" in ROUTES and "sql" not in SEARCH_ROUTES
 
+
+def test_every_route_is_built_by_its_registry_entry_in_registry_order(engine):
+    assert tuple(engine.retrievers) == ROUTES
+    assert all(engine.retrievers[route.name].name == route.name for route in REGISTRY)
+
+
+def test_a_reused_sql_route_is_kept_and_opens_no_second_database_runner(engine, embedder, monkeypatch):
+    import routes.service.view as view
+
+    monkeypatch.setattr(view, "SqlRunner", lambda *args: pytest.fail("a runner was opened for a reused SQL route"))
+    built = view.build_retrievers(engine.snapshot, embedder, engine.resources, sql=engine.sql)
+    assert tuple(built) == ROUTES and built["sql"] is engine.sql
 
 def test_openapi_and_the_search_tool_advertise_exactly_the_registry_routes(live):
     spec = httpx.get(f"{live.url}/openapi.json", timeout=30).json()

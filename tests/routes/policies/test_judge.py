@@ -71,7 +71,7 @@ def test_the_judges_no_makes_on_topic_passages_a_gap(judged, demo_engine):
     deps, state = judged
     assert ask(demo_engine.deps, ANSWERED).status == "answer_context"
     result = ask(deps, ANSWERED)
-    assert result.status == "evidence_gap" and result.gap["reason"] == "insufficient_evidence"
+    assert result.status == "evidence_gap" and result.gap.reason == "insufficient_evidence"
     assert result.attempts[0].grade.source == "judge" and len(state["requests"]) == 1
 
 

@@ -130,7 +130,7 @@ def test_quarry_settings_never_prints_a_secret():
     assert "hunter2" not in quarry("settings", env=_env(judge_api_key="hunter2")).stdout
 
 
-def test_open_engine_sizes_pools_caches_sql_and_fusion_from_the_settings(mini_index, tables_index, embedder):
+def test_open_view_sizes_pools_caches_sql_and_fusion_from_the_settings(mini_index, tables_index, embedder):
     from retrieval.types import Filters, Principal
     from routes.service.view import open_view
 
