@@ -41,8 +41,11 @@ from bm25s.scoring import _select_idf_scorer
 from bm25s.stopwords import STOPWORDS_EN
 
 from retrieval.access import top_k
+from retrieval.lru import Lru
 
 _TOKEN = re.compile(r"(?u)\b\w\w+\b")
+MEMO_TEXTS = 8192  # texts whose terms a served index's tokenizer keeps
+MEMO_BYTES = 32 << 20
 
 
 @dataclass(frozen=True)
@@ -55,14 +58,25 @@ class Bm25Params:
 
 
 class Tokenizer:
-    """Text to BM25 terms; identical for chunks and queries."""
+    """Text to BM25 terms; identical for chunks and queries. A served index's tokenizer keeps
+    the terms of the last `memo` texts it read (passages recur across a question's attempts
+    and across questions, and the loop's evidence signals tokenize them again); an index
+    build's reads each text once and keeps none. The memo lives and dies with its index."""
 
-    def __init__(self, stem: bool = True, stopwords: bool = True) -> None:
+    def __init__(self, stem: bool = True, stopwords: bool = True, memo: int = 0) -> None:
         self._stemmer = Stemmer.Stemmer("english") if stem else None
         self._stop = frozenset(STOPWORDS_EN) if stopwords else frozenset()
+        self._memo: Lru[str, tuple[str, ...]] | None = (
+            Lru(memo, MEMO_BYTES, lambda text, terms: 2 * len(text) + 60 * len(terms)) if memo else None)
 
     def __call__(self, text: str) -> list[str]:
-        return self._tokenize(text)
+        if self._memo is None:
+            return self._tokenize(text)
+        terms = self._memo.get(text)
+        if terms is None:
+            terms = tuple(self._tokenize(text))
+            self._memo.put(text, terms)
+        return list(terms)
 
     def _tokenize(self, text: str) -> list[str]:
         text = unicodedata.normalize("NFKC", text).lower()
@@ -187,7 +201,7 @@ class Bm25Index:
         self._lengths = np.zeros(size, dtype=np.float64) if lengths is None else lengths.astype(np.float64)
         self._avgdl = float(self._lengths.mean()) if size else 1.0
         self._total_len = float(self._lengths.sum())
-        self.tokenize = Tokenizer(params.stem, params.stopwords)
+        self.tokenize = Tokenizer(params.stem, params.stopwords, memo=MEMO_TEXTS)
         self._idf = _select_idf_scorer(params.method)
         # The idf bm25s stored its postings with: the one scored with, except for a live index's
         # delta, stored with Lucene's (always positive) so every term's tf can be recovered.

@@ -251,3 +251,17 @@ def test_build_from_term_ids_scores_as_bm25s_from_token_lists(method):
     for _ in range(100):
         query = " ".join(rng.choice(words, size=int(rng.integers(1, 5))))
         assert index.scores(query).tolist() == reference.get_scores(TOKENIZE(query)).tolist(), query
+
+
+def test_a_served_tokenizer_memo_gives_the_terms_a_fresh_read_gives():
+    """The memo only saves work: every text gives the same terms with and without it, and a
+    caller changing the list it got changes nothing the next caller reads."""
+    from indexes.bm25_index import Tokenizer
+
+    plain, memo = Tokenizer(), Tokenizer(memo=2)
+    texts = ["Running runners ran", "The quick brown foxes", "Running runners ran", "naïve café ﬁle", "x"]
+    for text in texts * 2:
+        got = memo(text)
+        assert got == plain(text)
+        got.append("changed")
+    assert memo("Running runners ran") == plain("Running runners ran")
