@@ -7,8 +7,8 @@ outright, a running one gives its slot back at once and runs on, on a spare thre
 returns. Up to `spare` abandoned calls leave every worker free; beyond that, new calls are refused
 with a typed, retryable error instead of queueing behind them.
 
-The threads themselves belong to the runtime (routes/engine.py), which sizes them with
-`threads_needed` and shuts them down when the engine closes.
+The threads themselves belong to the runtime (routes/service/resources.py), which sizes them with
+`threads_needed` and shuts them down when it closes.
 """
 
 from __future__ import annotations
