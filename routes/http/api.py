@@ -106,7 +106,7 @@ def build_routers(models: RequestModels) -> list[APIRouter]:
         return JSONResponse({"retriever": body.retriever, "hits": hits_json(hits), "trace_id": trace})
 
     @sql_router.post("/sql", response_model=SqlOut, responses=ERRORS,
-                 summary="Run one read-only SELECT (sql scope) or translate a question to SQL")
+                     summary="Run one read-only SELECT (sql scope) or translate a question to SQL")
     @_body(models.sql)
     async def sql(body: Any, request: Request, caller: Caller = Depends(current_caller),
                   service: Service = Depends(served)) -> dict:
