@@ -111,6 +111,22 @@ def load_snapshot(index_dir: Path, embedder: Embedder, verify_hashes: bool = Tru
     return snapshot
 
 
+def load_snapshot_at(path: Path, embedder: Embedder, verify_hashes: bool = True, mask_cache_size: int = 512,
+                     mask_cache_bytes: int = 256 << 20, walkers: Executor | None = None) -> Snapshot:
+    """Load the snapshot at `path` (one a cluster manifest names, indexes/shards.py, rather
+    than the one CURRENT names), with the checks and the serving lease of `load_snapshot`."""
+    lease = acquire(path) if path.is_dir() else None
+    if lease is None:
+        raise SnapshotError(f"snapshot {path} is missing or being removed; run the ingest again")
+    try:
+        snapshot = _load(path, embedder, verify_hashes, mask_cache_size, mask_cache_bytes, walkers)
+    except BaseException:
+        lease.release()
+        raise
+    snapshot.lease = lease
+    return snapshot
+
+
 def _leased_current(index_dir: Path, attempts: int = 5) -> tuple[Path, SnapshotLease]:
     """The snapshot CURRENT names, with a lease on it. An ingest may prune that snapshot
     between the read and the lock (two ingests in a row): then CURRENT is read again."""
