@@ -179,7 +179,8 @@ class IndexView:
             settings = self.settings or Settings()
             view = live_view(base, live, settings.mask_cache_size)
             engine = _assemble(view, base, live, self.embedder, self.limits, self.policies, self.calls, self.today,
-                               self.resources, self.answer, settings, self.plugins, self.shared, sql=self.sql)
+                               self.resources, self.answer, settings, self.plugins, self.shared, sql=self.sql,
+                               own_resources=self.own_resources)
         except BaseException:
             if view is not None and view is not base:
                 view.close()
