@@ -14,8 +14,10 @@
 - **Sized before converted.** Rows come as Arrow record batches, at most `max_rows + 1` of
   them; their bytes are counted as they arrive and the statement is refused past `max_bytes`
   before any Python object is made of them, so no result holds the interpreter for seconds.
-- **Slots.** At most `max_concurrent` statements run at once across the server; the wait for
-  a slot counts against the statement's time limit.
+- **Slots.** At most `max_concurrent` statements run at once across the server: the runtime
+  gives every runner it opens (one per generation, and a reload overlaps two) the same
+  `slots`, as many as its watchdog threads, so no statement's watchdog waits for a thread.
+  The wait for a slot counts against the statement's time limit.
 
 `interrupt_all` stops every running statement (a closing engine calls it before it waits
 for its background work to end).
@@ -96,6 +98,8 @@ class _Watchdog:
 
     def stop(self) -> None:
         self._done.set()
+        if self._watching.cancel():  # it never started: nothing to wait for (a wait would, until a thread took it)
+            return
         wait([self._watching])  # as a join: returns once it ended (or was cancelled), raising nothing
 
 
@@ -103,15 +107,17 @@ class SqlRunner:
     """Runs guarded SELECTs (see the module docstring)."""
 
     def __init__(self, catalog: CatalogFile, max_concurrent: int = 2, max_bytes: int = 4_000_000, memory_mb: int = 128,
-                 threads: int = 1, connection: duckdb.DuckDBPyConnection | None = None, *, watchdogs: Executor) -> None:
-        """`watchdogs` runs the statements' watchdogs: at least `max_concurrent` threads,
-        owned by the caller, who shuts them down after `close`."""
+                 threads: int = 1, connection: duckdb.DuckDBPyConnection | None = None, *, watchdogs: Executor,
+                 slots: threading.BoundedSemaphore | None = None) -> None:
+        """`watchdogs` runs the statements' watchdogs: at least as many threads as there are
+        slots, owned by the caller, who shuts them down after `close`. `slots` are shared with
+        the caller's other runners (`max_concurrent` of the runner's own by default)."""
         self._catalog = catalog
         self._watchdogs = watchdogs
         self._con = connection if connection is not None else statement_database(catalog.path, memory_mb, threads)
         self._use = None if connection is not None else f"USE {ATTACHED}"  # a given connection is used as it is
-        self._slots = threading.BoundedSemaphore(max_concurrent)
-        self._lock = threading.Lock()
+        self._slots = slots if slots is not None else threading.BoundedSemaphore(max_concurrent)
+        self._lock = threading.Condition()
         self._cursors: set[duckdb.DuckDBPyConnection] = set()
         self._closed = False
         self.max_concurrent, self.max_bytes = max_concurrent, max_bytes
@@ -144,9 +150,8 @@ class SqlRunner:
         with self._lock:
             self._closed = True
         self.interrupt_all()
-        deadline = time.monotonic() + wait_s
-        for _ in range(self.max_concurrent):  # every slot back: no statement is running
-            if not self._slots.acquire(timeout=max(0.0, deadline - time.monotonic())):
+        with self._lock:
+            if not self._lock.wait_for(lambda: not self._cursors, timeout=wait_s):
                 log.warning("an SQL statement outlived its interrupt for %g s; its database is left open", wait_s)
                 return
         self._con.close()
@@ -176,6 +181,7 @@ class SqlRunner:
                     watchdog.stop()
                 with self._lock:
                     self._cursors.discard(cur)
+                    self._lock.notify_all()
         finally:
             self._slots.release()
 

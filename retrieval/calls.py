@@ -80,20 +80,22 @@ class CallPool:
         future.add_done_callback(self._forget)
         return future
 
-    def abandon(self, future: Future[Any]) -> None:
+    def abandon(self, future: Future[Any]) -> bool:
         """The caller stopped waiting for this call: cancel it if it has not started, else
-        give its slot back so it cannot hold a worker the next questions need."""
+        give its slot back so it cannot hold a worker the next questions need. Whether it
+        runs on, abandoned."""
         if future.cancel():
-            return
+            return False
         with self._lock:
             call = self._calls.get(future)
             if call is None or future.done():
-                return
+                return False
             if not call.started:
                 call.dropped = True
-                return
+                return False
             self._abandoned.add(future)
         self._release(call)
+        return True
 
     def _release(self, call: _Call) -> None:
         with self._lock:
@@ -105,4 +107,43 @@ class CallPool:
     def _forget(self, future: Future[Any]) -> None:
         with self._lock:
             self._calls.pop(future, None)
+            self._abandoned.discard(future)
+
+
+class CallScope:
+    """One index view's calls on a CallPool the runtime shares among views: the bound and the
+    threads are the pool's, the abandoned calls counted are the view's own, so a retired
+    view waits only for the calls that may still read it."""
+
+    def __init__(self, pool: CallPool) -> None:
+        self.pool = pool
+        self._lock = threading.Lock()
+        self._abandoned: set[Future[Any]] = set()
+
+    @property
+    def workers(self) -> int:
+        return self.pool.workers
+
+    @property
+    def spare(self) -> int:
+        return self.pool.spare
+
+    @property
+    def abandoned(self) -> int:
+        """This view's calls given up on that still run."""
+        with self._lock:
+            return len(self._abandoned)
+
+    def submit(self, fn: Callable[..., Any], *args: Any) -> Future[Any]:
+        return self.pool.submit(fn, *args)
+
+    def abandon(self, future: Future[Any]) -> None:
+        if not self.pool.abandon(future):
+            return
+        with self._lock:
+            self._abandoned.add(future)
+        future.add_done_callback(self._forget)  # runs at once if it ended meanwhile
+
+    def _forget(self, future: Future[Any]) -> None:
+        with self._lock:
             self._abandoned.discard(future)

@@ -27,7 +27,7 @@ from dataclasses import dataclass, field, replace
 from datetime import date
 from typing import Any, Callable, Mapping, Sequence
 
-from retrieval.calls import CallPool
+from retrieval.calls import CallScope
 from retrieval.constraints import Constraints, extract
 from retrieval.dates import dated_first
 from retrieval.errors import RetrievalError, RetrievalTimeout, RetrievalUnavailable
@@ -62,7 +62,7 @@ class LoopDeps:
     policy: Policy
     linker: EntityLinker
     signals: HitScorer  # the same BM25 and dense signals on every hit, and routing's term statistics
-    calls: CallPool
+    calls: CallScope
     tables: TableLinker | None = None  # None when the index has no tables
     today: Callable[[], date] = date.today
     clock: Callable[[], float] = time.monotonic

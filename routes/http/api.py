@@ -75,7 +75,7 @@ def build_routers(models: RequestModels) -> list[APIRouter]:
     """The retrieval endpoints (the `query` scope), validating bodies with `models` (see
     `request_models`), and /v1/sql (`sql` for a statement, `query` for a question)."""
     router = APIRouter(prefix="/v1", tags=["retrieval"], dependencies=[Depends(needs("query"))])
-    sql_router = APIRouter(prefix="/v1", tags=["retrieval"], dependencies=[Depends(needs("query", "sql"))])
+    sql_router = APIRouter(prefix="/v1", tags=["retrieval"])  # its scope depends on the body: checked in the handler
 
     @router.post("/query", response_model=Answer, responses=ERRORS,
                  summary="Answer a question: an answer context or a typed evidence gap")

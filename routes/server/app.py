@@ -35,7 +35,7 @@ from routes.http.docs import install_docs
 from routes.service.auth import Caller, Gate, caller_from_header
 from routes.service.runtime import Runtime
 from routes.service.service import Service
-from routes.service.view import IndexView, open_view
+from routes.service.view import IndexView
 from routes.http.error_handlers import error_code, install_error_handlers
 from routes.service.keys import KeyStore
 from routes.http.prometheus import Metrics
@@ -230,23 +230,21 @@ class BodyLimit:
         await send({"type": "http.response.body", "body": body})
 
 
-def view_for(settings: Settings) -> IndexView:
-    """The engine over the current snapshot of `settings.index_dir`, built once, with the
-    policies the settings name (routes/service/plugins.py); a policy that fails to load stops here."""
-    return open_view(settings.index_dir, settings=settings)
-
-
 def create_app(settings: Settings, engine: IndexView | None = None, keys: KeyStore | None = None,
-               own_engine: bool = False) -> FastAPI:
-    """Build the app. Without `engine`, the lifespan loads the index of `settings` once. A
-    ready `engine` stays its caller's to close unless `own_engine` (then the app closes it
-    once it is replaced or the app stops). The request bodies, the tools and so the OpenAPI
-    document are bounded by `settings.limits`; a ready `engine` must check the same limits.
-    With `reload_interval_s` > 0 and an engine over `settings.index_dir`, new snapshots are
-    served as CURRENT names them."""
-    if engine is not None and engine.limits != settings.limits:
-        raise ValueError(f"the engine's limits {engine.limits} differ from the settings' {settings.limits}")
-    runtime = Runtime(settings, engine, own_view=own_engine)
+               own_engine: bool = False, runtime: Runtime | None = None) -> FastAPI:
+    """Build the app over `runtime` (which it closes when it stops), or over a runtime of its
+    own. Without a served view, the lifespan loads the index of `settings` once. A ready
+    `engine` stays its caller's to close unless `own_engine` (then the app closes it once it
+    is replaced or the app stops). The request bodies, the tools and so the OpenAPI document
+    are bounded by `settings.limits`; a ready view must check the same limits. With
+    `reload_interval_s` > 0 and a view over `settings.index_dir`, new snapshots are served as
+    CURRENT names them."""
+    if runtime is not None and engine is not None:
+        raise ValueError("give a runtime or a view, not both")
+    served = engine if runtime is None or runtime.generations.current is None else runtime.generations.current.engine
+    if served is not None and served.limits != settings.limits:
+        raise ValueError(f"the view's limits {served.limits} differ from the settings' {settings.limits}")
+    runtime = runtime or Runtime(settings, engine, own_view=own_engine)
     state = AppState(settings, Service(runtime),
                      keys if keys is not None else (KeyStore(settings.keys_file) if settings.keys_file else None),
                      Gate(settings.rate_per_second, settings.burst, settings.max_concurrent_per_key), Toolset(settings.limits))

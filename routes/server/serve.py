@@ -1,5 +1,5 @@
-"""Run the HTTP app under uvicorn. Keys and the index are checked, and the engine built,
-before the server listens: a server that could answer nothing does not start."""
+"""Run the HTTP app under uvicorn. Keys and the index are checked, and the index view
+loaded on the runtime's threads, before the server listens: a server that could answer nothing does not start."""
 
 from __future__ import annotations
 
@@ -10,8 +10,9 @@ import uvicorn
 from uvicorn.config import LOGGING_CONFIG
 
 from retrieval.errors import InvalidRequest
-from routes.server.app import create_app, view_for
+from routes.server.app import create_app
 from routes.service.keys import KeyStore
+from routes.service.runtime import Runtime
 from routes.service.settings import Settings
 
 HOW_TO_ADD_A_KEY = "create one with `quarry keys add --principal ID --keys FILE` and start with `--keys FILE`"
@@ -36,10 +37,16 @@ def log_config() -> dict[str, Any]:
 
 
 def serve(settings: Settings) -> None:
-    """Serve until stopped; the app owns the engine, closes it when a reload replaces it
-    (routes/service/reload.py), and closes the last one on the way out."""
+    """Serve until stopped; the app owns the runtime, whose generations close when a reload
+    replaces them (routes/service/reload.py) and which closes on the way out."""
     keys = require_keys(settings)
-    app = create_app(settings, engine=view_for(settings), keys=keys, own_engine=True)
+    runtime = Runtime(settings)
+    try:
+        runtime.load()  # a policy or an index that fails to load stops here, before listening
+    except BaseException:
+        runtime.close()
+        raise
+    app = create_app(settings, keys=keys, runtime=runtime)
     try:
         uvicorn.run(app, host=settings.host, port=settings.port, log_level="info", access_log=False,
                     log_config=log_config())

@@ -116,6 +116,10 @@ class Runtime:
         writer, self.writer = self.writer, None
         if writer is not None:
             writer.close()
+        if self.generations.retired:  # still leased past the close timeout: its calls may still need the threads
+            log.warning("%d generations still in use at close; their threads are left to end with the process",
+                        len(self.generations.retired))
+            return
         self.resources.shutdown()
 
 

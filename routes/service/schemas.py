@@ -129,7 +129,6 @@ class DocumentFields(Strict):
     title: StrictStr | None = None
     source: StrictStr | None = Field(default=None, max_length=MAX_NAME_CHARS)
     date: StrictStr | None = Field(default=None, max_length=40, description="ISO 8601 date (YYYY-MM-DD)")
-    metadata: dict[Annotated[StrictStr, Field(max_length=MAX_NAME_CHARS)], MetaValue] | None = Field(default=None, max_length=64)
     acl: list[AclEntry] | None = Field(default=None, max_length=256, description="principal ids, `group:NAME` or "
                                        "`public`; default: the index's ingest default (admins only)")
 
@@ -138,6 +137,7 @@ class DocumentIn(DocumentFields):
     """A PUT's or a batch put's body; the id is the path's (an `id` here must equal it)."""
 
     id: StrictStr | None = Field(default=None, max_length=MAX_NAME_CHARS, description="must equal the path's id")
+    metadata: dict[Annotated[StrictStr, Field(max_length=MAX_NAME_CHARS)], MetaValue] | None = Field(default=None, max_length=64)
 
 
 class AclIn(Strict):

@@ -250,8 +250,8 @@ class Service:
               ) -> JSONObject:
         """Apply the writes as one durable record, visible to every request that starts
         after it returns. `principal` None is the local operator (the CLI)."""
-        writer = self.runtime.writable()
         changes = [self.change(w) for w in writes]  # every change checked before any is written
+        writer = self.runtime.writable()
         return writer.write(changes, principal, idempotency, None, principal.id if principal is not None else None)
 
     def write_changes(self, changes: Sequence[Change]) -> JSONObject:

@@ -62,10 +62,16 @@ class GetDocumentArgs(_Args):
     doc_id: StrictStr = Field(min_length=1, max_length=MAX_NAME_CHARS)
 
 
-class UpsertDocumentArgs(_Args, DocumentFields):
-    """The upsert tool's arguments: the document fields every write path takes, and its id."""
-
+class _DocId(_Args):
     doc_id: StrictStr = Field(min_length=1, max_length=MAX_NAME_CHARS)
+
+
+class UpsertDocumentArgs(DocumentFields, _DocId):
+    """The upsert tool's arguments: its id, then the document fields every write path takes;
+    the text bounded by what one tool call may carry (an MCP call's arguments arrive as an
+    object, past the argument-bytes check)."""
+
+    text: StrictStr = Field(min_length=1, max_length=MAX_ARGUMENT_BYTES, description="the document text")
 
 
 class DeleteDocumentArgs(_Args):

@@ -17,7 +17,7 @@ from indexes.embedder import Embedder
 from indexes.live import LiveState, Superseded, live_view, replay
 from indexes.snapshot_load import Snapshot, load_snapshot
 from retrieval.answer_level import AnswerScores
-from retrieval.calls import CallPool
+from retrieval.calls import CallScope
 from retrieval.entities import EntityIndex
 from retrieval.errors import InvalidRequest
 from retrieval.limits import Limits, check_filters, check_k, check_query
@@ -48,7 +48,7 @@ def build_retrievers(snapshot: Snapshot, embedder: Embedder, resources: Resource
 
     def sql_runner() -> SqlRunner:
         return SqlRunner(snapshot.catalog, settings.sql_max_concurrent, settings.sql_max_result_bytes, settings.sql_memory_mb,
-                         settings.sql_threads, watchdogs=resources.watchdogs)
+                         settings.sql_threads, watchdogs=resources.watchdogs, slots=resources.sql_slots)
 
     parts = RetrieverParts(snapshot.chunks, snapshot.catalog, snapshot.bm25, snapshot.dense, embedder.encode_query, fusion,
                            resources.side, SqlParts(sql_runner, settings.sql_limits, today, settings.profile_cache_size,
@@ -89,7 +89,7 @@ class IndexView:
     policies: Policies
     titles: EntityIndex
     names: EntityIndex
-    calls: CallPool
+    calls: CallScope  # this view's calls on the runtime's call pool
     resources: Resources  # the threads and caches it shares with the views derived from it
     own_resources: bool = True  # False: a runtime's, which it shuts down itself once every view is closed
     today: date | None = None
@@ -178,8 +178,10 @@ class IndexView:
         try:
             settings = self.settings or Settings()
             view = live_view(base, live, settings.mask_cache_size)
-            engine = _assemble(view, base, live, self.embedder, self.limits, self.policies, self.calls, self.today,
-                               self.resources, self.answer, settings, self.plugins, self.shared, sql=self.sql)
+            engine = _assemble(view, base, live, self.embedder, self.limits, self.policies, CallScope(self.calls.pool),
+                               self.today,
+                               self.resources, self.answer, settings, self.plugins, self.shared, sql=self.sql,
+                               own_resources=self.own_resources)
         except BaseException:
             if view is not None and view is not base:
                 view.close()
@@ -234,7 +236,7 @@ def open_view(index_dir: Path, embedder: Embedder | None = None, limits: Limits 
             embedder.load().encode_query("warm up")
             embedder.clear_cache()
         policies = policies or Policies.load(index_dir, settings.fusion)
-        calls = resources.call_pool
+        calls = CallScope(resources.call_pool)
         holder: list[IndexView] = []
         shared = Shared(lambda: holder[0]._close_shared())
         engine = _assemble(view, base, live, embedder, limits or settings.limits, policies, calls, today, resources, answer,
@@ -271,7 +273,7 @@ def _load_live(index_dir: Path, embedder: Embedder, mask_cache_size: int, mask_c
 
 
 def _assemble(view: Snapshot, base: Snapshot, live: LiveState, embedder: Embedder, limits: Limits, policies: Policies,
-              calls: CallPool, today: date | None, resources: Resources, answer: AnswerScores | None,
+              calls: CallScope, today: date | None, resources: Resources, answer: AnswerScores | None,
               settings: Settings, plugins: bool, shared: Shared, sql: SqlRetriever | None = None,
               own_resources: bool = True) -> IndexView:
     """The engine over `view` with the given shared parts and the plug-ins the settings name."""

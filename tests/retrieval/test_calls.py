@@ -11,7 +11,7 @@ from typing import Iterator
 
 import pytest
 
-from retrieval.calls import CallPool, threads_needed
+from retrieval.calls import CallPool, CallScope, threads_needed
 from retrieval.errors import RetrievalUnavailable
 from retrieval.loop import Budget, run_loop
 from retrieval.types import Principal
@@ -47,6 +47,25 @@ def test_abandoned_running_calls_give_their_worker_back():
                 pool.abandon(f)
             assert pool.abandoned == 2
             assert pool.submit(lambda: "fresh").result(timeout=PATIENCE_S) == "fresh"  # both workers were held, yet it runs
+        finally:
+            gate.set()
+
+
+def test_each_view_counts_only_its_own_abandoned_calls_on_the_shared_pool():
+    """A retired view waits for its own hung calls, not for another generation's."""
+    gate = threading.Event()
+    with call_pool(workers=2, spare=2) as pool:
+        old, new = CallScope(pool), CallScope(pool)
+        try:
+            running: list = []
+            stuck = new.submit(hang, gate, running)
+            wait_until(lambda: running == [True], "the call running")
+            new.abandon(stuck)
+            assert (old.abandoned, new.abandoned, pool.abandoned) == (0, 1, 1)
+            assert old.submit(lambda: "old").result(timeout=PATIENCE_S) == "old"
+            gate.set()
+            wait_until(lambda: not new.abandoned, "the hung call returning", poll=0.01)
+            assert pool.abandoned == 0
         finally:
             gate.set()
 

@@ -14,6 +14,7 @@ import pytest
 
 import indexes.dense_index as dense_module
 from indexes.snapshot_build import BuildOptions, build_snapshot
+from retrieval.answer import gap_json
 from retrieval.types import Principal
 from routes.service.view import open_view
 
@@ -104,7 +105,7 @@ def numbers(result) -> dict:
     """Every number and id of an answer, rounded as the answer JSON rounds (4 decimals)."""
     r4 = lambda x: round(float(x), 4)  # noqa: E731
     return {
-        "status": result.status, "gap": result.gap, "stop": result.stop_reason,
+        "status": result.status, "gap": gap_json(result.gap), "stop": result.stop_reason,
         "route": {k: r4(v) for k, v in result.decision.scores.items()}, "chosen": result.decision.chosen,
         "context": [(h.chunk_id, r4(h.score), h.retrievers) for h in result.context],
         "attempts": [(a.plan.route, a.plan.strategy, a.plan.query_text(), len(a.hits), a.error,

@@ -249,3 +249,67 @@ def test_statements_beyond_the_server_wide_bound_wait_then_get_a_retryable_busy_
     finally:
         first.join(60)
         catalog.close()
+
+
+def test_runners_sharing_slots_bound_statements_across_generations(tables_index):
+    """Two generations' runners given one slot and one watchdog thread: a statement of the
+    second waits for the first's slot (then is busy) instead of running without a watchdog."""
+    import threading
+    from concurrent.futures import ThreadPoolExecutor
+
+    one_thread = ThreadPoolExecutor(1)
+    slots = threading.BoundedSemaphore(1)
+    catalog, old = _runner(tables_index, one_thread, max_concurrent=1, slots=slots)
+    _, new = _runner(tables_index, one_thread, max_concurrent=1, slots=slots)
+    slow = "SELECT count(*) FROM data.incidents a, data.incidents b, data.incidents c, data.incidents d, data.incidents e"
+    outcome: list[BaseException] = []
+
+    def hold() -> None:
+        try:
+            old.run(slow, 3.0, 10)
+        except BaseException as e:  # noqa: BLE001 - the test reads it
+            outcome.append(e)
+
+    first = threading.Thread(target=hold)
+    try:
+        first.start()
+        while old.running == 0:
+            first.join(0.01)
+        with pytest.raises(RetrievalUnavailable, match="busy"):
+            new.run("SELECT 1", 0.2, 10)
+        first.join(60)
+        assert [type(e) for e in outcome] == [RetrievalTimeout]
+        assert new.run("SELECT 1", 1.0, 10)[1] == [(1,)]
+        old.close()  # waits for its own statements only
+        assert new.run("SELECT 2", 1.0, 10)[1] == [(2,)]
+    finally:
+        first.join(60)
+        new.close()
+        one_thread.shutdown()
+        catalog.close()
+
+
+def test_a_watchdog_that_never_started_is_not_waited_for(tables_index):
+    """Stopping a watchdog still queued behind a busy thread returns at once (it is cancelled)."""
+    import threading
+    from concurrent.futures import ThreadPoolExecutor
+
+    from indexes.sql_runner import _Watchdog
+
+    one_thread, release = ThreadPoolExecutor(1), threading.Event()
+    blocker = one_thread.submit(release.wait)
+    catalog, runner = _runner(tables_index, one_thread)
+    cursor = runner._con.cursor()
+    stopped = threading.Event()
+    try:
+        dog = _Watchdog(cursor, 60.0, one_thread)
+        stopper = threading.Thread(target=lambda: (dog.stop(), stopped.set()))
+        stopper.start()
+        assert stopped.wait(30), "stop() waited for a thread the watchdog never had"
+        assert not blocker.done() and not dog.fired
+    finally:
+        release.set()
+        cursor.close()
+        runner.close()
+        one_thread.shutdown()
+        catalog.close()
