@@ -20,6 +20,9 @@ protocol) for its best k under the caller's access scope and keeps the best k of
   8-bit scans (from 50,000 rows a shard) train their ranges per shard, and HNSW graphs are
   approximate, so there scores can differ by about 1e-3 (indexes/dense_index.py).
 - **Exact** scores count occurrences in one chunk: merged as they are.
+- **Hybrid** fuses the merged bm25 and dense lists (each `depth` deep, as one node's sides
+  are) with the one fusion of retrieval/fusion.py: RRF and z-score see the lists a single
+  node's hybrid sees, so they give its order and scores.
 
 `fan_out` (an Executor the composition root owns, or None for one shard after another)
 calls the shards concurrently; the merge does not depend on the order answers arrive in.
@@ -34,6 +37,8 @@ from typing import Callable, Iterable, Sequence, TypeVar
 import numpy as np
 
 from retrieval.errors import ServerFault
+from retrieval.fusion import fuse_hits
+from retrieval.retrievers.hybrid import FusionParams
 from retrieval.shard import Shard
 from retrieval.types import AccessScope, CollectionStats, Filters, Hit
 
@@ -120,3 +125,18 @@ class ShardedExact:
 
     def search(self, query: str, access: AccessScope, k: int, filters: Filters) -> list[Hit]:
         return scatter_exact(self._shards, query, access, k, filters, self._fan_out)
+
+
+class ShardedHybrid:
+    """The hybrid route over shards: bm25 and dense merged over every shard, then fused."""
+
+    name = "hybrid"
+
+    def __init__(self, lexical: ShardedBm25, semantic: ShardedDense, params: FusionParams = FusionParams()) -> None:
+        self._lexical, self._semantic, self.params = lexical, semantic, params
+
+    def search(self, query: str, access: AccessScope, k: int, filters: Filters) -> list[Hit]:
+        depth = max(k, self.params.depth)
+        sides = {self._lexical.name: self._lexical.search(query, access, depth, filters),
+                 self._semantic.name: self._semantic.search(query, access, depth, filters)}
+        return fuse_hits(sides, self.params.method, self.params.rrf_k, self.params.weights, k)

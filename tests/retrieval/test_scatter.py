@@ -16,7 +16,8 @@ from retrieval.errors import ServerFault
 from retrieval.retrievers.bm25 import Bm25Retriever
 from retrieval.retrievers.dense import DenseRetriever
 from retrieval.retrievers.exact import ExactRetriever
-from retrieval.scatter import ShardedBm25, ShardedDense, ShardedExact, merge_hits
+from retrieval.retrievers.hybrid import FusionParams, HybridRetriever
+from retrieval.scatter import ShardedBm25, ShardedDense, ShardedExact, ShardedHybrid, merge_hits
 from retrieval.shard import LocalShard
 from retrieval.types import NO_FILTERS, Filters, Hit, Principal
 from tests.conftest import DEMO
@@ -34,9 +35,12 @@ K = 10
 @pytest.fixture(scope="module")
 def single(demo_index, embedder):
     snap = load_snapshot(demo_index, embedder)
-    yield {"bm25": Bm25Retriever(snap.bm25, snap.chunks),
-           "dense": DenseRetriever(snap.dense, embedder.encode_query, snap.chunks),
-           "exact": ExactRetriever(snap.catalog, snap.chunks)}
+    routes = {"bm25": Bm25Retriever(snap.bm25, snap.chunks),
+              "dense": DenseRetriever(snap.dense, embedder.encode_query, snap.chunks),
+              "exact": ExactRetriever(snap.catalog, snap.chunks)}
+    for method in ("rrf", "zscore"):
+        routes[f"hybrid-{method}"] = HybridRetriever(routes["bm25"], routes["dense"], FusionParams(method=method))
+    yield routes
     snap.close()
 
 
@@ -46,8 +50,11 @@ def sharded(request, tmp_path_factory, embedder):
     build_shards([DEMO / "docs", DEMO / "tables"], index, embedder, request.param)
     manifest, snapshots = load_cluster(index, embedder)
     shards = [LocalShard(s.chunks, s.bm25, s.dense, s.catalog) for s in snapshots]
-    yield manifest, snapshots, {"bm25": ShardedBm25(shards), "dense": ShardedDense(shards, embedder.encode_query),
-                                "exact": ShardedExact(shards)}
+    routes = {"bm25": ShardedBm25(shards), "dense": ShardedDense(shards, embedder.encode_query),
+              "exact": ShardedExact(shards)}
+    for method in ("rrf", "zscore"):
+        routes[f"hybrid-{method}"] = ShardedHybrid(routes["bm25"], routes["dense"], FusionParams(method=method))
+    yield manifest, snapshots, routes
     for s in snapshots:
         s.close()
 
@@ -59,7 +66,7 @@ def _same(expected: list[Hit], got: list[Hit], what: str) -> None:
         assert (g.doc_id, g.text, g.start, g.end, g.title) == (e.doc_id, e.text, e.start, e.end, e.title), what
 
 
-@pytest.mark.parametrize("route", ["bm25", "dense", "exact"])
+@pytest.mark.parametrize("route", ["bm25", "dense", "exact", "hybrid-rrf", "hybrid-zscore"])
 def test_sharded_retrieval_equals_the_single_node(single, sharded, route):
     manifest, snapshots, routes = sharded
     assert all(len(s.chunks) for s in snapshots)  # every shard holds part of the corpus
