@@ -206,18 +206,27 @@ def read_cluster(index_dir: Path) -> dict[str, Any]:
     return manifest
 
 
+def load_member(index_dir: Path, manifest: dict[str, Any], shard: int, embedder: Embedder,
+                verify_hashes: bool = True) -> Snapshot:
+    """The snapshot the cluster manifest names for `shard` (what one shard replica serves),
+    loaded with the checks of a single snapshot and its serving lease; its content hash must
+    match the member's."""
+    m = manifest["members"][shard]
+    snap = load_snapshot_at(index_dir / m["path"] / "snapshots" / m["snapshot"], embedder, verify_hashes)
+    if snap.manifest.get("content_hash") != m["content_hash"]:
+        snap.close()
+        raise SnapshotError(f"shard {m['shard']:02d}'s snapshot differs from the cluster manifest; run the ingest again")
+    return snap
+
+
 def load_cluster(index_dir: Path, embedder: Embedder, verify_hashes: bool = True) -> tuple[dict[str, Any], list[Snapshot]]:
-    """The cluster manifest and every shard's snapshot it names, in shard order, each loaded
-    with the checks of a single snapshot and its serving lease; its content hash must match
-    the member's. Nothing stays open when one fails."""
+    """The cluster manifest and every shard's snapshot it names, in shard order (`load_member`
+    each). Nothing stays open when one fails."""
     manifest = read_cluster(index_dir)
     loaded: list[Snapshot] = []
     try:
-        for m in manifest["members"]:
-            snap = load_snapshot_at(index_dir / m["path"] / "snapshots" / m["snapshot"], embedder, verify_hashes)
-            loaded.append(snap)
-            if snap.manifest.get("content_hash") != m["content_hash"]:
-                raise SnapshotError(f"shard {m['shard']:02d}'s snapshot differs from the cluster manifest; run the ingest again")
+        for shard in range(manifest["shards"]):
+            loaded.append(load_member(index_dir, manifest, shard, embedder, verify_hashes))
     except BaseException:
         for snap in loaded:
             snap.close()
