@@ -1,4 +1,4 @@
-"""A sharded index: N shard snapshots and a cluster manifest naming them (issue #34).
+"""A sharded index: N shard snapshots and a cluster manifest naming them.
 
 Layout of a sharded index directory (`quarry ingest SOURCES --index DIR --shards N`, N >= 2):
 

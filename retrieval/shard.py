@@ -3,7 +3,7 @@
 A shard holds the documents whose ids hash to it (indexes/shards.py) as a normal snapshot.
 Every call takes the caller's `AccessScope`, never a row mask, and the shard turns it into
 its own mask (`ChunkTable.mask`) and enforces it before anything is counted or ranked, so
-the same calls can cross a process or machine boundary (a Ray Serve replica, issue #34)
+the same calls can cross a process or machine boundary (a Ray Serve replica, routes/cluster/)
 with nothing but plain values: strings, the scope, filters, a query vector, statistics and
 hits.
 

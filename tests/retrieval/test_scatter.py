@@ -2,7 +2,7 @@
 once at 2 and 3 shards (the real embedding model, real snapshots), 4 principals x 30 questions,
 bm25, dense and exact through the merge against the single-node retrievers: the same chunk ids
 in the same order, scores within 1e-4. In process; the shards are what a Ray deployment will
-call (issue #34)."""
+call (routes/cluster/)."""
 
 from __future__ import annotations
 

@@ -34,7 +34,7 @@ from retrieval.retrievers.hybrid import FusionParams, HybridRetriever
 from retrieval.scatter import ShardedBm25, ShardedDense, ShardedExact, ShardedHybrid
 from retrieval.types import NO_FILTERS, Hit, Principal
 from tests.conftest import DEMO
-from tests.system.netns import INSIDE, interfaces, listeners, lo_up, ray_cluster
+from benchmarks.netns import INSIDE, interfaces, listeners, lo_up, ray_cluster
 
 if os.environ.get(INSIDE) != "1":
     pytest.skip("runs only inside the namespace tests/system/test_cluster.py makes", allow_module_level=True)
@@ -193,6 +193,22 @@ def _replica_actors(app: str) -> list[str]:
             if a["name"].startswith("SERVE_REPLICA::") and f"{app}#" in a["name"]]
 
 
+def _running_replicas(app: str) -> int:
+    from ray import serve
+
+    status = serve.status().applications.get(app)
+    if status is None:
+        return 0
+    return sum(n for d in status.deployments.values() for state, n in d.replica_states.items() if str(state).endswith("RUNNING"))
+
+
+def _node_of(actor_name: str) -> str:
+    import ray
+
+    actor = ray.get_actor(actor_name, namespace="serve")
+    return ray.get(actor.__ray_call__.remote(lambda _: ray.get_runtime_context().get_node_id()))
+
+
 def test_a_killed_replica_then_a_killed_worker_node_cost_no_call(cluster, indexes, single, embedder):
     import ray
     from routes.cluster.app import shard_app_name
@@ -201,22 +217,33 @@ def test_a_killed_replica_then_a_killed_worker_node_cost_no_call(cluster, indexe
     routes = sharded_routes(shards, embedder)
     expected = {(q, p.id): [h.chunk_id for h in single["hybrid-rrf"].search(q, p.access_scope(), K, NO_FILTERS)]
                 for q in QUESTIONS for p in PRINCIPALS}
+    apps = [shard_app_name(i) for i in range(2)]
     stop = threading.Event()
     with ThreadPoolExecutor(1) as runner:
         outcome = runner.submit(_hammer, routes, expected, stop)
         time.sleep(2)  # let the clients run first
-        victim = _replica_actors(shard_app_name(0))[0]
-        ray.kill(ray.get_actor(victim, namespace="serve"), no_restart=True)
+        ray.kill(ray.get_actor(_replica_actors(apps[0])[0], namespace="serve"), no_restart=True)
         time.sleep(5)
-        node = next(n for n in cluster.worker_nodes)
+        hosts = {name: _node_of(name) for app in apps for name in _replica_actors(app)}
+        node = next(n for n in cluster.worker_nodes if n.node_id in hosts.values())  # a node serving a replica
+        gone = {name for name, host in hosts.items() if host == node.node_id}
         cluster.remove_node(node, allow_graceful=False)
-        started = time.monotonic()
-        time.sleep(10)
+        lost = time.monotonic()
+
+        def recovered() -> bool:  # the lost replicas replaced: 2 running per shard, none of them the lost ones
+            names = [_replica_actors(app) for app in apps]
+            return all(len(n) == 2 and not gone & set(n) for n in names) and all(_running_replicas(a) == 2 for a in apps)
+
+        while not recovered() and time.monotonic() - lost < 300:
+            time.sleep(0.5)
+        recovered = time.monotonic() - lost
+        time.sleep(3)  # and the clients go on over the recovered replicas
         stop.set()
         calls, problems = outcome.result()
-    print(f"8 clients: {calls} calls, {len(problems)} problems, {sum(s.retried for s in shards)} retried; "
-          f"clients ran {time.monotonic() - started:.1f} s after the node loss")
+    print(f"8 clients: {calls} calls, {len(problems)} failed or wrong, {sum(s.retried for s in shards)} sent again; "
+          f"2 replicas per shard running again {recovered:.1f} s after the node loss")
     assert calls > 0 and problems == []
+    assert all(_running_replicas(app) == 2 for app in apps)
     cluster.add_node(num_cpus=1, resources={"node-3": 1})
 
 

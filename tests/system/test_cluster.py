@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.system.netns import can_make_namespaces, listeners, run_inside
+from benchmarks.netns import can_make_namespaces, listeners, run_inside
 
 pytestmark = pytest.mark.slow
 INNER = Path(__file__).with_name("cluster_in_netns.py")

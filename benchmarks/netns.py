@@ -1,7 +1,8 @@
-"""A Ray cluster for tests, only ever inside a private network namespace.
+"""A Ray cluster for tests and benchmarks, only ever inside a private network namespace.
 
 Ray must never start on the host's network: it rewrites 127.0.0.1 to the host's address and
-Serve replicas listen on every interface. So a cluster test runs in two halves:
+Serve replicas listen on every interface. So a cluster test (or benchmarks/cluster.py) runs
+in two halves:
 
 - the outer test (tests/system/test_cluster.py) runs pytest again on an inner module inside
   `unshare -n -p -f --mount-proc --kill-child`: a network namespace whose only interface is
@@ -40,12 +41,17 @@ def can_make_namespaces() -> str | None:
     return None if probe.returncode == 0 else f"unshare -n -p cannot run here: {probe.stderr.strip()}"
 
 
-def run_inside(args: list[str], timeout_s: float, tmp: Path) -> subprocess.CompletedProcess[str]:
-    """`python -m pytest ARGS` in a new network and pid namespace (its processes die with it)."""
+def inside_command(argv: list[str], tmp: Path) -> tuple[list[str], dict[str, str]]:
+    """The command line and environment that run `python ARGV` in a new network and pid
+    namespace (its processes die with it)."""
     env = dict(os.environ, **RAY_ENV, **{INSIDE: "1", "RAY_TMPDIR": str(tmp)})
-    return subprocess.run(["unshare", "-n", "-p", "-f", "--mount-proc", "--kill-child",
-                           sys.executable, "-m", "pytest", "-x", "-p", "no:cacheprovider", *args],
-                          capture_output=True, text=True, timeout=timeout_s, env=env)
+    return ["unshare", "-n", "-p", "-f", "--mount-proc", "--kill-child", sys.executable, *argv], env
+
+
+def run_inside(args: list[str], timeout_s: float, tmp: Path) -> subprocess.CompletedProcess[str]:
+    """`python -m pytest ARGS` inside a private namespace (`inside_command`)."""
+    command, env = inside_command(["-m", "pytest", "-x", "-p", "no:cacheprovider", *args], tmp)
+    return subprocess.run(command, capture_output=True, text=True, timeout=timeout_s, env=env)
 
 
 def interfaces() -> list[str]:
