@@ -16,6 +16,16 @@ from ray import serve
 from indexes.shards import read_cluster
 from routes.cluster.remote import RemoteShard
 from routes.cluster.replica import ShardReplica
+from routes.service.process import PROCESS_ENV
+
+# A replica serves its calls on several threads, each a few milliseconds of numpy and FAISS:
+# one OpenMP thread each, waiting passively, or the pools of every replica on a node spin
+# against one another (on 2 cores a call then took seconds). Its replies (up to `depth` hits
+# with their text, a few hundred KB) go back inline in the call's reply: past Ray's default
+# of 100 KB they went through the object store, and under 8 concurrent clients calls stalled
+# for 5 to 13 s (0.7-1.6 questions/s instead of about 20).
+REPLY_INLINE_BYTES = 16 << 20
+REPLICA_ENV = {**PROCESS_ENV, "OMP_NUM_THREADS": "1", "RAY_max_direct_call_object_size": str(REPLY_INLINE_BYTES)}
 
 APP_PREFIX = "quarry-shard-"
 
@@ -35,7 +45,8 @@ def deploy_shards(index_dir: Path, replicas: int = 2, retry_s: float = 10.0, mod
     shards = []
     for shard in range(manifest["shards"]):
         deployment = serve.deployment(name=f"shard-{shard:02d}", num_replicas=replicas, max_replicas_per_node=1,
-                                      max_ongoing_requests=max_ongoing, ray_actor_options={"num_cpus": 0})(ShardReplica)
+                                      max_ongoing_requests=max_ongoing,
+                                      ray_actor_options={"num_cpus": 0, "runtime_env": {"env_vars": REPLICA_ENV}})(ShardReplica)
         handle = serve.run(deployment.bind(str(index_dir.resolve()), shard, model), name=shard_app_name(shard),
                            route_prefix=None)
         shards.append(RemoteShard(handle, shard, retry_s))

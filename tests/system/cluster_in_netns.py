@@ -22,7 +22,6 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from indexes.corpus import load_documents
 from indexes.shards import build_shards
 from indexes.snapshot_build import BuildOptions, build_snapshot
 from indexes.snapshot_load import load_snapshot
@@ -33,7 +32,7 @@ from retrieval.retrievers.exact import ExactRetriever
 from retrieval.retrievers.hybrid import FusionParams, HybridRetriever
 from retrieval.scatter import ShardedBm25, ShardedDense, ShardedExact, ShardedHybrid
 from retrieval.types import NO_FILTERS, Hit, Principal
-from tests.conftest import DEMO
+from tests.conftest import DEMO, write_readable_documents
 from benchmarks.netns import INSIDE, interfaces, listeners, lo_up, ray_cluster
 
 if os.environ.get(INSIDE) != "1":
@@ -78,19 +77,11 @@ def indexes(tmp_path_factory, demo_index, embedder):
     for n in (2, 3):
         sharded[n] = tmp_path_factory.mktemp(f"demo-{n}-shards")
         build_shards([DEMO / "docs", DEMO / "tables"], sharded[n], embedder, n)
-    docs = list(load_documents([DEMO / "docs"]))
     reduced = {}
     for pid, groups in GROUPS.items():
-        principal, folder = Principal(pid, groups), tmp_path_factory.mktemp(f"only-{pid}")
-        with (folder / "docs.jsonl").open("w") as f:
-            for ld in docs:
-                d = ld.doc
-                if principal.can_read(d.acl):
-                    f.write(json.dumps({"id": d.id, "text": d.text, "title": d.title, "source": d.source,
-                                        "date": d.date.isoformat() if d.date else None,
-                                        "metadata": dict(d.metadata), "acl": list(d.acl)}) + "\n")
+        docs = write_readable_documents(Principal(pid, groups), tmp_path_factory.mktemp(f"only-{pid}"))
         reduced[pid] = tmp_path_factory.mktemp(f"index-{pid}")
-        build_snapshot([folder / "docs.jsonl"], reduced[pid], embedder, BuildOptions(reuse_from=demo_index))
+        build_snapshot([docs], reduced[pid], embedder, BuildOptions(reuse_from=demo_index))
     return demo_index, sharded, reduced
 
 
