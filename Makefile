@@ -19,7 +19,7 @@ $(STAMP): pyproject.toml constraints.txt client/pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q -c constraints.txt torch==2.13.0
 	$(PY) -m pip install -q -c constraints.txt -e './client[langchain,llamaindex]'
-	$(PY) -m pip install -q -c constraints.txt -e '.[dev]'
+	$(PY) -m pip install -q -c constraints.txt -e '.[dev,cluster]'
 	touch $(STAMP)
 
 run: $(STAMP)

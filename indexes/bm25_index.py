@@ -42,6 +42,7 @@ from bm25s.stopwords import STOPWORDS_EN
 
 from retrieval.access import top_k
 from retrieval.lru import Lru
+from retrieval.types import CollectionStats
 
 _TOKEN = re.compile(r"(?u)\b\w\w+\b")
 MEMO_TEXTS = 8192  # texts whose terms a served index's tokenizer keeps
@@ -112,22 +113,6 @@ class Bm25Builder:
         model.index((ids, self._vocab), show_progress=False)
         self._ids, self._vocab = [], {}
         return Bm25Index(model, params, len(ids), lengths, self._storage)
-
-
-@dataclass(frozen=True)
-class CollectionStats:
-    """What BM25 scoring needs from the collection: N, total length and the query terms'
-    document frequencies, over some allowed rows (of one segment, or summed over several)."""
-
-    n: int
-    total_len: float
-    df: dict[str, int]
-
-    def __add__(self, other: CollectionStats) -> CollectionStats:
-        df = dict(self.df)
-        for term, count in other.df.items():
-            df[term] = df.get(term, 0) + count
-        return CollectionStats(self.n + other.n, self.total_len + other.total_len, df)
 
 
 @dataclass(frozen=True)

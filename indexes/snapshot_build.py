@@ -85,17 +85,27 @@ def titled(title: str | None, text: str) -> str:
 def content_hash(docs: Iterable[Document], tables: Sequence[TableSource] = ()) -> str:
     """Identifies the corpus: documents (all fields) and table files with their ACLs."""
     h = hashlib.sha256()
-    for t in tables:
-        h.update(json.dumps({"table": t.name, "sha256": file_digest(t.path), "acl": list(t.acl),
-                             **({"types": [list(p) for p in t.types], "key": t.key} if t.types or t.key else {})}).encode())
+    for record in table_records(tables):
+        h.update(record)
     for d in docs:
-        record: dict[str, Any] = {"id": d.id, "text": d.text, "title": d.title, "source": d.source,
-                  "date": d.date.isoformat() if d.date else None, "metadata": dict(d.metadata), "acl": list(d.acl)}
-        if d.regions:  # only then, so a corpus without files hashes as before
-            record["regions"] = region_rows(d.regions)
-        h.update(json.dumps(record, sort_keys=True, ensure_ascii=False).encode("utf-8"))
-        h.update(b"\n")
+        h.update(document_record(d))
     return h.hexdigest()
+
+
+def table_records(tables: Sequence[TableSource]) -> Iterator[bytes]:
+    """What `content_hash` reads of each table (a sharded ingest hashes incrementally)."""
+    for t in tables:
+        yield json.dumps({"table": t.name, "sha256": file_digest(t.path), "acl": list(t.acl),
+                          **({"types": [list(p) for p in t.types], "key": t.key} if t.types or t.key else {})}).encode()
+
+
+def document_record(d: Document) -> bytes:
+    """What `content_hash` reads of one document."""
+    record: dict[str, Any] = {"id": d.id, "text": d.text, "title": d.title, "source": d.source,
+                              "date": d.date.isoformat() if d.date else None, "metadata": dict(d.metadata), "acl": list(d.acl)}
+    if d.regions:  # only then, so a corpus without files hashes as before
+        record["regions"] = region_rows(d.regions)
+    return json.dumps(record, sort_keys=True, ensure_ascii=False).encode("utf-8") + b"\n"
 
 
 def corpus_digest(sources: Sequence[Path], default_acl: tuple[str, ...] = ADMIN_ONLY) -> str:
@@ -235,14 +245,15 @@ def _publish(index_dir: Path, documents: Documents, n_documents: int, tables: Se
              options: BuildOptions, progress: Progress | None, t_load: float, digest: str, wal_seq: int | None,
              reuse_vectors: Callable[[], dict[str, np.ndarray]],
              copy_tables: tuple[Path, Sequence[TableInfo]] | None = None, expect_base: str | None = None,
-             unchanged: Callable[[], None] = lambda: None) -> dict[str, Any]:
+             unchanged: Callable[[], None] = lambda: None, protect: frozenset[str] = frozenset()) -> dict[str, Any]:
     """Build into `.building-*`, write the manifest last, rename, switch CURRENT, prune.
 
     `wal_seq` None (an ingest): the log's last seq, read under the build lock, so no
     compaction or fold can slip between. `expect_base` (a compaction): the snapshot its
     changes were replayed onto; if CURRENT names another one by the switch (an ingest or
     another compaction published meanwhile), nothing is switched: `Conflict`. `unchanged`
-    raises if the sources changed since they were validated (checked before the manifest)."""
+    raises if the sources changed since they were validated (checked before the manifest).
+    `protect`: snapshot names the prune keeps besides its own two (a cluster manifest's)."""
     report = progress or (lambda stage, done, total: None)
 
     with _storage_errors(), _build_lock(index_dir):
@@ -291,7 +302,7 @@ def _publish(index_dir: Path, documents: Documents, n_documents: int, tables: Se
         fsync_dir(index_dir)
         if journal is not None:
             journal.clear()  # its vectors are in the published snapshot now
-        _prune(snapshots, keep=name, previous=serving)
+        _prune(snapshots, keep=name, previous=serving, protect=protect)
     return manifest
 
 
@@ -481,15 +492,17 @@ def _current_name(index_dir: Path) -> str | None:
         return None
 
 
-def _prune(snapshots: Path, keep: str, previous: str | None) -> None:
+def _prune(snapshots: Path, keep: str, previous: str | None, protect: frozenset[str] = frozenset()) -> None:
     """Keep the new snapshot and the one CURRENT named before the switch (for a quick
     rollback), whatever their names sort as: a build that died between renaming its folder
     and switching CURRENT leaves a newer folder that never served, and that one goes. Without
     a readable previous CURRENT, the newest other snapshot is kept instead. Any other one is
-    removed only if no process holds a serving lease on it (see the module docstring)."""
+    removed only if no process holds a serving lease on it (see the module docstring); those
+    named in `protect` stay too."""
     done = sorted((p for p in snapshots.iterdir() if p.is_dir() and not p.name.startswith(".")), key=lambda p: p.name)
     names = {p.name for p in done}
     kept = {keep, previous} if previous in names else {keep, *[p.name for p in done if p.name != keep][-1:]}
+    kept |= protect
     for p in done:
         if p.name not in kept and not remove_unless_served(p):
             log.info("snapshot %s is still served by a running process; a later ingest removes it", p.name)

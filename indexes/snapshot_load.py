@@ -102,6 +102,22 @@ def load_snapshot(index_dir: Path, embedder: Embedder, verify_hashes: bool = Tru
     on the caller's `walkers` threads (indexes/dense_index.py). The snapshot holds a serving
     lease from before its files are read until it is closed."""
     path, lease = _leased_current(index_dir)
+    return _load_leased(path, lease, embedder, verify_hashes, mask_cache_size, mask_cache_bytes, walkers)
+
+
+def load_snapshot_at(path: Path, embedder: Embedder, verify_hashes: bool = True, mask_cache_size: int = 512,
+                     mask_cache_bytes: int = 256 << 20, walkers: Executor | None = None) -> Snapshot:
+    """Load the snapshot at `path` (one a cluster manifest names, indexes/shards.py, rather
+    than the one CURRENT names), with the checks and the serving lease of `load_snapshot`."""
+    lease = acquire(path) if path.is_dir() else None
+    if lease is None:
+        raise SnapshotError(f"snapshot {path} is missing or being removed; run the ingest again")
+    return _load_leased(path, lease, embedder, verify_hashes, mask_cache_size, mask_cache_bytes, walkers)
+
+
+def _load_leased(path: Path, lease: SnapshotLease, embedder: Embedder, verify_hashes: bool, mask_cache_size: int,
+                 mask_cache_bytes: int, walkers: Executor | None) -> Snapshot:
+    """`_load` under a lease already held, which the snapshot keeps (released if it fails)."""
     try:
         snapshot = _load(path, embedder, verify_hashes, mask_cache_size, mask_cache_bytes, walkers)
     except BaseException:

@@ -142,6 +142,24 @@ class AccessScope:
 
 
 @dataclass(frozen=True)
+class CollectionStats:
+    """What BM25 scoring needs from the collection: N, total length and the query terms'
+    document frequencies, over some allowed rows (of one segment, or summed over several: a
+    live index's segments, or the shards of a cluster, as Elasticsearch's DFS phase sums them).
+    Here, not in indexes/, so a scatter-gather front (retrieval/scatter.py) can sum them."""
+
+    n: int
+    total_len: float
+    df: dict[str, int]
+
+    def __add__(self, other: CollectionStats) -> CollectionStats:
+        df = dict(self.df)
+        for term, count in other.df.items():
+            df[term] = df.get(term, 0) + count
+        return CollectionStats(self.n + other.n, self.total_len + other.total_len, df)
+
+
+@dataclass(frozen=True)
 class Region:
     """A span of a document's text that came from one page and/or one section of its file
     (offsets into `Document.text`): where a passage sends its reader ("page 12", "4.2 Pumps")."""

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import threading
 import time
@@ -26,6 +27,22 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 # slow machine under load needs (a server started in over 120 s at a load average of 20).
 # QUARRY_TEST_PATIENCE_S changes it.
 PATIENCE_S = float(os.environ.get("QUARRY_TEST_PATIENCE_S", "1800"))
+
+
+def write_readable_documents(principal, folder: Path) -> Path:
+    """The demo documents `principal` may read, as a JSONL source in `folder` (an index of
+    them is what the no-leak differentials compare against)."""
+    from indexes.corpus import load_documents
+
+    path = folder / "docs.jsonl"
+    with path.open("w") as f:
+        for ld in load_documents([DEMO / "docs"]):
+            d = ld.doc
+            if principal.can_read(d.acl):
+                f.write(json.dumps({"id": d.id, "text": d.text, "title": d.title, "source": d.source,
+                                    "date": d.date.isoformat() if d.date else None,
+                                    "metadata": dict(d.metadata), "acl": list(d.acl)}) + "\n")
+    return path
 
 
 def wait_until(ready, what: str, alive=None, poll: float = 0.05) -> float:

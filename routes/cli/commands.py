@@ -14,6 +14,7 @@ from retrieval.errors import InvalidRequest
 from retrieval.limits import check_k
 
 if TYPE_CHECKING:
+    from indexes.snapshot_build import BuildOptions
     from routes.service.settings import Settings
 
 from routes.cli.common import _emit, _filters, _index, _principal, _progress_bar, default_acl
@@ -27,11 +28,26 @@ def cmd_ingest(args: argparse.Namespace, settings: Settings) -> int:
     meaning = meanings.get(acl, "")
     print(f"default ACL of documents and tables without one: {' '.join(acl)}{meaning}", file=sys.stderr)
     options = replace(settings.build_options(acl), skip_bad_files=bool(getattr(args, "skip_bad_files", False)))
+    shards = int(getattr(args, "shards", 1) or 1)
+    if shards != 1:
+        return _ingest_shards(args, settings, options, shards)
     manifest = build_snapshot([Path(s) for s in args.sources], _index(settings), settings.embedder(),
                               options, progress=_progress_bar(not args.no_progress))
     for skipped in manifest["skipped_files"]:
         print(f"skipped {skipped['path']}: {skipped['reason']}: {skipped['message']}", file=sys.stderr)
     _emit({k: manifest[k] for k in ("snapshot", "counts", "embeddings", "model", "content_hash", "timings_s", "skipped_files")})
+    return 0
+
+
+def _ingest_shards(args: argparse.Namespace, settings: Settings, options: BuildOptions, shards: int) -> int:
+    """`ingest --shards N`: the shard snapshots and the cluster manifest (indexes/shards.py)."""
+    from indexes.shards import build_shards
+
+    manifest = build_shards([Path(s) for s in args.sources], _index(settings), settings.embedder(), shards,
+                            options, progress=_progress_bar(not args.no_progress))
+    for skipped in manifest["skipped_files"]:
+        print(f"skipped {skipped['path']}: {skipped['reason']}: {skipped['message']}", file=sys.stderr)
+    _emit({k: manifest[k] for k in ("shards", "members", "counts", "model", "content_hash", "assignment", "skipped_files")})
     return 0
 
 

@@ -71,6 +71,9 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("--skip-bad-files", action="store_true",
                     help="leave out PDF, DOCX and HTML files that give no text (encrypted, corrupt, scans, empty) and list "
                          "them, instead of stopping the ingest on the first (malformed JSONL, sidecars and ACLs always stop it)")
+    sp.add_argument("--shards", type=int, default=1,
+                    help="write N shard snapshots (documents by a stable hash of their id) and a cluster manifest, "
+                         "DIR/cluster.json, for a sharded deployment; tables go to shard 00 (default 1: one snapshot)")
     no_progress(sp)
     common(sp)
     sp.set_defaults(func=cmd_ingest)

@@ -9,13 +9,16 @@ from __future__ import annotations
 import os
 
 
+# What a serving process's environment must hold before torch or FAISS loads (a process that
+# another one starts, such as a shard replica, gets them in its environment from the start).
+PROCESS_ENV = {"OMP_WAIT_POLICY": "PASSIVE", "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1",
+               "TOKENIZERS_PARALLELISM": "false", "HF_HUB_DISABLE_PROGRESS_BARS": "1"}
+
+
 def configure_process(threads: int | None = None) -> None:
     """Set OpenMP policy and thread counts before torch/FAISS load; quiet offline model loading."""
-    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
-    os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
-    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-    os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
+    for name, value in PROCESS_ENV.items():
+        os.environ.setdefault(name, value)
     if threads:
         os.environ.setdefault("OMP_NUM_THREADS", str(threads))
         import torch

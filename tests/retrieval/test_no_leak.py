@@ -12,11 +12,10 @@ from datetime import date
 
 import pytest
 
-from indexes.corpus import load_documents
 from indexes.snapshot_build import BuildOptions, build_snapshot
 from retrieval.types import Filters, Principal
 from routes.service.view import open_view
-from tests.conftest import DEMO, PATIENCE_S
+from tests.conftest import DEMO, PATIENCE_S, write_readable_documents
 from tests.retrieval.remote_backend import RemoteBackend
 
 GROUPS = {"alice": ("sre",), "bob": ("finance",), "carol": ("security", "sre"), "dave": ("hr",), "erin": ()}
@@ -31,20 +30,11 @@ def outcome(result) -> tuple:
 @pytest.fixture(scope="module")
 def reduced_engines(demo_index, embedder, tmp_path_factory):
     """One index per principal holding only the documents that principal may read."""
-    docs = [ld for ld in load_documents([DEMO / "docs"])]
     engines = {}
     for pid, groups in GROUPS.items():
-        principal = Principal(pid, groups)
-        folder = tmp_path_factory.mktemp(f"only-{pid}")
-        with (folder / "docs.jsonl").open("w") as f:
-            for ld in docs:
-                d = ld.doc
-                if principal.can_read(d.acl):
-                    f.write(json.dumps({"id": d.id, "text": d.text, "title": d.title, "source": d.source,
-                                        "date": d.date.isoformat() if d.date else None,
-                                        "metadata": dict(d.metadata), "acl": list(d.acl)}) + "\n")
+        docs = write_readable_documents(Principal(pid, groups), tmp_path_factory.mktemp(f"only-{pid}"))
         index = tmp_path_factory.mktemp(f"index-{pid}")
-        build_snapshot([folder / "docs.jsonl", DEMO / "tables"], index, embedder, BuildOptions(reuse_from=demo_index))
+        build_snapshot([docs, DEMO / "tables"], index, embedder, BuildOptions(reuse_from=demo_index))
         engines[pid] = open_view(index, embedder, today=date(2025, 11, 1))
     yield engines
     for e in engines.values():

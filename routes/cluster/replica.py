@@ -1,0 +1,55 @@
+"""One shard replica: the body of a Ray Serve deployment that serves one shard's snapshot.
+
+It holds nothing but the shard the cluster manifest names (indexes/shards.py) and answers the
+`Shard` calls (retrieval/shard.py) with the caller's `AccessScope`: the ACL is enforced here,
+inside the shard, before anything is counted or ranked, so a front never receives a row the
+caller may not read. The class is plain Python (no Ray import): `routes/cluster/app.py` makes
+it a deployment, and a test can call it in process.
+
+The replica never loads the embedding model: the front encodes a question once and sends the
+vector (the embedder is only asked for its model id and dimension when the snapshot is checked).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from indexes.embedder import Embedder
+from indexes.shards import load_member, read_cluster
+from retrieval.shard import LocalShard
+from retrieval.types import AccessScope, CollectionStats, Filters, Hit
+
+
+class ShardReplica:
+    """Serves shard `shard` of the sharded index at `index_dir` (see the module docstring)."""
+
+    def __init__(self, index_dir: str, shard: int, model: str | None = None) -> None:
+        manifest = read_cluster(Path(index_dir))
+        self.shard, self.snapshot_name = shard, manifest["members"][shard]["snapshot"]
+        self._snapshot = load_member(Path(index_dir), manifest, shard, Embedder(Path(model) if model else None))
+        s = self._snapshot
+        self._local = LocalShard(s.chunks, s.bm25, s.dense, s.catalog)
+
+    def bm25_stats(self, query: str, access: AccessScope, filters: Filters) -> CollectionStats:
+        return self._local.bm25_stats(query, access, filters)
+
+    def bm25(self, query: str, access: AccessScope, k: int, filters: Filters, stats: CollectionStats) -> list[Hit]:
+        return self._local.bm25(query, access, k, filters, stats)
+
+    def dense(self, vector: np.ndarray, access: AccessScope, k: int, filters: Filters) -> list[Hit]:
+        return self._local.dense(vector, access, k, filters)
+
+    def exact(self, query: str, access: AccessScope, k: int, filters: Filters) -> list[Hit]:
+        return self._local.exact(query, access, k, filters)
+
+    def describe(self) -> dict[str, Any]:
+        """What this replica serves (for health and metrics)."""
+        return {"shard": self.shard, "snapshot": self.snapshot_name, "chunks": len(self._snapshot.chunks)}
+
+    def __del__(self) -> None:
+        snapshot = getattr(self, "_snapshot", None)
+        if snapshot is not None:
+            snapshot.close()
