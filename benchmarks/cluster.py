@@ -126,7 +126,7 @@ def inside(args: argparse.Namespace) -> None:
 
         fan_out = ThreadPoolExecutor(4 * args.clients)  # the front's calls to the shards, concurrently
         for n in shard_counts:
-            shards = deploy_shards(sharded[n], replicas=1)
+            shards = deploy_shards(sharded[n], replicas=1, model_id=embedder.model_id)
             routes = _routes(ShardedBm25(shards, fan_out), ShardedDense(shards, embedder.encode_query, fan_out))
             for q in questions[:5]:  # warm the handles
                 routes["hybrid"].search(q[1], READER.access_scope(), 10, NO_FILTERS)

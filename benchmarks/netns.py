@@ -100,7 +100,8 @@ def ray_cluster(workers: int = 2) -> Iterator[object]:
         yield cluster
     finally:
         try:
-            serve.shutdown()
+            if ray.is_initialized():  # else serve.shutdown() would start a Ray of its own
+                serve.shutdown()
         finally:
             ray.shutdown()
             cluster.shutdown()

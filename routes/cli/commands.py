@@ -28,7 +28,7 @@ def cmd_ingest(args: argparse.Namespace, settings: Settings) -> int:
     meaning = meanings.get(acl, "")
     print(f"default ACL of documents and tables without one: {' '.join(acl)}{meaning}", file=sys.stderr)
     options = replace(settings.build_options(acl), skip_bad_files=bool(getattr(args, "skip_bad_files", False)))
-    shards = int(getattr(args, "shards", 1) or 1)
+    shards = int(getattr(args, "shards", 1))
     if shards != 1:
         return _ingest_shards(args, settings, options, shards)
     manifest = build_snapshot([Path(s) for s in args.sources], _index(settings), settings.embedder(),

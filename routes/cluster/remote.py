@@ -3,10 +3,11 @@ handle to the shard's replicas, with retries inside a deadline.
 
 Serve routes each call to a live replica of the shard. A replica or node that dies under a
 call fails that call only; it is sent again, to another replica, while the deadline allows
-(`retry_s`). A shard with no live replica within the deadline makes the call a typed,
-retryable `RetrievalUnavailable` naming the shard: the front never answers from the other
-shards alone (a partial context would be a silently wrong one). An error the shard raised
-itself (a typed `RetrievalError`) is the caller's answer and is not retried.
+(`retry_s`, per call). A shard with no live replica within the deadline makes the call a
+typed, retryable `RetrievalUnavailable` naming the shard: the front never answers from the
+other shards alone (a partial context would be a silently wrong one). An error the shard's
+code raised is never retried: a typed `RetrievalError` is the caller's answer, anything else
+a `ServerFault` (Ray wraps both in a `RayTaskError`, looked at first).
 """
 
 from __future__ import annotations
@@ -20,14 +21,13 @@ import ray.exceptions
 import ray.serve.exceptions
 from ray.serve.handle import DeploymentHandle
 
-from retrieval.errors import RetrievalError, RetrievalUnavailable
+from retrieval.errors import RetrievalError, RetrievalUnavailable, ServerFault
 from retrieval.types import AccessScope, CollectionStats, Filters, Hit
 
 log = logging.getLogger("quarry.cluster")
-# What a dead replica, a lost node or a shard with no replica yet looks like to a caller.
-UNAVAILABLE = (ray.exceptions.RayActorError, ray.exceptions.NodeDiedError, ray.exceptions.WorkerCrashedError,
-               ray.exceptions.ObjectLostError, ray.exceptions.OwnerDiedError, ray.exceptions.GetTimeoutError,
-               ray.serve.exceptions.RayServeException, TimeoutError)
+# What a dead replica, a lost node, an overloaded or unreachable one, or a shard with no
+# replica yet looks like to a caller (after RayTaskError: the shard's own code raised).
+UNAVAILABLE = (ray.exceptions.RayError, ray.serve.exceptions.RayServeException, TimeoutError)
 RETRY_PAUSE_S = 0.05
 
 
@@ -46,15 +46,21 @@ class RemoteShard:
             left = deadline - time.monotonic()
             if left <= 0:
                 break
-            try:
-                return getattr(self._handle, method).remote(*args).result(timeout_s=left)
-            except RetrievalError:
-                raise  # the shard's own answer (Ray's error is also an instance of the shard's error)
-            except UNAVAILABLE as e:
-                failure = e
+            if failure is not None:
                 self.retried += 1
                 log.info("shard %02d: %s failed on a replica (%s); sending it again", self.shard, method,
-                         type(e).__name__)
+                         type(failure).__name__)
+            try:
+                return getattr(self._handle, method).remote(*args).result(timeout_s=left)
+            except ray.exceptions.RayTaskError as e:  # the shard's code raised: its answer, never retried
+                cause = e.cause
+                if isinstance(cause, RetrievalError):
+                    raise cause from None
+                raise ServerFault(f"shard {self.shard:02d} failed: {type(cause).__name__}") from e
+            except RetrievalError:
+                raise
+            except UNAVAILABLE as e:
+                failure = e
                 time.sleep(min(RETRY_PAUSE_S, max(0.0, deadline - time.monotonic())))
         raise RetrievalUnavailable(f"shard {self.shard:02d} has no live replica "
                                    f"({type(failure).__name__ if failure else 'no answer'} within {self.retry_s:g} s); "

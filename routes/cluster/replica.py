@@ -18,16 +18,19 @@ from typing import Any
 import numpy as np
 
 from indexes.embedder import Embedder
-from indexes.shards import load_member, read_cluster
+from indexes.shards import load_member
 from retrieval.shard import LocalShard
 from retrieval.types import AccessScope, CollectionStats, Filters, Hit
 
 
 class ShardReplica:
-    """Serves shard `shard` of the sharded index at `index_dir` (see the module docstring)."""
+    """Serves shard `shard` of the sharded index at `index_dir` (see the module docstring):
+    the snapshot `manifest` (the cluster manifest the deployment read) names, never the one
+    `cluster.json` names when the replica starts. A replica that replaces a lost one after a
+    new ingest then still serves the cluster its siblings serve (or fails, if that snapshot
+    was removed), never a mix of two builds."""
 
-    def __init__(self, index_dir: str, shard: int, model: str | None = None) -> None:
-        manifest = read_cluster(Path(index_dir))
+    def __init__(self, index_dir: str, manifest: dict[str, Any], shard: int, model: str | None = None) -> None:
         self.shard, self.snapshot_name = shard, manifest["members"][shard]["snapshot"]
         self._snapshot = load_member(Path(index_dir), manifest, shard, Embedder(Path(model) if model else None))
         s = self._snapshot
@@ -47,7 +50,8 @@ class ShardReplica:
 
     def describe(self) -> dict[str, Any]:
         """What this replica serves (for health and metrics)."""
-        return {"shard": self.shard, "snapshot": self.snapshot_name, "chunks": len(self._snapshot.chunks)}
+        return {"shard": self.shard, "snapshot": self.snapshot_name, "chunks": len(self._snapshot.chunks),
+                "content_hash": self._snapshot.manifest.get("content_hash")}
 
     def __del__(self) -> None:
         snapshot = getattr(self, "_snapshot", None)

@@ -100,9 +100,10 @@ def single(demo_index, embedder):
 
 
 def deployed(index_dir, replicas: int = 2, retry_s: float = 30.0):
+    from indexes.embedder import Embedder
     from routes.cluster.app import deploy_shards
 
-    return deploy_shards(index_dir, replicas=replicas, retry_s=retry_s)
+    return deploy_shards(index_dir, replicas=replicas, retry_s=retry_s, model_id=Embedder().model_id)
 
 
 def test_ray_listens_only_inside_this_loopback_only_namespace(cluster):
@@ -144,15 +145,15 @@ def test_the_cluster_leaks_nothing_a_reduced_index_would_not_show(cluster, index
                 for name in ("bm25", "dense", "hybrid-rrf"):
                     expected = own[name].search(q["question"], access, K, NO_FILTERS)
                     same(expected, routes[name].search(q["question"], access, K, NO_FILTERS), f"{pid}, {name}: {q['id']}")
-                    checked += 1
+                    checked += len(expected)
         finally:
             snap.close()
-    assert checked == len(GROUPS) * len(BAIT) * 3 and len(BAIT) >= 20
+    assert len(BAIT) >= 20 and checked > len(GROUPS) * len(BAIT) * 3 * K // 2  # not a comparison of empty lists
 
 
-def _hammer(routes, expected, stop: threading.Event, clients: int = 8) -> tuple[int, list[str]]:
-    """8 clients asking in a loop until `stop`: (calls, problems)."""
-    calls, problems, lock = [0], [], threading.Lock()
+def _hammer(routes, expected, stop: threading.Event, calls: list[int], clients: int = 8) -> list[str]:
+    """8 clients asking in a loop until `stop`, counting their calls in `calls[0]`: the problems."""
+    problems, lock = [], threading.Lock()
 
     def client(c: int) -> None:
         i = c
@@ -174,7 +175,7 @@ def _hammer(routes, expected, stop: threading.Event, clients: int = 8) -> tuple[
         for c in range(clients):
             pool.submit(client, c)
         stop.wait()
-    return calls[0], problems
+    return problems
 
 
 def _replica_actors(app: str) -> list[str]:
@@ -209,9 +210,9 @@ def test_a_killed_replica_then_a_killed_worker_node_cost_no_call(cluster, indexe
     expected = {(q, p.id): [h.chunk_id for h in single["hybrid-rrf"].search(q, p.access_scope(), K, NO_FILTERS)]
                 for q in QUESTIONS for p in PRINCIPALS}
     apps = [shard_app_name(i) for i in range(2)]
-    stop = threading.Event()
+    stop, calls = threading.Event(), [0]
     with ThreadPoolExecutor(1) as runner:
-        outcome = runner.submit(_hammer, routes, expected, stop)
+        outcome = runner.submit(_hammer, routes, expected, stop, calls)
         time.sleep(2)  # let the clients run first
         ray.kill(ray.get_actor(_replica_actors(apps[0])[0], namespace="serve"), no_restart=True)
         time.sleep(5)
@@ -219,7 +220,7 @@ def test_a_killed_replica_then_a_killed_worker_node_cost_no_call(cluster, indexe
         node = next(n for n in cluster.worker_nodes if n.node_id in hosts.values())  # a node serving a replica
         gone = {name for name, host in hosts.items() if host == node.node_id}
         cluster.remove_node(node, allow_graceful=False)
-        lost = time.monotonic()
+        lost, before_loss = time.monotonic(), calls[0]
 
         def recovered() -> bool:  # the lost replicas replaced: 2 running per shard, none of them the lost ones
             names = [_replica_actors(app) for app in apps]
@@ -230,15 +231,15 @@ def test_a_killed_replica_then_a_killed_worker_node_cost_no_call(cluster, indexe
         recovered = time.monotonic() - lost
         time.sleep(3)  # and the clients go on over the recovered replicas
         stop.set()
-        calls, problems = outcome.result()
-    print(f"8 clients: {calls} calls, {len(problems)} failed or wrong, {sum(s.retried for s in shards)} sent again; "
-          f"2 replicas per shard running again {recovered:.1f} s after the node loss")
-    assert calls > 0 and problems == []
+        problems = outcome.result()
+    print(f"8 clients: {calls[0]} calls ({calls[0] - before_loss} after the node loss), {len(problems)} failed or wrong, "
+          f"{sum(s.retried for s in shards)} sent again; 2 replicas per shard running again {recovered:.1f} s after it")
+    assert problems == [] and before_loss > 0 and calls[0] > before_loss  # answered right, before and after the loss
     assert all(_running_replicas(app) == 2 for app in apps)
     cluster.add_node(num_cpus=1, resources={"node-3": 1})
 
 
-def test_a_shard_with_no_live_replica_is_a_typed_retryable_unavailable(cluster, indexes, embedder):
+def test_a_shard_whose_application_is_gone_is_a_typed_retryable_unavailable(cluster, indexes, embedder):
     from ray import serve
     from routes.cluster.app import shard_app_name
 
