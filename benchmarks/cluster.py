@@ -37,7 +37,7 @@ from concurrent.futures import ThreadPoolExecutor
 from benchmarks.common import CACHE, DATASETS, build_or_reuse, machine, make_embedder, timed, write_json
 from benchmarks.netns import INSIDE, inside_command, lo_up, ray_cluster
 from indexes.beir import load_qrels, load_queries
-from indexes.shards import CLUSTER, build_shards
+from indexes.shards import CLUSTER, build_shards, read_cluster
 from indexes.snapshot_build import BuildOptions
 from indexes.snapshot_load import load_snapshot
 from retrieval.metrics import doc_ranking, mean, ndcg_at_k, percentile
@@ -109,7 +109,8 @@ def inside(args: argparse.Namespace) -> None:
     sharded = {}
     for n in shard_counts:
         sharded[n] = CACHE / f"scifact-shards-{n}"
-        if not (sharded[n] / CLUSTER).is_file():
+        cached = sharded[n] / CLUSTER
+        if not cached.is_file() or read_cluster(sharded[n])["content_hash"] != manifest["content_hash"]:  # same corpus
             t0 = time.perf_counter()
             build_shards([root / "corpus.jsonl"], sharded[n], embedder, n,
                          BuildOptions(reuse_from=index, default_acl=("public",)))
