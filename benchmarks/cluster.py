@@ -50,15 +50,9 @@ READER = Principal("bench")
 ROUTES = ("bm25", "dense", "hybrid")
 
 
-def _routes(bm25, dense) -> dict:
-    return {"bm25": bm25, "dense": dense, "hybrid": HybridRetriever(bm25, dense) if isinstance(bm25, Bm25Retriever)
-            else _sharded_hybrid(bm25, dense)}
-
-
-def _sharded_hybrid(bm25, dense):
-    from retrieval.scatter import ShardedHybrid
-
-    return ShardedHybrid(bm25, dense)
+def _routes(bm25, dense, hybrid) -> dict:
+    """The three measured routes, hybrid fusing the other two (`HybridRetriever` or `ShardedHybrid`)."""
+    return {"bm25": bm25, "dense": dense, "hybrid": hybrid(bm25, dense)}
 
 
 def measure(routes: dict, embedder, questions: list[tuple[str, str]], qrels: dict, clients: int, seconds: float) -> dict:
@@ -117,18 +111,20 @@ def inside(args: argparse.Namespace) -> None:
             print(f"ingested {n} shards (vectors reused) in {time.perf_counter() - t0:.1f} s", flush=True)
 
     snap = load_snapshot(index, embedder)
-    single = _routes(Bm25Retriever(snap.bm25, snap.chunks), DenseRetriever(snap.dense, embedder.encode_query, snap.chunks))
+    single = _routes(Bm25Retriever(snap.bm25, snap.chunks), DenseRetriever(snap.dense, embedder.encode_query, snap.chunks),
+                     HybridRetriever)
     results = {"single": measure(single, embedder, questions, qrels, args.clients, args.seconds)}
     lo_up()
     t0 = time.perf_counter()
     with ray_cluster(workers=2):
         started = time.perf_counter() - t0
-        from retrieval.scatter import ShardedBm25, ShardedDense
+        from retrieval.scatter import ShardedBm25, ShardedDense, ShardedHybrid
 
         fan_out = ThreadPoolExecutor(4 * args.clients)  # the front's calls to the shards, concurrently
         for n in shard_counts:
             shards = deploy_shards(sharded[n], replicas=1, model_id=embedder.model_id)
-            routes = _routes(ShardedBm25(shards, fan_out), ShardedDense(shards, embedder.encode_query, fan_out))
+            routes = _routes(ShardedBm25(shards, fan_out), ShardedDense(shards, embedder.encode_query, fan_out),
+                             ShardedHybrid)
             for q in questions[:5]:  # warm the handles
                 routes["hybrid"].search(q[1], READER.access_scope(), 10, NO_FILTERS)
             results[f"{n}_shards"] = measure(routes, embedder, questions, qrels, args.clients, args.seconds)
