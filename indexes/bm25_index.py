@@ -232,17 +232,20 @@ class Bm25Index:
 
     def collection_stats(self, query: str, allowed: np.ndarray | Scope) -> CollectionStats:
         """This index's share of the statistics BM25 needs over the `allowed` rows: their
-        number and total length, and each query term's document frequency among them.
-        Statistics of several segments add up (`CollectionStats.__add__`)."""
+        number and total length, and each query term's document frequency among them (0 for
+        a term the index never saw: the statistics name every term of the query, so a front
+        can count them without a tokenizer of its own). Statistics of several segments add
+        up (`CollectionStats.__add__`)."""
         scope = allowed if isinstance(allowed, Scope) else Scope.of(allowed)
         df: dict[str, int] = {}
         model = self._model
-        if model is not None:
+        for term in dict.fromkeys(self.tokenize(query)):
+            t = model.vocab_dict.get(term) if model is not None else None
+            if model is None or t is None:
+                df[term] = 0
+                continue
             indptr, indices = model.scores["indptr"], model.scores["indices"]
-            for term in dict.fromkeys(self.tokenize(query)):
-                t = model.vocab_dict.get(term)
-                if t is not None:
-                    df[term] = scope.count(indices[int(indptr[t]) : int(indptr[t + 1])])
+            df[term] = scope.count(indices[int(indptr[t]) : int(indptr[t + 1])])
         return CollectionStats(scope.n, scope.total(self._lengths, self._total_len) if scope.n else 0.0, df)
 
     def postings(self, term: str) -> np.ndarray:

@@ -9,6 +9,7 @@ another process builds the same mask from the same scope over its own copy of th
 
 from __future__ import annotations
 
+import zlib
 from dataclasses import dataclass, field
 from datetime import date
 from threading import Lock
@@ -50,6 +51,7 @@ class ChunkTable:
     _doc_rows: dict[str, list[int]] | None = field(init=False, repr=False, default=None)
     _chunk_rows: dict[str, int] | None = field(init=False, repr=False, default=None)
     _tiebreak: np.ndarray | None = field(init=False, repr=False, default=None)
+    _sample_keys: np.ndarray | None = field(init=False, repr=False, default=None)
     mask_builds: int = field(init=False, repr=False, default=0)  # masks computed (not served from the cache)
 
     def __post_init__(self) -> None:
@@ -144,6 +146,16 @@ class ChunkTable:
             ranks[order] = np.arange(len(order), dtype=np.int64)
             self._tiebreak = ranks
         return self._tiebreak
+
+    @property
+    def sample_keys(self) -> np.ndarray:
+        """Per row, a 32-bit hash of its chunk id (CRC-32: the same in every process and on
+        every machine): samples chosen by it depend on the chunk ids, not on where rows are
+        stored (retrieval/signals.py `background_rows`)."""
+        if self._sample_keys is None:
+            self._sample_keys = np.fromiter((zlib.crc32(c.encode("utf-8")) for c in self.chunk_ids), dtype=np.uint64,
+                                            count=len(self.chunk_ids))
+        return self._sample_keys
 
     def row_of(self, chunk_id: str) -> int | None:
         """Row of a chunk id (None for evidence that is not a chunk, such as a table row)."""

@@ -13,7 +13,7 @@ import re
 from array import array
 from dataclasses import dataclass, field
 from threading import Lock
-from typing import Iterable, Sequence
+from typing import Callable, Iterable, Sequence
 
 import numpy as np
 
@@ -188,19 +188,29 @@ class EntityIndex:
     def find(self, text: str, allowed: np.ndarray | None = None, exclude: Sequence[str] = ()) -> list[str]:
         """Entities named in `text`, as written there (so a constraint is a substring of the
         question): at each word the longest readable entity, then on after it."""
-        skip = {_key(e) for e in exclude}
-        found: list[str] = []
-        free = 0
-        for pos, options in self._candidates(text):
-            if pos < free:
-                continue
-            for n, surface, key in options:
-                if self.readable(key, allowed):
-                    if key not in skip:
-                        found.append(surface)
-                    free = pos + n
-                    break
-        return list(dict.fromkeys(found))
+        return pick(self._candidates(text), lambda key: self.readable(key, allowed), exclude)
+
+    def sightings(self, text: str, allowed: np.ndarray, doc_ids: Sequence[str]) -> Sightings:
+        """What this index holds of the entities in `text` under the mask, for a front that
+        merges several indexes (the shards of a cluster, retrieval/scatter_links.py): every
+        candidate, and for each key with a readable row its documents (`Named`). Merged over
+        every shard, `pick` and `named_docs` give what one index of all the rows gives."""
+        found = self._candidates(text)
+        named: dict[str, Named] = {}
+        for _, options in found:
+            for _, _, key in options:
+                if key in named:
+                    continue
+                i = self._entry(key)
+                lo, hi = int(self._indptr[i]), int(self._indptr[i + 1])
+                rows, owners = self._rows[lo:hi], self._owner[lo:hi]
+                seen = allowed[rows]
+                plain = rows[seen & (owners == -1)] if self._owned[i] else rows[seen]
+                owned = rows[seen & (owners != -1)] if self._owned[i] else rows[:0]
+                if len(plain) or len(owned):
+                    named[key] = Named(tuple(dict.fromkeys(doc_ids[int(r)] for r in plain)),
+                                       tuple(dict.fromkeys(doc_ids[int(r)] for r in owned))[:2])
+        return Sightings(found, named)
 
     def _candidates(self, text: str) -> Candidates:
         """Every word position where an entity starts, with (words, surface form, key) of each
@@ -237,6 +247,74 @@ class EntityIndex:
         return tuple(out)
 
 
+@dataclass(frozen=True)
+class Named:
+    """The readable documents that carry one entity in one index: as a plain title or value,
+    and as a one-document name (at most two kept: two already name neither)."""
+
+    plain: tuple[str, ...]
+    owners: tuple[str, ...]
+
+    def __add__(self, other: Named) -> Named:
+        return Named(self.plain + other.plain, tuple(dict.fromkeys(self.owners + other.owners))[:2])
+
+    @property
+    def docs(self) -> tuple[str, ...]:
+        """The documents the entity names (`EntityIndex.named_rows`' rule), sorted by id."""
+        if self.plain:
+            return tuple(sorted(set(self.plain)))
+        return self.owners if len(self.owners) == 1 else ()
+
+
+@dataclass(frozen=True)
+class Sightings:
+    """One index's candidates in a text (per word position, longest first) and, for each key
+    with a readable row, what it names (`EntityIndex.sightings`)."""
+
+    candidates: Candidates
+    named: dict[str, Named]
+
+    def __add__(self, other: Sightings) -> Sightings:
+        options: dict[int, dict[int, tuple[int, str, str]]] = {}
+        for pos, found in (*self.candidates, *other.candidates):
+            for option in found:
+                options.setdefault(pos, {}).setdefault(option[0], option)
+        merged = tuple((pos, tuple(o for _, o in sorted(options[pos].items(), reverse=True))) for pos in sorted(options))
+        named = dict(self.named)
+        for key, n in other.named.items():
+            named[key] = named[key] + n if key in named else n
+        return Sightings(merged, named)
+
+    def readable(self, key: str) -> bool:
+        return bool(self.named[key].docs) if key in self.named else False
+
+
+NO_SIGHTINGS = Sightings((), {})
+
+
+def pick(candidates: Candidates, readable: Callable[[str], bool], exclude: Sequence[str] = ()) -> list[str]:
+    """At each word position the longest readable entity (as written in the text), then on
+    after it; keys of `exclude` are passed over but still consume their words."""
+    skip = {_key(e) for e in exclude}
+    found: list[str] = []
+    free = 0
+    for pos, options in candidates:
+        if pos < free:
+            continue
+        for n, surface, key in options:
+            if readable(key):
+                if key not in skip:
+                    found.append(surface)
+                free = pos + n
+                break
+    return list(dict.fromkeys(found))
+
+
+def name_key(name: str) -> str:
+    """The key an entity found in a text is known by."""
+    return _key(name)
+
+
 def _position(sorted_hashes: np.ndarray, value: int) -> int:
     i = int(np.searchsorted(sorted_hashes, value))
     return i if i < len(sorted_hashes) and int(sorted_hashes[i]) == value else -1
@@ -259,10 +337,15 @@ def bridge_candidates(titles: EntityIndex, doc_ids: Sequence[str], hits: Sequenc
     """Documents whose title (or an identifier in it) the question or a first-hop passage
     names: candidate second hops, in order of first mention, readable ones only."""
     out: dict[str, None] = {}
-    sources = [(None, question)] + [(h.doc_id, f"{h.title or ''}\n{h.text}") for h in hits]
-    for origin, text in sources:  # documents the question names, then those the passages name
+    for origin, text in bridge_texts(hits, question):  # documents the question names, then those the passages name
         for name in titles.find(text, allowed):
-            for row in titles.named_rows(_key(name), allowed):
-                if doc_ids[row] != origin:
-                    out.setdefault(doc_ids[row], None)
+            # one name's documents by id, not by where they are stored (a cluster's shards store them apart)
+            for doc in sorted({doc_ids[int(row)] for row in titles.named_rows(_key(name), allowed)}):
+                if doc != origin:
+                    out.setdefault(doc, None)
     return tuple(out)
+
+
+def bridge_texts(hits: Sequence[Hit], question: str) -> list[tuple[str | None, str]]:
+    """(origin document, text) of what may name a second hop: the question, then each passage."""
+    return [(None, question)] + [(h.doc_id, f"{h.title or ''}\n{h.text}") for h in hits]

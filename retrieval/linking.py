@@ -11,7 +11,7 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 from datetime import date
-from typing import Callable, Sequence
+from typing import Callable, Protocol, Sequence
 
 import numpy as np
 
@@ -26,6 +26,17 @@ from retrieval.sql.translate import Translation
 from retrieval.types import AccessScope, Filters, Hit
 
 log = logging.getLogger("quarry.linking")
+
+
+class Linker(Protocol):
+    """What the loop asks of the entities an index holds (one snapshot's `EntityLinker`, or a
+    cluster's, retrieval/scatter_links.py), always over what `access` may read."""
+
+    def entities(self, text: str, access: AccessScope) -> list[str]: ...
+
+    def bridge_docs(self, hits: Sequence[Hit], question: str, access: AccessScope) -> tuple[str, ...]: ...
+
+    def linked_docs(self, hits: Sequence[Hit], question: str, access: AccessScope) -> list[LinkedDoc]: ...
 
 
 @dataclass(frozen=True)

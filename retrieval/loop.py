@@ -30,16 +30,17 @@ from typing import Any, Callable, Mapping, Sequence
 from retrieval.calls import CallScope
 from retrieval.constraints import Constraints, extract
 from retrieval.dates import dated_first
-from retrieval.errors import RetrievalError, RetrievalTimeout, RetrievalUnavailable
+from retrieval.errors import InvalidRequest, RetrievalError, RetrievalTimeout, RetrievalUnavailable
 from retrieval.fusion import rrf
 from retrieval.grader import Grade
-from retrieval.linking import EntityLinker, TableLinker
+from retrieval.limits import Limits, check_k
+from retrieval.linking import Linker, TableLinker
 from retrieval.policy import Evidence, Policy, RouteInputs
 from retrieval.registry import ROW_ROUTES
 from retrieval.retrievers import Retrieved, Retriever
 from retrieval.rewrite import EXTENSIONS, Plan, PlanKey, RewriteContext, Tried, plan_problems
 from retrieval.router import RouteDecision
-from retrieval.signals import HitScorer
+from retrieval.signals import Signals
 from retrieval.sql.translate import Translation
 from retrieval.types import AccessScope, Filters, Gap, GapReason, Hit, Principal, Status, StopReason
 
@@ -53,6 +54,17 @@ class Budget:
     call_timeout_ms: int = 1500
     k: int = 8
 
+    @classmethod
+    def checked(cls, limits: Limits, k: int | None, max_attempts: int | None, deadline_ms: int | None) -> Budget:
+        """A caller's budget (None: the default) within the server's caps, or InvalidRequest."""
+        attempts = limits.default_attempts if max_attempts is None else max_attempts
+        if isinstance(attempts, bool) or not isinstance(attempts, int) or not 1 <= attempts <= limits.max_attempts:
+            raise InvalidRequest(f"max_attempts must be an integer from 1 to {limits.max_attempts}")
+        deadline = limits.default_deadline_ms if deadline_ms is None else deadline_ms
+        if isinstance(deadline, bool) or not isinstance(deadline, int) or not 1 <= deadline <= limits.max_deadline_ms:
+            raise InvalidRequest(f"deadline_ms must be an integer from 1 to {limits.max_deadline_ms}")
+        return cls(attempts, deadline, min(limits.call_timeout_ms, deadline), check_k(k, limits))
+
 
 @dataclass(frozen=True)
 class LoopDeps:
@@ -60,8 +72,8 @@ class LoopDeps:
 
     retrievers: Mapping[str, Retriever]  # the text routes by name
     policy: Policy
-    linker: EntityLinker
-    signals: HitScorer  # the same BM25 and dense signals on every hit, and routing's term statistics
+    linker: Linker
+    signals: Signals  # the same BM25 and dense signals on every hit, and routing's term statistics
     calls: CallScope
     tables: TableLinker | None = None  # None when the index has no tables
     today: Callable[[], date] = date.today

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import date
-from typing import TYPE_CHECKING, Callable, Literal
+from typing import TYPE_CHECKING, Callable, Literal, Sequence
 
 if TYPE_CHECKING:
     from concurrent.futures import Executor
@@ -25,7 +25,9 @@ if TYPE_CHECKING:
     from retrieval.retrievers.dense import DenseRetriever, VectorIndex
     from retrieval.retrievers.exact import TextScanner
     from retrieval.retrievers.hybrid import FusionParams
-    from retrieval.retrievers.sql import SqlBackend, SqlLimits
+    from retrieval.retrievers.sql import SqlBackend, SqlLimits, SqlRetriever
+    from retrieval.scatter import ShardedBm25, ShardedDense
+    from retrieval.shard import Shard
 
 
 @dataclass(frozen=True)
@@ -59,6 +61,18 @@ class RetrieverParts:
     sql: SqlParts
 
 
+@dataclass(frozen=True)
+class ShardParts:
+    """What a route's retriever over a sharded index (retrieval/scatter.py) is built from: the
+    shards, the query encoder (questions are encoded once, at the front), the fusion
+    parameters and the executor the shards are called on at once (None: one after another)."""
+
+    shards: Sequence[Shard]
+    encode_query: Callable[[str], np.ndarray]
+    fusion: FusionParams
+    fan_out: Executor | None
+
+
 # Each builder imports its retriever when it is called: the route list is read by the CLI and
 # the router long before an index loads, and must not pull in numpy, sqlglot or DuckDB with it.
 def _exact(parts: RetrieverParts) -> Retriever:
@@ -86,12 +100,41 @@ def _hybrid(parts: RetrieverParts) -> Retriever:
 
 
 def _sql(parts: RetrieverParts) -> Retriever:
+    return rows_route(parts.sql, parts.encode_query)
+
+
+def rows_route(sql: SqlParts, encode_query: Callable[[str], np.ndarray]) -> SqlRetriever:
+    """The rows route over the tables `sql` opens (one snapshot's, or a sharded index's
+    tables shard's), its column meanings read with `encode_query`."""
     from retrieval.retrievers.sql import SqlRetriever
     from retrieval.sql.meaning import ColumnMeaning
 
-    sql = parts.sql
     return SqlRetriever(sql.open_backend(), sql.limits, sql.today, sql.profile_cache, sql.profile_cache_bytes,
-                        ColumnMeaning(parts.encode_query), builder=sql.profiles)
+                        ColumnMeaning(encode_query), builder=sql.profiles)
+
+
+def _scatter_exact(parts: ShardParts) -> Retriever:
+    from retrieval.scatter import ShardedExact
+
+    return ShardedExact(parts.shards, parts.fan_out)
+
+
+def _scatter_bm25(parts: ShardParts) -> ShardedBm25:
+    from retrieval.scatter import ShardedBm25
+
+    return ShardedBm25(parts.shards, parts.fan_out)
+
+
+def _scatter_dense(parts: ShardParts) -> ShardedDense:
+    from retrieval.scatter import ShardedDense
+
+    return ShardedDense(parts.shards, parts.encode_query, parts.fan_out)
+
+
+def _scatter_hybrid(parts: ShardParts) -> Retriever:
+    from retrieval.scatter import ShardedHybrid
+
+    return ShardedHybrid(_scatter_bm25(parts), _scatter_dense(parts), parts.fusion)
 
 
 @dataclass(frozen=True)
@@ -99,16 +142,17 @@ class Route:
     name: str
     kind: Literal["text", "rows"]  # passages, or table rows
     build: Callable[[RetrieverParts], Retriever]  # its retriever over one snapshot
+    scatter: Callable[[ShardParts], Retriever] | None = None  # over a sharded index's shards (None: not served there)
     fuses: frozenset[str] = frozenset()  # text routes whose evidence this one already covers
     literal: bool = False  # finds literal items (identifiers, phrases, patterns), not topics
 
 
 REGISTRY: tuple[Route, ...] = (
-    Route("exact", "text", _exact, literal=True),
-    Route("bm25", "text", _bm25),
-    Route("dense", "text", _dense),
-    Route("hybrid", "text", _hybrid, fuses=frozenset({"bm25", "dense"})),
-    Route("sql", "rows", _sql),
+    Route("exact", "text", _exact, _scatter_exact, literal=True),
+    Route("bm25", "text", _bm25, _scatter_bm25),
+    Route("dense", "text", _dense, _scatter_dense),
+    Route("hybrid", "text", _hybrid, _scatter_hybrid, fuses=frozenset({"bm25", "dense"})),
+    Route("sql", "rows", _sql),  # tables are not sharded: a front serves them from shard 00 (indexes/shards.py)
 )
 
 ROUTES: tuple[str, ...] = tuple(r.name for r in REGISTRY)  # the router's tie order: exact before hybrid

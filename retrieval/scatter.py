@@ -60,7 +60,7 @@ def sum_stats(stats: Iterable[CollectionStats]) -> CollectionStats:
     return reduce(lambda a, b: a + b, stats, NO_STATS)
 
 
-def _each(shards: Sequence[Shard], call: Callable[[Shard], T], fan_out: Executor | None) -> list[T]:
+def each(shards: Sequence[Shard], call: Callable[[Shard], T], fan_out: Executor | None) -> list[T]:
     if fan_out is None or len(shards) < 2:
         return [call(s) for s in shards]
     return list(fan_out.map(call, shards))
@@ -69,10 +69,10 @@ def _each(shards: Sequence[Shard], call: Callable[[Shard], T], fan_out: Executor
 def scatter_bm25(shards: Sequence[Shard], query: str, access: AccessScope, k: int, filters: Filters,
                  fan_out: Executor | None = None) -> list[Hit]:
     """BM25 over every shard's readable chunks as one collection (two rounds: statistics, then scores)."""
-    stats = sum_stats(_each(shards, lambda s: s.bm25_stats(query, access, filters), fan_out))
+    stats = sum_stats(each(shards, lambda s: s.bm25_stats(query, access, filters), fan_out))
     if stats.n == 0 or k <= 0:
         return []
-    return merge_hits(_each(shards, lambda s: s.bm25(query, access, k, filters, stats), fan_out), k)
+    return merge_hits(each(shards, lambda s: s.bm25(query, access, k, filters, stats), fan_out), k)
 
 
 def scatter_dense(shards: Sequence[Shard], vector: np.ndarray, access: AccessScope, k: int, filters: Filters,
@@ -80,7 +80,7 @@ def scatter_dense(shards: Sequence[Shard], vector: np.ndarray, access: AccessSco
     """Dense top k over every shard for one query vector."""
     if k <= 0:
         return []
-    return merge_hits(_each(shards, lambda s: s.dense(vector, access, k, filters), fan_out), k)
+    return merge_hits(each(shards, lambda s: s.dense(vector, access, k, filters), fan_out), k)
 
 
 def scatter_exact(shards: Sequence[Shard], query: str, access: AccessScope, k: int, filters: Filters,
@@ -88,7 +88,7 @@ def scatter_exact(shards: Sequence[Shard], query: str, access: AccessScope, k: i
     """Exact matches over every shard."""
     if k <= 0:
         return []
-    return merge_hits(_each(shards, lambda s: s.exact(query, access, k, filters), fan_out), k)
+    return merge_hits(each(shards, lambda s: s.exact(query, access, k, filters), fan_out), k)
 
 
 class ShardedBm25:

@@ -19,13 +19,20 @@ Protocols, so retrieval/ imports no index).
 
 from __future__ import annotations
 
-from typing import Protocol
+from threading import Lock
+from typing import Literal, Protocol, Sequence
 
 import numpy as np
 
 from retrieval.access import ChunkTable
+from retrieval.entities import EntityIndex, Sightings
+from retrieval.lru import Lru
 from retrieval.retrievers.exact import ExactRetriever, TextScanner
-from retrieval.types import AccessScope, CollectionStats, Filters, Hit
+from retrieval.signals import Moments, background_rows, moments
+from retrieval.types import NO_FILTERS, AccessScope, CollectionStats, Filters, Hit
+
+EntityKind = Literal["titles", "names"]  # document titles (with their identifiers), or metadata values
+Evidence = tuple[float, float, float, float]  # a chunk's (bm25, qcov, tcov, dense) against a question
 
 
 class Shard(Protocol):
@@ -50,12 +57,42 @@ class Shard(Protocol):
         """The k best readable rows matching the exact query (retrieval/retrievers/exact.py)."""
         ...
 
+    def evidence(self, query: str, vector: np.ndarray, chunk_ids: Sequence[str], access: AccessScope,
+                 stats: CollectionStats) -> dict[str, Evidence]:
+        """For each of `chunk_ids` this shard holds and `access` may read: its BM25 score with
+        `stats` (summed over every shard, for the readable rows), the idf-weighted and plain
+        share of the query's terms it holds (`Bm25Index.evidence`), and its cosine with `vector`."""
+        ...
+
+    def moments(self, access: AccessScope, readable: int) -> Moments:
+        """The moments of the readable rows' vectors this shard contributes to a background,
+        `readable` being the readable rows of every shard (retrieval/signals.py `background_rows`)."""
+        ...
+
+    def sightings(self, texts: Sequence[str], access: AccessScope, kind: EntityKind) -> list[Sightings]:
+        """This shard's entity sightings (titles, or metadata names) in each text, for the
+        readable rows (retrieval/entities.py `EntityIndex.sightings`)."""
+        ...
+
+    def doc_cosines(self, doc_ids: Sequence[str], vector: np.ndarray, access: AccessScope) -> dict[str, float]:
+        """For each of `doc_ids` this shard holds with a readable chunk: the best cosine of its
+        readable chunks with `vector`."""
+        ...
+
 
 class ScopedLexicalIndex(Protocol):
     """A BM25 index that reports its collection statistics and scores with given ones
     (indexes/bm25_index.py's `Bm25Index`)."""
 
     def collection_stats(self, query: str, allowed: np.ndarray) -> CollectionStats: ...
+
+    def scores_with(self, query: str, allowed: np.ndarray, stats: CollectionStats) -> np.ndarray: ...
+
+    def postings(self, term: str) -> np.ndarray: ...
+
+    def idf(self, df: int, n: int) -> float: ...
+
+    def tokenize(self, text: str) -> list[str]: ...
 
     def top_k(self, query: str, allowed: np.ndarray, k: int, order: np.ndarray | None = None,
               stats: CollectionStats | None = None) -> tuple[np.ndarray, np.ndarray]: ...
@@ -65,14 +102,27 @@ class ShardVectors(Protocol):
     def top_k(self, vector: np.ndarray, allowed: np.ndarray, k: int,
               order: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]: ...
 
+    def vectors(self, rows: np.ndarray) -> np.ndarray: ...
+
+
+class ShardCatalog(TextScanner, Protocol):
+    """A shard's catalog: exact scans, and the entity names of its rows (indexes/catalog.py)."""
+
+    def entity_names(self) -> tuple[list[tuple[int, str]], list[tuple[int, str]], list[tuple[int, str]]]: ...
+
 
 class LocalShard:
     """A shard in this process, over one snapshot's chunk table, BM25 index, dense index and
-    catalog (for exact scans)."""
+    catalog (exact scans and entity names). Its entity indexes are built on the first call
+    that needs them (`memo`: a runtime's name-key memo, retrieval/entities.py `key_memo`)."""
 
-    def __init__(self, chunks: ChunkTable, bm25: ScopedLexicalIndex, dense: ShardVectors, scanner: TextScanner) -> None:
-        self._chunks, self._bm25, self._dense = chunks, bm25, dense
-        self._exact = ExactRetriever(scanner, chunks)
+    def __init__(self, chunks: ChunkTable, bm25: ScopedLexicalIndex, dense: ShardVectors, catalog: ShardCatalog,
+                 memo: Lru[str, str] | None = None) -> None:
+        self._chunks, self._bm25, self._dense, self._catalog = chunks, bm25, dense, catalog
+        self._exact = ExactRetriever(catalog, chunks)
+        self._memo = memo
+        self._entities: dict[EntityKind, EntityIndex] | None = None
+        self._lock = Lock()
 
     def bm25_stats(self, query: str, access: AccessScope, filters: Filters) -> CollectionStats:
         return self._bm25.collection_stats(query, self._chunks.mask(access, filters))
@@ -93,3 +143,51 @@ class LocalShard:
 
     def exact(self, query: str, access: AccessScope, k: int, filters: Filters) -> list[Hit]:
         return self._exact.search(query, access, k, filters)
+
+    def evidence(self, query: str, vector: np.ndarray, chunk_ids: Sequence[str], access: AccessScope,
+                 stats: CollectionStats) -> dict[str, Evidence]:
+        """As `Bm25Index.evidence` over every shard's readable rows (`stats`), for this shard's
+        rows: scores from `scores_with`, term presence from the postings (as a live index's
+        segments do, indexes/segments.py)."""
+        allowed = self._chunks.mask(access, NO_FILTERS)
+        held = [(c, r) for c in dict.fromkeys(chunk_ids) if (r := self._chunks.row_of(c)) is not None and allowed[r]]
+        if not held:
+            return {}
+        rows = np.asarray([r for _, r in held], dtype=np.int64)
+        dense = self._dense.vectors(rows) @ vector
+        terms = [t for t in dict.fromkeys(self._bm25.tokenize(query)) if stats.df.get(t, 0)]
+        if stats.n == 0 or not terms:
+            zero = np.zeros(len(rows))
+            bm25, qcov, tcov = zero, zero, zero
+        else:
+            bm25 = self._bm25.scores_with(query, allowed, stats)[rows].astype(np.float64)
+            hit = np.vstack([np.isin(rows, self._bm25.postings(t)) for t in terms])
+            idf = np.asarray([self._bm25.idf(stats.df[t], stats.n) for t in terms])
+            qcov, tcov = (idf @ hit) / (float(idf.sum()) or 1.0), hit.sum(axis=0) / len(terms)
+        return {c: (float(bm25[j]), float(qcov[j]), float(tcov[j]), float(dense[j])) for j, (c, _) in enumerate(held)}
+
+    def moments(self, access: AccessScope, readable: int) -> Moments:
+        rows = np.flatnonzero(self._chunks.mask(access, NO_FILTERS))
+        return moments(self._dense, background_rows(rows, self._chunks.sample_keys, readable))
+
+    def sightings(self, texts: Sequence[str], access: AccessScope, kind: EntityKind) -> list[Sightings]:
+        index = self._entity_index(kind)
+        allowed = self._chunks.mask(access, NO_FILTERS)
+        return [index.sightings(text, allowed, self._chunks.doc_ids) for text in texts]
+
+    def doc_cosines(self, doc_ids: Sequence[str], vector: np.ndarray, access: AccessScope) -> dict[str, float]:
+        allowed = self._chunks.mask(access, NO_FILTERS)
+        out = {}
+        for d in dict.fromkeys(doc_ids):
+            rows = np.asarray([r for r in self._chunks.rows_of_doc(d) if allowed[r]], dtype=np.int64)
+            if len(rows):
+                out[d] = float((self._dense.vectors(rows) @ vector).max())
+        return out
+
+    def _entity_index(self, kind: EntityKind) -> EntityIndex:
+        with self._lock:
+            if self._entities is None:
+                titles, title_ids, values = self._catalog.entity_names()
+                self._entities = {"titles": EntityIndex.build(titles, title_ids, self._chunks.doc_ids, self._memo),
+                                  "names": EntityIndex.build(values, memo=self._memo)}
+            return self._entities[kind]

@@ -12,6 +12,7 @@ from datetime import date
 from pathlib import Path
 from typing import Callable
 
+from indexes.catalog import Catalog
 from indexes.sql_runner import SqlRunner
 from indexes.embedder import Embedder
 from indexes.live import LiveState, Superseded, live_view, replay
@@ -19,8 +20,7 @@ from indexes.snapshot_load import Snapshot, load_snapshot
 from retrieval.answer_level import AnswerScores
 from retrieval.calls import CallScope
 from retrieval.entities import EntityIndex
-from retrieval.errors import InvalidRequest
-from retrieval.limits import Limits, check_filters, check_k, check_query
+from retrieval.limits import Limits, check_filters, check_query
 from retrieval.linking import EntityLinker, TableLinker
 from retrieval.loop import Budget, LoopDeps, LoopResult, Understood, run_loop, understand
 from retrieval.policy import FeatureRouter, Policy, SignalGrader
@@ -45,16 +45,22 @@ def build_retrievers(snapshot: Snapshot, embedder: Embedder, resources: Resource
     registry, each built by its entry; `settings` sizes the SQL route (limits, slots,
     profiles). `sql` reuses a SQL route (live writes change documents, never tables)."""
     settings = settings or Settings()
-
-    def sql_runner() -> SqlRunner:
-        return SqlRunner(snapshot.catalog, settings.sql_max_concurrent, settings.sql_max_result_bytes, settings.sql_memory_mb,
-                         settings.sql_threads, watchdogs=resources.watchdogs, slots=resources.sql_slots)
-
     parts = RetrieverParts(snapshot.chunks, snapshot.catalog, snapshot.bm25, snapshot.dense, embedder.encode_query, fusion,
-                           resources.side, SqlParts(sql_runner, settings.sql_limits, today, settings.profile_cache_size,
-                                                    settings.profile_cache_mb << 20, resources.profiles))
+                           resources.side, sql_parts(snapshot.catalog, resources, settings, today))
     reused: dict[str, Retriever] = {} if sql is None else {"sql": sql}
     return {route.name: reused[route.name] if route.name in reused else route.build(parts) for route in REGISTRY}
+
+
+def sql_parts(catalog: Catalog, resources: Resources, settings: Settings, today: date | None) -> SqlParts:
+    """The rows route's parts over the tables of `catalog`, sized by `settings`, on the
+    runtime's watchdogs, statement slots and profile threads."""
+
+    def sql_runner() -> SqlRunner:
+        return SqlRunner(catalog, settings.sql_max_concurrent, settings.sql_max_result_bytes, settings.sql_memory_mb,
+                         settings.sql_threads, watchdogs=resources.watchdogs, slots=resources.sql_slots)
+
+    return SqlParts(sql_runner, settings.sql_limits, today, settings.profile_cache_size, settings.profile_cache_mb << 20,
+                    resources.profiles)
 
 
 class Shared:
@@ -156,13 +162,7 @@ class IndexView:
         if wait_for_tables:
             self.tables_ready(principal)
         lim = self.limits
-        attempts = lim.default_attempts if max_attempts is None else max_attempts
-        if isinstance(attempts, bool) or not isinstance(attempts, int) or not 1 <= attempts <= lim.max_attempts:
-            raise InvalidRequest(f"max_attempts must be an integer from 1 to {lim.max_attempts}")
-        deadline = lim.default_deadline_ms if deadline_ms is None else deadline_ms
-        if isinstance(deadline, bool) or not isinstance(deadline, int) or not 1 <= deadline <= lim.max_deadline_ms:
-            raise InvalidRequest(f"deadline_ms must be an integer from 1 to {lim.max_deadline_ms}")
-        budget = Budget(attempts, deadline, min(lim.call_timeout_ms, deadline), check_k(k, lim))
+        budget = Budget.checked(lim, k, max_attempts, deadline_ms)
         return run_loop(check_query(question, lim, "question"), principal, budget, self.deps, check_filters(filters, lim),
                         today or self.today)
 

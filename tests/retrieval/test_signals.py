@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import zlib
+
 import numpy as np
 
 import retrieval.signals as signals
@@ -25,7 +27,7 @@ def stats(vectors: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return mean, x.T @ x / len(x) - np.outer(mean, mean)
 
 
-def test_a_scope_background_is_exact_within_its_row_budget_then_spaced_allowed_rows_only(engine, monkeypatch):
+def test_a_scope_background_is_exact_within_its_row_budget_then_sampled_by_chunk_id_among_allowed_rows(engine, monkeypatch):
     snapshot = engine.snapshot
     stored = snapshot.dense.vectors(np.arange(snapshot.dense.size, dtype=np.int64))
     reader = Principal("someone", ()).access_scope()  # reads the public documents only
@@ -43,9 +45,13 @@ def test_a_scope_background_is_exact_within_its_row_budget_then_spaced_allowed_r
     np.testing.assert_allclose(mean, want_mean, atol=1e-6)
     np.testing.assert_allclose(cov, want_cov, atol=1e-6)
 
-    monkeypatch.setattr(signals, "BACKGROUND_ROWS", 5)
+    budget = max(2, len(rows) // 3)
+    monkeypatch.setattr(signals, "BACKGROUND_ROWS", budget)
     mean, cov = background(stored)
-    want_mean, want_cov = stats(stored[rows[np.linspace(0, len(rows) - 1, 5).astype(np.int64)]])
+    # the rows whose chunk id's CRC-32 falls under budget / readable of the 32-bit space
+    chosen = [r for r in rows if zlib.crc32(snapshot.chunks.chunk_ids[r].encode()) < (1 << 32) * budget // len(rows)]
+    assert 0 < len(chosen) < len(rows)
+    want_mean, want_cov = stats(stored[chosen])
     np.testing.assert_allclose(mean, want_mean, atol=1e-6)
     np.testing.assert_allclose(cov, want_cov, atol=1e-6)
     other = stored.copy()

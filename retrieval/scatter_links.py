@@ -1,0 +1,135 @@
+"""The loop's signals and entity links over shards: what one node's `HitScorer` and
+`EntityLinker` give, computed by a front from every shard's share (retrieval/shard.py).
+
+Pure merging, as retrieval/scatter.py is for the routes; every number is over the caller's
+readable rows of all shards, so a forbidden chunk on any shard moves none of them:
+
+- **Routing statistics** (`term_stats`, absent names) come from the summed BM25 collection
+  statistics, which name every query term (0 for one no shard knows).
+- **Evidence signals** (`annotate`): the summed statistics go back to every shard, which
+  scores the hits it holds as a single index of all readable chunks would (BM25 score, the
+  idf-weighted and plain share of the question's terms) and gives their cosine with the
+  question's vector, encoded once here. The background a cosine is judged against is the
+  moments of the readable vectors summed over shards; past BACKGROUND_ROWS readable rows each
+  shard samples by a hash of the chunk id (retrieval/signals.py `background_rows`), so the
+  sample is the single node's.
+- **Entities** (`entities`, `bridge_docs`, `linked_docs`): each shard reports the entity
+  candidates its titles and metadata names hold in a text and, per key, the readable
+  documents carrying it (retrieval/entities.py `Sightings`); summed, the longest-first scan
+  and the one-document rule (`Named.docs`) see what one index of every row sees.
+
+Per question this costs a few rounds of one call per shard (concurrent on `fan_out`).
+"""
+
+from __future__ import annotations
+
+from concurrent.futures import Executor
+from functools import reduce
+from typing import Callable, Sequence
+
+import numpy as np
+
+from retrieval.constraints import identifiers
+from retrieval.entities import NO_SIGHTINGS, Sightings, bridge_texts, name_key, pick
+from retrieval.lru import Lru
+from retrieval.policy import LinkedDoc
+from retrieval.scatter import each, sum_stats
+from retrieval.shard import EntityKind, Evidence, Shard
+from retrieval.signals import Moments, absent_of, with_signals
+from retrieval.text import name_words
+from retrieval.types import NO_FILTERS, AccessScope, CollectionStats, Hit
+
+
+def term_counts(stats: CollectionStats) -> tuple[int, int, int]:
+    """(query terms, terms some readable chunk holds, rare ones: in at most 1% of the readable
+    chunks) from collection statistics that name every query term (`Bm25Index.term_stats`)."""
+    dfs = list(stats.df.values())
+    known = sum(1 for df in dfs if df)
+    rare = sum(1 for df in dfs if df and df <= max(2, stats.n // 100))
+    return len(dfs), known, rare
+
+
+class ShardedSignals:
+    """`HitScorer` over shards (see the module docstring)."""
+
+    def __init__(self, shards: Sequence[Shard], encode: Callable[[str], np.ndarray], fan_out: Executor | None = None) -> None:
+        self._shards, self._encode, self._fan_out = list(shards), encode, fan_out
+        # (readable rows, mean, covariance) per access scope: 590 KB each at 384-d, as HitScorer keeps them
+        self._backgrounds: Lru[frozenset[str], tuple[int, np.ndarray, np.ndarray]] = Lru(
+            64, 64 << 20, lambda _key, v: v[1].nbytes + v[2].nbytes)
+
+    def _stats(self, query: str, access: AccessScope) -> CollectionStats:
+        return sum_stats(each(self._shards, lambda s: s.bm25_stats(query, access, NO_FILTERS), self._fan_out))
+
+    def term_stats(self, question: str, access: AccessScope) -> tuple[int, int, int]:
+        return term_counts(self._stats(question, access))
+
+    def absent_names(self, question: str, access: AccessScope, known: Sequence[str] = ()) -> list[str]:
+        return absent_of(name_words(question), known, lambda name: self.term_stats(name, access))
+
+    def _background(self, access: AccessScope, readable: int) -> tuple[np.ndarray, np.ndarray]:
+        known = self._backgrounds.get(access.tokens)
+        if known is not None and known[0] == readable:
+            return known[1], known[2]
+        parts = each(self._shards, lambda s: s.moments(access, readable), self._fan_out)
+        mean, cov = reduce(lambda a, b: a + b, parts[1:], parts[0]).background() if parts else \
+            Moments(0, np.zeros(1), np.zeros((1, 1))).background()
+        self._backgrounds.put(access.tokens, (readable, mean, cov))
+        return mean, cov
+
+    def annotate(self, question: str, hits: Sequence[Hit], access: AccessScope, fresh: bool = False) -> list[Hit]:
+        if not hits:
+            return list(hits)
+        stats = self._stats(question, access)
+        query = self._encode(question)[0]
+        ids = [h.chunk_id for h in hits]
+        found: dict[str, Evidence] = {}
+        for part in each(self._shards, lambda s: s.evidence(question, query, ids, access, stats), self._fan_out):
+            found.update(part)
+        todo = [i for i, h in enumerate(hits) if h.chunk_id in found]
+        if not todo:
+            return list(hits)
+        columns = np.asarray([found[hits[i].chunk_id] for i in todo], dtype=np.float64).T
+        return with_signals(hits, todo, (columns[0], columns[1], columns[2], columns[3]), query,
+                            self._background(access, stats.n), fresh)
+
+
+class ShardedLinker:
+    """`EntityLinker` over shards (see the module docstring)."""
+
+    def __init__(self, shards: Sequence[Shard], encode: Callable[[str], np.ndarray], fan_out: Executor | None = None) -> None:
+        self._shards, self._encode, self._fan_out = list(shards), encode, fan_out
+
+    def _sightings(self, texts: Sequence[str], access: AccessScope, kind: EntityKind) -> list[Sightings]:
+        merged = [NO_SIGHTINGS] * len(texts)
+        for part in each(self._shards, lambda s: s.sightings(texts, access, kind), self._fan_out):
+            merged = [a + b for a, b in zip(merged, part, strict=True)]
+        return merged
+
+    def entities(self, text: str, access: AccessScope) -> list[str]:
+        skip = identifiers(text)
+        titles, = self._sightings([text], access, "titles")
+        names, = self._sightings([text], access, "names")
+        return list(dict.fromkeys(pick(titles.candidates, titles.readable, skip) + pick(names.candidates, names.readable, skip)))
+
+    def bridge_docs(self, hits: Sequence[Hit], question: str, access: AccessScope) -> tuple[str, ...]:
+        texts = bridge_texts(hits, question)
+        out: dict[str, None] = {}
+        for (origin, _), seen in zip(texts, self._sightings([t for _, t in texts], access, "titles"), strict=True):
+            for name in pick(seen.candidates, seen.readable):
+                named = seen.named.get(name_key(name))
+                for doc in named.docs if named is not None else ():
+                    if doc != origin:
+                        out.setdefault(doc, None)
+        return tuple(out)
+
+    def linked_docs(self, hits: Sequence[Hit], question: str, access: AccessScope) -> list[LinkedDoc]:
+        docs = self.bridge_docs(hits, question, access)
+        if not docs:
+            return []
+        named = set(self.bridge_docs((), question, access))
+        query = self._encode(question)[0]
+        best: dict[str, float] = {}
+        for part in each(self._shards, lambda s: s.doc_cosines(docs, query, access), self._fan_out):
+            best.update(part)
+        return sorted(((d, best[d], d in named) for d in docs if d in best), key=lambda x: -x[1])

@@ -1,0 +1,94 @@
+"""A sharded view: the loop over a sharded index's shards, answering what one node's index
+view answers for the same corpus (status, gap reason, context, scores).
+
+The shards are `Shard`s (retrieval/shard.py): in this process (`LocalShard`, for tests and
+a one-machine sharded index) or Ray Serve handles (routes/cluster/). The view holds no
+document: only the embedding model (each question is encoded once, here), the shards, the
+policies and, when the index has tables, the rows route over the tables shard's catalog
+(indexes/shards.py: tables live in shard 00, whole). Every route is its registry entry's
+scatter-gather retriever (retrieval/scatter.py); the loop's signals and entity links are
+the merged ones of retrieval/scatter_links.py.
+
+A shard that cannot answer makes its call fail with `RetrievalUnavailable`: the loop records
+the attempt as failed, and a question none of whose attempts succeeded is a retryable error,
+never an evidence gap from the other shards' part of the corpus.
+"""
+
+from __future__ import annotations
+
+from concurrent.futures import Executor
+from dataclasses import dataclass, field
+from datetime import date
+from typing import Sequence
+
+from indexes.embedder import Embedder
+from retrieval.calls import CallScope
+from retrieval.limits import Limits, check_filters, check_query
+from retrieval.linking import TableLinker
+from retrieval.loop import Budget, LoopDeps, LoopResult, Understood, run_loop, understand
+from retrieval.policy import FeatureRouter, Policy, SignalGrader
+from retrieval.registry import REGISTRY, ROW_ROUTES, ShardParts
+from retrieval.retrievers import Retriever
+from retrieval.retrievers.sql import SqlRetriever
+from retrieval.scatter_links import ShardedLinker, ShardedSignals
+from retrieval.shard import Shard
+from retrieval.types import Filters, Principal
+from routes.service.tuned import Policies
+
+
+@dataclass
+class ShardedView:
+    """The loop over `shards` (see the module docstring). `fan_out` calls the shards of one
+    step at once (None: one after another); `tables` is the rows route over the tables
+    shard's catalog, None when the index has no tables. The caller owns both and closes them."""
+
+    shards: Sequence[Shard]
+    embedder: Embedder
+    limits: Limits
+    policies: Policies
+    calls: CallScope
+    fan_out: Executor | None = None
+    tables: SqlRetriever | None = None
+    today: date | None = None
+    policy: Policy | None = None  # the loop's collaborators; None: the built-in ones over `policies`
+    retrievers: dict[str, Retriever] = field(init=False)
+    deps: LoopDeps = field(init=False)
+
+    def __post_init__(self) -> None:
+        if self.policy is None:
+            self.policy = Policy(FeatureRouter(self.policies.router), SignalGrader(self.policies.grader))
+        encode = self.embedder.encode_query
+        parts = ShardParts(self.shards, encode, self.policies.fusion, self.fan_out)
+        self.retrievers = {r.name: r.scatter(parts) for r in REGISTRY if r.scatter is not None}
+        if self.tables is not None:
+            self.retrievers["sql"] = self.tables
+        self.deps = LoopDeps(
+            retrievers={k: v for k, v in self.retrievers.items() if k not in ROW_ROUTES},
+            policy=self.policy,
+            linker=ShardedLinker(self.shards, encode, self.fan_out),
+            signals=ShardedSignals(self.shards, encode, self.fan_out),
+            calls=self.calls,
+            tables=TableLinker(self.tables) if self.tables is not None else None,
+            today=lambda: self.today or date.today(),
+        )
+
+    def understand(self, question: str, principal: Principal, today: date | None = None) -> Understood:
+        """How the loop reads this question before retrieving (as `IndexView.understand`)."""
+        return understand(check_query(question, self.limits, "question"), principal, self.deps, Filters(), today or self.today)
+
+    def tables_ready(self, principal: Principal) -> bool:
+        """As `IndexView.tables_ready`: wait for the principal's table profiles."""
+        tables = self.deps.tables
+        if tables is None or not tables.readable(principal.access_scope()):
+            return False
+        return tables.sql.profile_ready(principal.access_scope(), None)
+
+    def query(self, question: str, principal: Principal, *, k: int | None = None, max_attempts: int | None = None,
+              deadline_ms: int | None = None, filters: Filters = Filters(), today: date | None = None,
+              wait_for_tables: bool = False) -> LoopResult:
+        """Run the loop for one question over the shards (as `IndexView.query`)."""
+        if wait_for_tables:
+            self.tables_ready(principal)
+        budget = Budget.checked(self.limits, k, max_attempts, deadline_ms)
+        return run_loop(check_query(question, self.limits, "question"), principal, budget, self.deps,
+                        check_filters(filters, self.limits), today or self.today)
