@@ -46,6 +46,7 @@ import hashlib
 import json
 import os
 import time
+from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Callable, Iterator, Sequence
@@ -57,7 +58,9 @@ from indexes.embedder import Embedder
 from indexes.files import FileReader
 from indexes.snapshot_build import (CHANGED, BuildOptions, Documents, Progress, _build_lock, _publish, _stamp,
                                     _storage_errors, build_snapshot, document_record, previous_vectors, table_records)
-from indexes.snapshot_load import Snapshot, load_snapshot_at
+from indexes.catalog import Catalog
+from indexes.snapshot_lease import SnapshotLease, acquire
+from indexes.snapshot_load import Snapshot, load_snapshot_at, read_manifest, verify_files
 from indexes.tables import TableSource, fsync_dir, plan_tables
 from retrieval.errors import IngestError, SnapshotError
 
@@ -217,6 +220,39 @@ def load_member(index_dir: Path, manifest: dict[str, Any], shard: int, embedder:
         snap.close()
         raise SnapshotError(f"shard {m['shard']:02d}'s snapshot differs from the cluster manifest; run the ingest again")
     return snap
+
+
+@dataclass
+class TablesCatalog:
+    """The catalog of the tables shard's snapshot, opened alone (a front's copy of the tables:
+    no chunk, BM25 or vector is loaded), under the snapshot's serving lease until `close`."""
+
+    catalog: Catalog
+    lease: SnapshotLease
+
+    def close(self) -> None:
+        self.catalog.close()
+        self.lease.release()
+
+
+def load_tables(index_dir: Path, manifest: dict[str, Any], verify_hashes: bool = True) -> TablesCatalog:
+    """The tables shard's catalog as the cluster manifest names it (`load_member`'s checks
+    on the snapshot's manifest and its catalog file)."""
+    m = manifest["members"][manifest.get("tables_shard", TABLES_SHARD)]
+    path = index_dir / m["path"] / "snapshots" / m["snapshot"]
+    lease = acquire(path) if path.is_dir() else None
+    if lease is None:
+        raise SnapshotError(f"snapshot {path} is missing or being removed; run the ingest again")
+    try:
+        snap_manifest = read_manifest(path)
+        if snap_manifest.get("content_hash") != m["content_hash"]:
+            raise SnapshotError(f"shard {m['shard']:02d}'s snapshot differs from the cluster manifest; run the ingest again")
+        if verify_hashes:
+            verify_files(path, snap_manifest, only=["catalog.duckdb"])
+        return TablesCatalog(Catalog(path / "catalog.duckdb"), lease)
+    except BaseException:
+        lease.release()
+        raise
 
 
 def load_cluster(index_dir: Path, embedder: Embedder, verify_hashes: bool = True) -> tuple[dict[str, Any], list[Snapshot]]:

@@ -45,6 +45,38 @@ def write_readable_documents(principal, folder: Path) -> Path:
     return path
 
 
+SCIFACT_ACLS = (["public"], ["group:sre"], ["group:finance"], ["group:admin"], ["group:sre", "group:finance"])
+
+
+def write_scifact_sample(folder: Path, claims: int = 30, distractors: int = 250) -> tuple[Path, list[str]]:
+    """A corpus written apart from the demo, from BEIR SciFact (../shared/datasets): the
+    abstracts relevant to the first `claims` test claims plus the first `distractors` others,
+    each with an ACL drawn by its id from SCIFACT_ACLS (the dataset has none), as a JSONL
+    source in `folder`; returns it and the claims. Skips when the dataset is not beside the
+    repository."""
+    import hashlib
+
+    from indexes.beir import load_qrels, load_queries
+
+    root = ROOT.parent / "shared" / "datasets" / "scifact"
+    if not (root / "corpus.jsonl").is_file():
+        pytest.skip(f"BEIR SciFact is not at {root}")
+    qrels, queries = load_qrels(root), load_queries(root)
+    chosen = [q for q in qrels if q in queries][:claims]
+    wanted = {d for q in chosen for d in qrels[q]}
+    path, taken = folder / "scifact.jsonl", 0
+    with (root / "corpus.jsonl").open(encoding="utf-8") as src, path.open("w") as out:
+        for line in src:
+            doc = json.loads(line)
+            if doc["_id"] not in wanted:
+                if taken >= distractors:
+                    continue
+                taken += 1
+            acl = SCIFACT_ACLS[hashlib.sha256(doc["_id"].encode()).digest()[0] % len(SCIFACT_ACLS)]
+            out.write(json.dumps({"id": doc["_id"], "title": doc["title"], "text": doc["text"], "acl": acl}) + "\n")
+    return path, [queries[q] for q in chosen]
+
+
 def wait_until(ready, what: str, alive=None, poll: float = 0.05) -> float:
     """Poll `ready()` until it holds, and return the seconds it took (a figure to print, never
     to assert on). Fails at once when `alive()` says the thing waited on has ended, and after

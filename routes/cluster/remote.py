@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import logging
 import time
-from typing import Any
+from typing import Any, Sequence
 
 import numpy as np
 import ray.exceptions
@@ -22,6 +22,9 @@ import ray.serve.exceptions
 from ray.serve.handle import DeploymentHandle
 
 from retrieval.errors import RetrievalError, RetrievalUnavailable, ServerFault
+from retrieval.entities import Sightings
+from retrieval.shard import EntityKind, Evidence
+from retrieval.signals import Moments
 from retrieval.types import AccessScope, CollectionStats, Filters, Hit
 
 log = logging.getLogger("quarry.cluster")
@@ -77,6 +80,19 @@ class RemoteShard:
 
     def exact(self, query: str, access: AccessScope, k: int, filters: Filters) -> list[Hit]:
         return self._call("exact", query, access, k, filters)
+
+    def evidence(self, query: str, vector: np.ndarray, chunk_ids: Sequence[str], access: AccessScope,
+                 stats: CollectionStats) -> dict[str, Evidence]:
+        return self._call("evidence", query, vector, list(chunk_ids), access, stats)
+
+    def moments(self, access: AccessScope, readable: int) -> Moments:
+        return self._call("moments", access, readable)
+
+    def sightings(self, texts: Sequence[str], access: AccessScope, kind: EntityKind) -> list[Sightings]:
+        return self._call("sightings", list(texts), access, kind)
+
+    def doc_cosines(self, doc_ids: Sequence[str], vector: np.ndarray, access: AccessScope) -> dict[str, float]:
+        return self._call("doc_cosines", list(doc_ids), vector, access)
 
     def describe(self) -> dict[str, Any]:
         return self._call("describe")

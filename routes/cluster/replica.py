@@ -13,13 +13,15 @@ vector (the embedder is only asked for its model id and dimension when the snaps
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import Any, Sequence
 
 import numpy as np
 
 from indexes.embedder import Embedder
 from indexes.shards import load_member
-from retrieval.shard import LocalShard
+from retrieval.entities import Sightings
+from retrieval.shard import EntityKind, Evidence, LocalShard
+from retrieval.signals import Moments
 from retrieval.types import AccessScope, CollectionStats, Filters, Hit
 
 
@@ -47,6 +49,19 @@ class ShardReplica:
 
     def exact(self, query: str, access: AccessScope, k: int, filters: Filters) -> list[Hit]:
         return self._local.exact(query, access, k, filters)
+
+    def evidence(self, query: str, vector: np.ndarray, chunk_ids: Sequence[str], access: AccessScope,
+                 stats: CollectionStats) -> dict[str, Evidence]:
+        return self._local.evidence(query, vector, chunk_ids, access, stats)
+
+    def moments(self, access: AccessScope, readable: int) -> Moments:
+        return self._local.moments(access, readable)
+
+    def sightings(self, texts: Sequence[str], access: AccessScope, kind: EntityKind) -> list[Sightings]:
+        return self._local.sightings(texts, access, kind)
+
+    def doc_cosines(self, doc_ids: Sequence[str], vector: np.ndarray, access: AccessScope) -> dict[str, float]:
+        return self._local.doc_cosines(doc_ids, vector, access)
 
     def describe(self) -> dict[str, Any]:
         """What this replica serves (for health and metrics)."""

@@ -19,21 +19,27 @@ from __future__ import annotations
 from concurrent.futures import Executor
 from dataclasses import dataclass, field
 from datetime import date
-from typing import Sequence
+from pathlib import Path
+from typing import Callable, Sequence
 
 from indexes.embedder import Embedder
+from indexes.shards import load_tables, read_cluster
+from retrieval.errors import SnapshotError
 from retrieval.calls import CallScope
 from retrieval.limits import Limits, check_filters, check_query
 from retrieval.linking import TableLinker
 from retrieval.loop import Budget, LoopDeps, LoopResult, Understood, run_loop, understand
 from retrieval.policy import FeatureRouter, Policy, SignalGrader
-from retrieval.registry import REGISTRY, ROW_ROUTES, ShardParts
+from retrieval.registry import REGISTRY, ROW_ROUTES, ShardParts, rows_route
 from retrieval.retrievers import Retriever
 from retrieval.retrievers.sql import SqlRetriever
 from retrieval.scatter_links import ShardedLinker, ShardedSignals
 from retrieval.shard import Shard
 from retrieval.types import Filters, Principal
+from routes.service.resources import Resources
+from routes.service.settings import Settings
 from routes.service.tuned import Policies
+from routes.service.view import sql_parts
 
 
 @dataclass
@@ -51,6 +57,7 @@ class ShardedView:
     tables: SqlRetriever | None = None
     today: date | None = None
     policy: Policy | None = None  # the loop's collaborators; None: the built-in ones over `policies`
+    on_close: Callable[[], None] | None = None  # what `close` lets go (the tables' catalog)
     retrievers: dict[str, Retriever] = field(init=False)
     deps: LoopDeps = field(init=False)
 
@@ -92,3 +99,37 @@ class ShardedView:
         budget = Budget.checked(self.limits, k, max_attempts, deadline_ms)
         return run_loop(check_query(question, self.limits, "question"), principal, budget, self.deps,
                         check_filters(filters, self.limits), today or self.today)
+
+    def close(self) -> None:
+        """Close the rows route and what `on_close` names (never the shards, the threads or
+        the model: the caller's)."""
+        if self.tables is not None:
+            self.tables.close()
+        if self.on_close is not None:
+            self.on_close()
+
+
+def open_sharded(index_dir: Path, shards: Sequence[Shard], embedder: Embedder, resources: Resources,
+                 settings: Settings | None = None, fan_out: Executor | None = None, limits: Limits | None = None,
+                 today: date | None = None) -> ShardedView:
+    """The view a front serves over the shards of the sharded index at `index_dir`, in shard
+    order: its tables from the tables shard's catalog, opened here alone (indexes/shards.py
+    `load_tables`), its policies what `quarry tune` saved beside the cluster manifest (else the
+    defaults), sized by `settings` on the threads of `resources`."""
+    settings = settings or Settings()
+    manifest = read_cluster(index_dir)
+    if len(shards) != manifest["shards"]:
+        raise SnapshotError(f"{index_dir} has {manifest['shards']} shards, not {len(shards)}")
+    if manifest["model"]["id"] != embedder.model_id:
+        raise SnapshotError(f"the sharded index was built with {manifest['model']['id']}, not {embedder.model_id}; "
+                            "serve it with the same model or ingest again")
+    today = today or settings.today
+    held = load_tables(index_dir, manifest) if manifest["counts"].get("tables") else None
+    try:
+        tables = rows_route(sql_parts(held.catalog, resources, settings, today), embedder.encode_query) if held else None
+        return ShardedView(shards, embedder, limits or settings.limits, Policies.load(index_dir, settings.fusion),
+                           CallScope(resources.call_pool), fan_out, tables, today, on_close=held.close if held else None)
+    except BaseException:
+        if held is not None:
+            held.close()
+        raise

@@ -1,6 +1,6 @@
-"""The loop over shards answers what one node answers: the demo corpus ingested once as one
-node and once at 2 and 3 shards (the real model, real snapshots, shards in this process),
-4 principals x 30 questions through the whole loop: the same status, gap reason, stop
+"""The loop over shards answers what one node answers: the demo corpus, and a SciFact sample
+with ACLs, ingested once as one node and once at 2 and 3 shards (the real model, real
+snapshots, shards in this process), 4 principals x 30 questions through the whole loop: the same status, gap reason, stop
 reason, route, attempts, context ids in the same order with scores within 1e-4, and rows.
 The Ray deployment of the same shards is checked against the same oracle in
 tests/system/cluster_in_netns.py."""
@@ -14,17 +14,15 @@ from datetime import date
 import pytest
 
 from indexes.shards import build_shards, load_cluster
-from retrieval.calls import CallScope
+from indexes.snapshot_build import BuildOptions
 from retrieval.limits import Limits
-from retrieval.registry import rows_route
 from retrieval.shard import LocalShard
 from retrieval.types import NO_FILTERS, Principal
 from routes.service.resources import Resources
 from routes.service.settings import Settings
-from routes.service.sharded import ShardedView
-from routes.service.tuned import Policies
-from routes.service.view import open_view, sql_parts
-from tests.conftest import DEMO
+from routes.service.sharded import open_sharded
+from routes.service.view import open_view
+from tests.conftest import DEMO, write_scifact_sample
 
 TODAY = date(2025, 11, 1)
 # Generous budgets on both sides: a busy machine must not make one side stop on its deadline.
@@ -57,73 +55,93 @@ def same(expected, got, what: str) -> None:
             assert abs(e.grade.p_sufficient - g.grade.p_sufficient) <= 1e-4, what
 
 
+@pytest.fixture(scope="module", params=["demo", "scifact"])
+def corpus(request, demo_index, embedder, tmp_path_factory):
+    """(name, sources, questions, single-node index) of the demo, or of a SciFact sample with
+    ACLs (tests/conftest.py), a corpus the sharded code was not written against."""
+    if request.param == "demo":
+        return "demo", [DEMO / "docs", DEMO / "tables"], QUESTIONS, demo_index
+    from indexes.snapshot_build import build_snapshot
+
+    source, claims = write_scifact_sample(tmp_path_factory.mktemp("scifact-sample"))
+    index = tmp_path_factory.mktemp("scifact-single")
+    build_snapshot([source], index, embedder)
+    return "scifact", [source], claims, index
+
+
 @pytest.fixture(scope="module")
-def single(demo_index, embedder):
-    view = open_view(demo_index, embedder, limits=LIMITS, today=TODAY)
+def single(corpus, embedder):
+    view = open_view(corpus[3], embedder, limits=LIMITS, today=TODAY)
     yield view
     view.close()
 
 
 @pytest.fixture(scope="module", params=[2, 3])
-def sharded(request, tmp_path_factory, embedder):
-    index = tmp_path_factory.mktemp(f"demo-{request.param}-shards-loop")
-    build_shards([DEMO / "docs", DEMO / "tables"], index, embedder, request.param)
+def sharded(request, corpus, tmp_path_factory, embedder):
+    name, sources, _, single_index = corpus
+    index = tmp_path_factory.mktemp(f"{name}-{request.param}-shards-loop")
+    build_shards(sources, index, embedder, request.param, BuildOptions(reuse_from=single_index))
     settings = Settings()
     resources = Resources.open(settings)
     manifest, snapshots = load_cluster(index, embedder)
     shards = [LocalShard(s.chunks, s.bm25, s.dense, s.catalog, resources.name_keys) for s in snapshots]
-    tables = rows_route(sql_parts(snapshots[0].catalog, resources, settings, TODAY), embedder.encode_query)
     fan_out = ThreadPoolExecutor(len(shards), thread_name_prefix="test-fan-out")
-    view = ShardedView(shards, embedder, LIMITS, Policies.load(index), CallScope(resources.call_pool), fan_out, tables, TODAY)
-    yield manifest["shards"], view
-    tables.close()
+    view = open_sharded(index, shards, embedder, resources, settings, fan_out, LIMITS, TODAY)
+    assert (view.tables is not None) == (name == "demo")  # the demo's tables, from shard 00's catalog alone
+    yield f"{name} at {manifest['shards']} shards", view
+    view.close()
     fan_out.shutdown()
     resources.shutdown()
     for s in snapshots:
         s.close()
 
 
-def test_the_loop_over_shards_answers_what_the_single_node_answers(single, sharded):
-    n, view = sharded
+def test_the_loop_over_shards_answers_what_the_single_node_answers(corpus, single, sharded):
+    what, view = sharded
     seen = {"answer_context": 0, "evidence_gap": 0}
     routes = set()
     for principal in PRINCIPALS:
-        for question in QUESTIONS:
+        for question in corpus[2]:
             expected = single.query(question, principal, deadline_ms=LIMITS.max_deadline_ms, wait_for_tables=True)
             got = view.query(question, principal, deadline_ms=LIMITS.max_deadline_ms, wait_for_tables=True)
-            same(expected, got, f"{n} shards, {principal.id}: {question}")
+            same(expected, got, f"{what}, {principal.id}: {question}")
             seen[expected.status] += 1
             routes.add(expected.decision.chosen)
-    # not a comparison of one kind of answer: both outcomes and several routes (tables too) occur
-    assert seen["answer_context"] >= 20 and seen["evidence_gap"] >= 5, seen
-    assert {"sql", "hybrid"} <= routes, routes
+    # not a comparison of one kind of answer: both outcomes occur, and on the demo several routes (tables too)
+    assert seen["answer_context"] >= 10 and seen["evidence_gap"] >= 5, seen
+    if corpus[0] == "demo":
+        assert {"sql", "hybrid", "exact"} <= routes, routes
 
 
-def test_reading_a_question_over_shards_equals_the_single_node(single, sharded):
+def test_reading_a_question_over_shards_equals_the_single_node(corpus, single, sharded):
     """Constraints (entities linked over every shard's titles and names), term statistics and
     the route, for every principal: what routing sees is the single node's."""
     _, view = sharded
     for principal in PRINCIPALS:
-        for question in QUESTIONS:
+        for question in corpus[2]:
             e, g = single.understand(question, principal), view.understand(question, principal)
             assert (g.constraints, g.inputs.term_stats, g.decision.chosen, g.absent) == \
                 (e.constraints, e.inputs.term_stats, e.decision.chosen, e.absent), (principal.id, question)
 
 
-def test_bridges_and_linked_documents_over_shards_equal_the_single_node(single, sharded):
+def test_bridges_linked_documents_and_signals_over_shards_equal_the_single_node(corpus, single, sharded):
     _, view = sharded
+    linked = 0
     for principal in PRINCIPALS:
         access = principal.access_scope()
-        for question in QUESTIONS:
+        for question in corpus[2]:
             hits = single.retrievers["hybrid"].search(question, access, 8, NO_FILTERS)
             assert view.deps.linker.bridge_docs(hits, question, access) == single.deps.linker.bridge_docs(hits, question, access)
             e = single.deps.linker.linked_docs(hits, question, access)
             g = view.deps.linker.linked_docs(hits, question, access)
             assert [(d, named) for d, _, named in g] == [(d, named) for d, _, named in e], (principal.id, question)
             assert all(abs(a[1] - b[1]) <= 1e-5 for a, b in zip(e, g, strict=True))
+            linked += len(e)
             ea = single.deps.signals.annotate(question, hits, access)
             ga = view.deps.signals.annotate(question, hits, access)
             for x, y in zip(ea, ga, strict=True):
                 xs, ys = dict(x.signals), dict(y.signals)
                 assert xs.keys() == ys.keys()
                 assert all(abs(xs[k] - ys[k]) <= 1e-4 for k in xs), (principal.id, question, xs, ys)
+    if corpus[0] == "demo":
+        assert linked > 0  # some passages name other readable documents
