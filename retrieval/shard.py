@@ -20,7 +20,7 @@ Protocols, so retrieval/ imports no index).
 from __future__ import annotations
 
 from threading import Lock
-from typing import Literal, Protocol, Sequence
+from typing import Callable, Literal, Protocol, Sequence
 
 import numpy as np
 
@@ -29,7 +29,7 @@ from retrieval.entities import EntityIndex, Sightings
 from retrieval.lru import Lru
 from retrieval.retrievers.exact import ExactRetriever, TextScanner
 from retrieval.signals import Moments, background_rows, moments
-from retrieval.types import NO_FILTERS, AccessScope, CollectionStats, Filters, Hit
+from retrieval.types import NO_FILTERS, AccessScope, CollectionStats, Document, Filters, Hit
 
 EntityKind = Literal["titles", "names"]  # document titles (with their identifiers), or metadata values
 Evidence = tuple[float, float, float, float]  # a chunk's (bm25, qcov, tcov, dense) against a question
@@ -79,6 +79,15 @@ class Shard(Protocol):
         readable chunks with `vector`."""
         ...
 
+    def document(self, doc_id: str, access: AccessScope) -> Document | None:
+        """The document, when this shard holds it and `access` may read it (else None, as
+        for an id no shard holds)."""
+        ...
+
+    def document_acl(self, doc_id: str) -> tuple[str, ...] | None:
+        """The document's ACL whoever asks (evaluation's check; never a caller's answer)."""
+        ...
+
 
 class ScopedLexicalIndex(Protocol):
     """A BM25 index that reports its collection statistics and scores with given ones
@@ -109,6 +118,10 @@ class ShardCatalog(TextScanner, Protocol):
     """A shard's catalog: exact scans, and the entity names of its rows (indexes/catalog.py)."""
 
     def entity_names(self) -> tuple[list[tuple[int, str]], list[tuple[int, str]], list[tuple[int, str]]]: ...
+
+    def readable_document(self, doc_id: str, can_read: Callable[[tuple[str, ...]], bool]) -> Document | None: ...
+
+    def document_acl(self, doc_id: str) -> tuple[str, ...] | None: ...
 
 
 class LocalShard:
@@ -183,6 +196,12 @@ class LocalShard:
             if len(rows):
                 out[d] = float((self._dense.vectors(rows) @ vector).max())
         return out
+
+    def document(self, doc_id: str, access: AccessScope) -> Document | None:
+        return self._catalog.readable_document(doc_id, access.can_read)
+
+    def document_acl(self, doc_id: str) -> tuple[str, ...] | None:
+        return self._catalog.document_acl(doc_id)
 
     def _entity_index(self, kind: EntityKind) -> EntityIndex:
         with self._lock:

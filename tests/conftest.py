@@ -77,6 +77,34 @@ def write_scifact_sample(folder: Path, claims: int = 30, distractors: int = 250)
     return path, [queries[q] for q in chosen]
 
 
+ANSWER_VOLATILE = ("trace_id", "elapsed_ms", "ms", "scores", "generation", "index_generation", "loop_overhead_ms")
+
+
+def stable_answer(value):
+    """An answer without what differs between two runs of one question (ids, timings, router scores)."""
+    if isinstance(value, dict):
+        return {k: stable_answer(v) for k, v in value.items() if k not in ANSWER_VOLATILE}
+    if isinstance(value, list):
+        return [stable_answer(v) for v in value]
+    return value
+
+
+def assert_alike(a, b, where: str = "") -> None:
+    """Two answers agree: the same shape and values, numbers within 1e-4."""
+    if isinstance(a, dict) and isinstance(b, dict):
+        assert a.keys() == b.keys(), (where, sorted(a.keys() ^ b.keys()))
+        for k in a:
+            assert_alike(a[k], b[k], f"{where}.{k}")
+    elif isinstance(a, list) and isinstance(b, list):
+        assert len(a) == len(b), (where, a, b)
+        for i, (x, y) in enumerate(zip(a, b, strict=True)):
+            assert_alike(x, y, f"{where}[{i}]")
+    elif isinstance(a, float) or isinstance(b, float):
+        assert isinstance(a, (int, float)) and isinstance(b, (int, float)) and abs(a - b) <= 1e-4, (where, a, b)
+    else:
+        assert a == b, (where, a, b)
+
+
 def wait_until(ready, what: str, alive=None, poll: float = 0.05) -> float:
     """Poll `ready()` until it holds, and return the seconds it took (a figure to print, never
     to assert on). Fails at once when `alive()` says the thing waited on has ended, and after

@@ -125,6 +125,21 @@ def cmd_serve(args: argparse.Namespace, settings: Settings) -> int:
     return 0
 
 
+def cmd_cluster_serve(args: argparse.Namespace, settings: Settings) -> int:
+    """`quarry cluster serve`: a front over a sharded index's shards on Ray (routes/cluster/front.py)."""
+    if args.replicas < 1:
+        raise InvalidRequest(f"--replicas must be at least 1, not {args.replicas}")
+    if not args.retry_s > 0:
+        raise InvalidRequest(f"--retry-s must be positive, not {args.retry_s}")
+    try:
+        from routes.cluster.front import serve_front
+    except ImportError:
+        raise InvalidRequest("serving from a Ray cluster needs the cluster extra: pip install 'quarry[cluster]'") from None
+    _index(settings)
+    serve_front(settings, args.address, args.replicas, args.retry_s, args.attach)
+    return 0
+
+
 def cmd_demo(args: argparse.Namespace, settings: Settings) -> int:
     from routes.cli.demo import run_demo
 

@@ -14,7 +14,7 @@ import sys
 from typing import Sequence
 
 from retrieval.errors import RetrievalError
-from routes.cli.commands import (cmd_demo, cmd_ingest, cmd_keys, cmd_mcp, cmd_query, cmd_search, cmd_serve,
+from routes.cli.commands import (cmd_cluster_serve, cmd_demo, cmd_ingest, cmd_keys, cmd_mcp, cmd_query, cmd_search, cmd_serve,
                                  cmd_settings, cmd_sql)
 from routes.cli.common import RETRIEVERS, _iso_date, load_settings
 from routes.cli.eval_commands import BEIR_K, cmd_eval, cmd_tune
@@ -134,6 +134,20 @@ def build_parser() -> argparse.ArgumentParser:
     common(sp)
     serving(sp, "API keys file with at least one active key (or QUARRY_KEYS_FILE; see `quarry keys add`)")
     sp.set_defaults(func=cmd_serve)
+
+    sp = command("cluster", "serve a sharded index from a Ray cluster (needs the cluster extra: pip install 'quarry[cluster]')")
+    cluster = sp.add_subparsers(dest="cluster_command", required=True)
+    sp = cluster.add_parser("serve", help="a front: the HTTP API, MCP and auth of one node, over the shards on Ray Serve",
+                            parents=[overrides])
+    sp.add_argument("--address", required=True, help="the Ray cluster to join (`ray start --head` prints it), e.g. HOST:6379")
+    sp.add_argument("--replicas", type=int, default=2, help="replicas of each shard, at most one per node (default 2)")
+    sp.add_argument("--retry-s", type=float, default=10.0,
+                    help="how long a shard call is sent again to another replica before it is a 503 (default 10)")
+    sp.add_argument("--attach", action="store_true",
+                    help="use the shard applications another front deployed (checked against cluster.json)")
+    common(sp)
+    serving(sp, "API keys file with at least one active key (or QUARRY_KEYS_FILE; see `quarry keys add`)")
+    sp.set_defaults(func=cmd_cluster_serve)
 
     sp = command("mcp", "serve MCP over stdio for one principal")
     sp.add_argument("--scopes", nargs="*", default=["query"], help="scopes of the principal (add 'sql' to allow sql_query)")

@@ -13,6 +13,7 @@ a `ServerFault` (Ray wraps both in a `RayTaskError`, looked at first).
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from typing import Any, Sequence
 
@@ -25,7 +26,7 @@ from retrieval.errors import RetrievalError, RetrievalUnavailable, ServerFault
 from retrieval.entities import Sightings
 from retrieval.shard import EntityKind, Evidence
 from retrieval.signals import Moments
-from retrieval.types import AccessScope, CollectionStats, Filters, Hit
+from retrieval.types import AccessScope, CollectionStats, Document, Filters, Hit
 
 log = logging.getLogger("quarry.cluster")
 # What a dead replica, a lost node, an overloaded or unreachable one, or a shard with no
@@ -40,17 +41,29 @@ class RemoteShard:
 
     def __init__(self, handle: DeploymentHandle, shard: int, retry_s: float = 10.0) -> None:
         self._handle, self.shard, self.retry_s = handle, shard, retry_s
-        self.retried = 0
+        self.calls = self.retried = self.unavailable = 0
+        self._lock = threading.Lock()
+
+    def stats(self) -> dict[str, int]:
+        """Calls made, calls sent again after a replica failed, and calls that found no live
+        replica in time (for /metrics and /readyz)."""
+        with self._lock:
+            return {"calls": self.calls, "retried": self.retried, "unavailable": self.unavailable}
+
+    def _count(self, what: str) -> None:
+        with self._lock:
+            setattr(self, what, getattr(self, what) + 1)
 
     def _call(self, method: str, *args: Any) -> Any:
         deadline = time.monotonic() + self.retry_s
         failure: BaseException | None = None
+        self._count("calls")
         while True:
             left = deadline - time.monotonic()
             if left <= 0:
                 break
             if failure is not None:
-                self.retried += 1
+                self._count("retried")
                 log.info("shard %02d: %s failed on a replica (%s); sending it again", self.shard, method,
                          type(failure).__name__)
             try:
@@ -65,6 +78,7 @@ class RemoteShard:
             except UNAVAILABLE as e:
                 failure = e
                 time.sleep(min(RETRY_PAUSE_S, max(0.0, deadline - time.monotonic())))
+        self._count("unavailable")
         raise RetrievalUnavailable(f"shard {self.shard:02d} has no live replica "
                                    f"({type(failure).__name__ if failure else 'no answer'} within {self.retry_s:g} s); "
                                    "retry shortly")
@@ -93,6 +107,12 @@ class RemoteShard:
 
     def doc_cosines(self, doc_ids: Sequence[str], vector: np.ndarray, access: AccessScope) -> dict[str, float]:
         return self._call("doc_cosines", list(doc_ids), vector, access)
+
+    def document(self, doc_id: str, access: AccessScope) -> Document | None:
+        return self._call("document", doc_id, access)
+
+    def document_acl(self, doc_id: str) -> tuple[str, ...] | None:
+        return self._call("document_acl", doc_id)
 
     def describe(self) -> dict[str, Any]:
         return self._call("describe")

@@ -22,7 +22,7 @@ from indexes.shards import load_member
 from retrieval.entities import Sightings
 from retrieval.shard import EntityKind, Evidence, LocalShard
 from retrieval.signals import Moments
-from retrieval.types import AccessScope, CollectionStats, Filters, Hit
+from retrieval.types import AccessScope, CollectionStats, Document, Filters, Hit
 
 
 class ShardReplica:
@@ -62,6 +62,12 @@ class ShardReplica:
 
     def doc_cosines(self, doc_ids: Sequence[str], vector: np.ndarray, access: AccessScope) -> dict[str, float]:
         return self._local.doc_cosines(doc_ids, vector, access)
+
+    def document(self, doc_id: str, access: AccessScope) -> Document | None:
+        return self._local.document(doc_id, access)
+
+    def document_acl(self, doc_id: str) -> tuple[str, ...] | None:
+        return self._local.document_acl(doc_id)
 
     def describe(self) -> dict[str, Any]:
         """What this replica serves (for health and metrics)."""

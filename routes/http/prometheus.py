@@ -7,9 +7,11 @@ counted under their tool code beside the error responses.
 
 from __future__ import annotations
 
-from typing import Any, Mapping
+from typing import Any, Callable, Iterable, Mapping
 
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
+from prometheus_client.core import CounterMetricFamily, Metric
+from prometheus_client.registry import Collector
 
 from routes.service.tools import ToolCall
 
@@ -34,6 +36,10 @@ class Metrics:
         self.reloads = Counter("quarry_reloads_total", "New snapshots named by CURRENT, by outcome (switched: now "
                                "served; failed: refused, the old one keeps serving)", ["outcome"], registry=self.registry)
 
+    def watch_shards(self, stats: Callable[[], list[dict[str, Any]]]) -> None:
+        """Export a sharded front's per-shard call counts (`Service.shard_stats`), read at each scrape."""
+        self.registry.register(_ShardCollector(stats))
+
     def count_answer(self, answer: Mapping[str, Any]) -> None:
         """Attempts, first route, and status with gap reason of one answer of the loop."""
         self.attempts.observe(len(answer["attempts"]))
@@ -48,3 +54,22 @@ class Metrics:
 
     def render(self) -> bytes:
         return generate_latest(self.registry)
+
+
+class _ShardCollector(Collector):
+    """quarry_shard_calls_total{shard, outcome}: every call a front sent a shard (`sent`), those
+    sent again after a replica failed (`retried`) and those no live replica answered in time
+    (`unavailable`, each a retryable 503 for its request)."""
+
+    def __init__(self, stats: Callable[[], list[dict[str, Any]]]) -> None:
+        self._stats = stats
+
+    def collect(self) -> Iterable[Metric]:
+        calls = CounterMetricFamily("quarry_shard_calls", "Calls a front sent each shard, by outcome",
+                                    labels=["shard", "outcome"])
+        for row in self._stats():
+            shard = f"{row['shard']:02d}"
+            for outcome, key in (("sent", "calls"), ("retried", "retried"), ("unavailable", "unavailable")):
+                if key in row:
+                    calls.add_metric([shard, outcome], row[key])
+        yield calls

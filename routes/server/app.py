@@ -248,6 +248,7 @@ def create_app(settings: Settings, engine: IndexView | None = None, keys: KeySto
     state = AppState(settings, Service(runtime),
                      keys if keys is not None else (KeyStore(settings.keys_file) if settings.keys_file else None),
                      Gate(settings.rate_per_second, settings.burst, settings.max_concurrent_per_key), Toolset(settings.limits))
+    state.metrics.watch_shards(state.service.shard_stats)  # a sharded front's per-shard counts (none on one node)
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -326,7 +327,8 @@ def _add_ops_routes(app: FastAPI, state: AppState) -> None:
             await run_in_threadpool(state.service.probe)
         except Exception as exc:  # noqa: BLE001 - readiness reports, it does not raise
             log.warning("readiness probe failed: %s", type(exc).__name__)
-            down = RetrievalUnavailable("index not answering")
+            # a shard with no live replica says which (a sharded front); anything else says no more
+            down = exc if isinstance(exc, RetrievalUnavailable) else RetrievalUnavailable("index not answering")
             return Response(json.dumps(down.to_dict()), status_code=down.http_status, media_type="application/json")
         body: dict[str, Any] = {"status": "ready"}
         if caller is not None and "admin" in caller.principal.scopes:

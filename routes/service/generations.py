@@ -22,7 +22,10 @@ from dataclasses import dataclass, field
 from typing import Any, Iterator
 
 from retrieval.errors import RetrievalUnavailable
+from routes.service.sharded import ShardedView
 from routes.service.view import IndexView
+
+View = IndexView | ShardedView  # what one generation serves: one node's index, or a sharded one's front
 
 log = logging.getLogger("quarry.reload")
 
@@ -32,27 +35,34 @@ class Generation:
     """One served engine: its number, its snapshot, and who still holds it."""
 
     number: int
-    engine: IndexView
+    engine: View
     owned: bool
     leases: int = 0
     retired: bool = False
     closed: threading.Event = field(default_factory=threading.Event)  # set once its engine is closed (or let go)
 
+    def node(self) -> IndexView:
+        """The engine as one node's view: what the writer and the reloader work on (they
+        follow one node's index, never a sharded front's)."""
+        if not isinstance(self.engine, IndexView):
+            raise RuntimeError("a sharded index's front has no write-ahead log or CURRENT of its own")
+        return self.engine
+
     @property
     def snapshot(self) -> str:
-        return str(self.engine.snapshot.manifest["snapshot"])
+        return str(self.engine.manifest["snapshot"])
 
     def describe(self) -> dict[str, Any]:
         """What /readyz shows an admin key."""
-        manifest = self.engine.snapshot.manifest
-        return {"generation": self.number, "index_generation": self.engine.live.seq, "snapshot": self.snapshot,
+        manifest = self.engine.manifest
+        return {"generation": self.number, "index_generation": self.engine.seq, "snapshot": self.snapshot,
                 "built_at": manifest.get("built_at"), "counts": manifest["counts"], "live": manifest.get("live")}
 
 
 class Generations:
     """The current generation, the leases requests hold, and the closing of retired ones."""
 
-    def __init__(self, engine: IndexView | None = None, owned: bool = False, grace_s: float = 30.0) -> None:
+    def __init__(self, engine: View | None = None, owned: bool = False, grace_s: float = 30.0) -> None:
         self.grace_s = grace_s
         self._lock = threading.Lock()
         self._number = 0
@@ -82,7 +92,7 @@ class Generations:
             if last:
                 self._close_later(generation)
 
-    def install(self, engine: IndexView, owned: bool = True) -> Generation:
+    def install(self, engine: View, owned: bool = True) -> Generation:
         """Make `engine` current; the generation it replaces closes once its leases are returned."""
         with self._lock:
             self._number += 1

@@ -24,7 +24,7 @@ from indexes.snapshot_load import current_snapshot_path
 from indexes.wal import log_end
 from retrieval.errors import SnapshotError
 from routes.service.view import IndexView, open_view
-from routes.service.generations import Generations
+from routes.service.generations import Generations, View
 from routes.service.settings import Settings
 
 log = logging.getLogger("quarry.reload")
@@ -48,10 +48,11 @@ def current_name(index_dir: Path) -> str | None:
         return None
 
 
-def serves_from(engine: IndexView, index_dir: Path) -> bool:
-    """Whether `engine`'s snapshot lives in `index_dir` (only then is its CURRENT followed)."""
+def serves_from(engine: View, index_dir: Path) -> bool:
+    """Whether `engine` is one node's view of `index_dir` (only then is its CURRENT followed
+    and its log written: a sharded index's shards own theirs)."""
     try:
-        return engine.snapshot.path.parent.parent.samefile(index_dir)
+        return isinstance(engine, IndexView) and engine.index_dir.samefile(index_dir)
     except OSError:
         return False
 
@@ -127,7 +128,7 @@ class Reloader:
             return False
         log.info("CURRENT names snapshot %s; loading it beside generation %d (%s)", name, serving.number, serving.snapshot)
         try:
-            installed = await asyncio.to_thread(self._load_and_install, serving.engine)
+            installed = await asyncio.to_thread(self._load_and_install, serving.node())
         except Exception as e:  # noqa: BLE001 - a snapshot that cannot serve leaves the old one serving
             message = getattr(e, "message", None) or f"{type(e).__name__}: {e}"
             self.failed = {"snapshot": name, "error": message}
@@ -156,12 +157,12 @@ class Reloader:
             return False
         end = await asyncio.to_thread(log_end, wal_path(self.index_dir))
         self._log_seen = stat
-        if end <= serving.engine.live.seq:
+        if end <= serving.node().live.seq:
             return False
         log.info("the write-ahead log holds records through %d, generation %d serves %d; reloading", end,
-                 serving.number, serving.engine.live.seq)
+                 serving.number, serving.node().live.seq)
         try:
-            installed = await asyncio.to_thread(self._load_and_install, serving.engine)
+            installed = await asyncio.to_thread(self._load_and_install, serving.node())
         except Exception as e:  # noqa: BLE001 - the served view stays; the next poll tries again
             self._log_seen = None
             log.error("replaying the write-ahead log failed, generation %d keeps serving: %s", serving.number,
@@ -182,7 +183,7 @@ class Reloader:
             if name is not None:
                 current = self.generations.current
                 if current is not None:
-                    self.writer.fold(int(current.engine.snapshot.manifest.get("wal_seq", 0)))
+                    self.writer.fold(int(current.node().snapshot.manifest.get("wal_seq", 0)))
             return name
 
     def _open_and_install(self, serving: IndexView) -> str | None:

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterator
 
 from retrieval.errors import Conflict, RetrievalError
-from routes.service.generations import Generations
+from routes.service.generations import Generations, View
 from routes.service.reload import Reloader, serves_from
 from routes.service.resources import Resources
 from routes.service.settings import Settings
@@ -27,7 +27,7 @@ READ_ONLY = "this server serves its index read-only (it does not own the index's
 class Runtime:
     """Generations, writer and reloader of one index in one process (see the module docstring)."""
 
-    def __init__(self, settings: Settings, view: IndexView | None = None, own_view: bool = False) -> None:
+    def __init__(self, settings: Settings, view: View | None = None, own_view: bool = False) -> None:
         """`view`, when given, is served first and stays its caller's to close unless
         `own_view`; without it `start` (a server) or `open_runtime` (a command) loads the
         index of `settings`."""
@@ -39,7 +39,7 @@ class Runtime:
         self.reloader: Reloader | None = None
 
     @contextmanager
-    def lease(self) -> Iterator[IndexView]:
+    def lease(self) -> Iterator[View]:
         """The view current now, held (never closed under its user) until the block ends."""
         with self.generations.lease() as generation:
             yield generation.engine
@@ -84,8 +84,9 @@ class Runtime:
         self.writer_error, self.writer = None, writer
         current = self.generations.current
         if current is not None:
-            writer.start_at(int((current.engine.base or current.engine.snapshot).manifest.get("wal_seq", 0)))
-            if rebase and writer.behind(current.engine):
+            node = current.node()
+            writer.start_at(int((node.base or node.snapshot).manifest.get("wal_seq", 0)))
+            if rebase and writer.behind(node):
                 writer.rebase(self.reopen)
         return writer
 

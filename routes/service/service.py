@@ -20,7 +20,7 @@ from indexes.corpus import make_document
 from indexes.embedder import Embedder
 from indexes.extract.record import BadFile
 from indexes.files import FileKind, extract, merge_fields
-from indexes.live import Change, Delete, Put, SetAcl, options_of
+from indexes.live import Change, Delete, Put, SetAcl
 from indexes.wal import JSONObject
 from retrieval.answer_level import AnswerScores
 from retrieval.errors import InvalidRequest, NotFound
@@ -34,6 +34,8 @@ from retrieval.types import Document, Filters, Hit, Principal, check_acl, check_
 from routes.service.runtime import Runtime, open_runtime
 from routes.service.schemas import DocumentIn
 from routes.service.settings import Settings
+from routes.service.generations import View
+from routes.service.sharded import ShardedView
 from routes.service.view import IndexView
 from routes.service.tuned import Policies
 
@@ -86,10 +88,10 @@ class Service:
         return cls(open_runtime(settings, index_dir, writable, **view_options))
 
     @classmethod
-    def serving(cls, view: IndexView, settings: Settings | None = None) -> Service:
+    def serving(cls, view: View, settings: Settings | None = None) -> Service:
         """The service over one ready view that stays its caller's to close (tests,
         benchmarks and commands that built it themselves)."""
-        return cls(Runtime(settings or view.settings or Settings(), view))
+        return cls(Runtime(settings or (view.settings if isinstance(view, IndexView) else None) or Settings(), view))
 
     def close(self) -> None:
         """Close the runtime: once, by whoever opened it (a command, the app's lifespan)."""
@@ -154,15 +156,14 @@ class Service:
     def document(self, principal: Principal, doc_id: str) -> Document:
         """One document the principal may read; NotFound otherwise, exactly as for a missing id."""
         with self.runtime.lease() as view:
-            doc = view.snapshot.catalog.readable_document(doc_id, principal.can_read) \
-                if len(doc_id) <= MAX_DOC_ID_CHARS else None
+            doc = view.document(doc_id, principal.access_scope()) if len(doc_id) <= MAX_DOC_ID_CHARS else None
         if doc is None:
             raise NotFound(f"no document {doc_id[:80]!r}")
         return doc
 
     def can_read(self, principal: Principal, doc_id: str) -> bool:
         with self.runtime.lease() as view:
-            acl = view.snapshot.catalog.document_acl(doc_id)
+            acl = view.document_acl(doc_id)
         return acl is not None and principal.can_read(acl)
 
     @property
@@ -194,13 +195,15 @@ class Service:
     @property
     def index_dir(self) -> Path:
         with self.runtime.lease() as view:
-            return view.snapshot.path.parent.parent
+            if view.index_dir is None:
+                raise NotFound("this view was opened over shards in process, from no index folder")
+            return view.index_dir
 
     def document_acl(self, doc_id: str) -> tuple[str, ...] | None:
         """A document's ACL whoever asks (None: no such document): evaluation checks with it
         that nothing returned was unreadable. Never an answer to a caller."""
         with self.runtime.lease() as view:
-            return view.snapshot.catalog.document_acl(doc_id)
+            return view.document_acl(doc_id)
 
     @contextmanager
     def sibling(self, index_dir: Path | None = None, policies: Policies | None = None, settings: Settings | None = None,
@@ -224,7 +227,7 @@ class Service:
         served = self.runtime.generations.current
         if served is None:
             return ("group:admin",)
-        return options_of(served.engine.base or served.engine.snapshot)[1]
+        return served.engine.default_acl()
 
     def change(self, write: Write) -> Change:
         """A write request as a checked change (the same rules as an ingest of it)."""
@@ -285,10 +288,19 @@ class Service:
         with self.runtime.lease() as view:
             view.retrievers["bm25"].search("readiness", READINESS_PROBE, 1, Filters())
 
+    def shard_stats(self) -> list[dict[str, Any]]:
+        """Per shard of a sharded index's front, its call counts ([] on one node)."""
+        served = self.runtime.generations.current
+        return served.engine.shard_stats() if served is not None and isinstance(served.engine, ShardedView) else []
+
     def describe(self) -> dict[str, Any]:
-        """The generation served (number, snapshot, counts) and the reloader's state, for admins."""
+        """The generation served (number, snapshot, counts), its shards' call counts on a
+        sharded index's front, and the reloader's state, for admins."""
         served = self.runtime.generations.current
         body: dict[str, Any] = served.describe() if served is not None else {}
+        shards = self.shard_stats()
+        if shards:
+            body["shards"] = shards
         if self.runtime.reloader is not None:
             body["reload"] = self.runtime.reloader.describe()
         return body

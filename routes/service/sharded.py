@@ -20,11 +20,12 @@ from concurrent.futures import Executor
 from dataclasses import dataclass, field
 from datetime import date
 from pathlib import Path
-from typing import Callable, Sequence
+from typing import Any, Callable, Sequence
 
 from indexes.embedder import Embedder
-from indexes.shards import load_tables, read_cluster
-from retrieval.errors import SnapshotError
+from indexes.shards import load_tables, read_cluster, shard_of
+from retrieval.answer_level import AnswerScores
+from retrieval.errors import RetrievalUnavailable, SnapshotError
 from retrieval.calls import CallScope
 from retrieval.limits import Limits, check_filters, check_query
 from retrieval.linking import TableLinker
@@ -35,7 +36,7 @@ from retrieval.retrievers import Retriever
 from retrieval.retrievers.sql import SqlRetriever
 from retrieval.scatter_links import ShardedLinker, ShardedSignals
 from retrieval.shard import Shard
-from retrieval.types import Filters, Principal
+from retrieval.types import AccessScope, Document, Filters, Principal
 from routes.service.resources import Resources
 from routes.service.settings import Settings
 from routes.service.tuned import Policies
@@ -56,8 +57,13 @@ class ShardedView:
     fan_out: Executor | None = None
     tables: SqlRetriever | None = None
     today: date | None = None
+    has_tables: bool = True  # False: the rows route has no table, so routing links none (as one node without tables)
     policy: Policy | None = None  # the loop's collaborators; None: the built-in ones over `policies`
     on_close: Callable[[], None] | None = None  # what `close` lets go (the tables' catalog)
+    index_dir: Path | None = None  # the sharded index's folder (None: shards given in process)
+    manifest: dict[str, Any] = field(default_factory=dict)  # the cluster manifest served, with a "snapshot" name
+    answer: AnswerScores | None = None  # no answer model runs at a front yet
+    seq: int = 0  # the index generation: shards take no live writes yet
     retrievers: dict[str, Retriever] = field(init=False)
     deps: LoopDeps = field(init=False)
 
@@ -75,7 +81,7 @@ class ShardedView:
             linker=ShardedLinker(self.shards, encode, self.fan_out),
             signals=ShardedSignals(self.shards, encode, self.fan_out),
             calls=self.calls,
-            tables=TableLinker(self.tables) if self.tables is not None else None,
+            tables=TableLinker(self.tables) if self.tables is not None and self.has_tables else None,
             today=lambda: self.today or date.today(),
         )
 
@@ -99,6 +105,36 @@ class ShardedView:
         budget = Budget.checked(self.limits, k, max_attempts, deadline_ms)
         return run_loop(check_query(question, self.limits, "question"), principal, budget, self.deps,
                         check_filters(filters, self.limits), today or self.today)
+
+    @property
+    def sql(self) -> SqlRetriever:
+        """The rows route (over the tables shard's catalog, tables or none)."""
+        if self.tables is None:
+            raise RetrievalUnavailable("this sharded view was opened without its tables shard's catalog")
+        return self.tables
+
+    def _owner(self, doc_id: str) -> Shard:
+        return self.shards[shard_of(doc_id, len(self.shards))]
+
+    def document(self, doc_id: str, access: AccessScope) -> Document | None:
+        """The document from the shard that owns its id, when `access` may read it."""
+        return self._owner(doc_id).document(doc_id, access)
+
+    def document_acl(self, doc_id: str) -> tuple[str, ...] | None:
+        return self._owner(doc_id).document_acl(doc_id)
+
+    def shard_stats(self) -> list[dict[str, Any]]:
+        """Per shard, in order: its number and the call counts its handle keeps, when it keeps
+        any (a Ray handle does: calls, retried, unavailable)."""
+        out = []
+        for i, shard in enumerate(self.shards):
+            stats = getattr(shard, "stats", None)
+            out.append({"shard": i, **(stats() if callable(stats) else {})})
+        return out
+
+    def default_acl(self) -> tuple[str, ...]:
+        """Writes go to the shards' own logs, which a front does not write yet: fail closed."""
+        return ("group:admin",)
 
     def close(self) -> None:
         """Close the rows route and what `on_close` names (never the shards, the threads or
@@ -124,12 +160,14 @@ def open_sharded(index_dir: Path, shards: Sequence[Shard], embedder: Embedder, r
         raise SnapshotError(f"the sharded index was built with {manifest['model']['id']}, not {embedder.model_id}; "
                             "serve it with the same model or ingest again")
     today = today or settings.today
-    held = load_tables(index_dir, manifest) if manifest["counts"].get("tables") else None
+    held = load_tables(index_dir, manifest)
     try:
-        tables = rows_route(sql_parts(held.catalog, resources, settings, today), embedder.encode_query) if held else None
+        tables = rows_route(sql_parts(held.catalog, resources, settings, today), embedder.encode_query)
+        served = {**manifest, "snapshot": f"cluster-{manifest['content_hash'][:12]}"}
         return ShardedView(shards, embedder, limits or settings.limits, Policies.load(index_dir, settings.fusion),
-                           CallScope(resources.call_pool), fan_out, tables, today, on_close=held.close if held else None)
+                           CallScope(resources.call_pool), fan_out, tables, today,
+                           has_tables=bool(manifest["counts"].get("tables")), on_close=held.close, index_dir=index_dir,
+                           manifest=served)
     except BaseException:
-        if held is not None:
-            held.close()
+        held.close()
         raise

@@ -10,12 +10,12 @@ from concurrent.futures import Executor, ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from datetime import date
 from pathlib import Path
-from typing import Callable
+from typing import Any, Callable
 
 from indexes.catalog import Catalog
 from indexes.sql_runner import SqlRunner
 from indexes.embedder import Embedder
-from indexes.live import LiveState, Superseded, live_view, replay
+from indexes.live import LiveState, Superseded, live_view, options_of, replay
 from indexes.snapshot_load import Snapshot, load_snapshot
 from retrieval.answer_level import AnswerScores
 from retrieval.calls import CallScope
@@ -29,7 +29,7 @@ from retrieval.retrievers import Retriever
 from retrieval.retrievers.hybrid import FusionParams
 from retrieval.retrievers.sql import SqlRetriever
 from retrieval.signals import HitScorer
-from retrieval.types import Filters, Principal
+from retrieval.types import AccessScope, Document, Filters, Principal
 from routes.service.plugins import load_policy
 from routes.service.resources import Resources
 from routes.service.tuned import Policies
@@ -128,6 +128,32 @@ class IndexView:
         self.policy = policy
         self.deps = replace(self.deps, policy=policy)
         return self
+
+    @property
+    def index_dir(self) -> Path:
+        """The index folder this view's snapshot belongs to."""
+        return (self.base or self.snapshot).path.parent.parent
+
+    @property
+    def manifest(self) -> dict[str, Any]:
+        """What /readyz and the generations describe: the served snapshot's manifest."""
+        return self.snapshot.manifest
+
+    @property
+    def seq(self) -> int:
+        """The index generation: the last write-ahead record this view holds."""
+        return self.live.seq
+
+    def default_acl(self) -> tuple[str, ...]:
+        """The ACL a written document gets without one: the index's ingest default."""
+        return options_of(self.base or self.snapshot)[1]
+
+    def document(self, doc_id: str, access: AccessScope) -> Document | None:
+        """The document, when it exists and `access` may read it (else None, as for no document)."""
+        return self.snapshot.catalog.readable_document(doc_id, access.can_read)
+
+    def document_acl(self, doc_id: str) -> tuple[str, ...] | None:
+        return self.snapshot.catalog.document_acl(doc_id)
 
     @property
     def sql(self) -> SqlRetriever:

@@ -187,7 +187,7 @@ class Writer:
         if self.generations is None:
             raise RuntimeError("a writer without generations needs the engine to write to")
         with self.generations.lease() as generation:
-            yield generation.engine
+            yield generation.node()
 
     @staticmethod
     def _authorize(engine: IndexView, changes: Sequence[Change], principal: Principal | None) -> None:

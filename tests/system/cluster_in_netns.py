@@ -4,8 +4,12 @@ its own): a real Ray cluster (a head and two worker nodes), the demo corpus serv
 
 - every route (exact, bm25, dense, hybrid by RRF and z-score) through the cluster equals the
   single node: 4 principals x 30 questions, the same ids in the same order, scores within 1e-4;
-- the no-leak differential: each of 5 principals' bait questions through the cluster gives
-  what an index holding only the documents that principal may read gives;
+- the whole loop through the cluster (a front's `ShardedView` over the Serve handles, tables
+  from shard 00's catalog) equals the single node on the demo and on a SciFact sample with
+  ACLs, at 2 and 3 shards: 4 principals x 30 questions, the same status, gap reason, stop
+  reason, route, attempts, context ids and order (scores within 1e-4) and rows;
+- the no-leak differential: each of 5 principals' bait questions through the cluster (routes
+  and the loop) gives what an index holding only the documents that principal may read gives;
 - Ray listens only in this namespace, whose only interface is loopback;
 - faults: under 8 concurrent clients a killed replica, then a killed worker node, cost no
   failed and no wrong call with two replicas per shard; a shard with no live replica makes
@@ -19,6 +23,7 @@ import os
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
+from datetime import date
 
 import pytest
 
@@ -26,13 +31,14 @@ from indexes.shards import build_shards
 from indexes.snapshot_build import BuildOptions, build_snapshot
 from indexes.snapshot_load import load_snapshot
 from retrieval.errors import RetrievalUnavailable
+from retrieval.limits import Limits
 from retrieval.retrievers.bm25 import Bm25Retriever
 from retrieval.retrievers.dense import DenseRetriever
 from retrieval.retrievers.exact import ExactRetriever
 from retrieval.retrievers.hybrid import FusionParams, HybridRetriever
 from retrieval.scatter import ShardedBm25, ShardedDense, ShardedExact, ShardedHybrid
 from retrieval.types import NO_FILTERS, Hit, Principal
-from tests.conftest import DEMO, write_readable_documents
+from tests.conftest import DEMO, assert_alike, stable_answer, write_readable_documents, write_scifact_sample
 from benchmarks.netns import INSIDE, interfaces, listeners, lo_up, ray_cluster
 
 if os.environ.get(INSIDE) != "1":
@@ -81,12 +87,25 @@ def indexes(tmp_path_factory, demo_index, embedder):
     for pid, groups in GROUPS.items():
         docs = write_readable_documents(Principal(pid, groups), tmp_path_factory.mktemp(f"only-{pid}"))
         reduced[pid] = tmp_path_factory.mktemp(f"index-{pid}")
-        build_snapshot([docs], reduced[pid], embedder, BuildOptions(reuse_from=demo_index))
+        build_snapshot([docs, DEMO / "tables"], reduced[pid], embedder, BuildOptions(reuse_from=demo_index))
     return demo_index, sharded, reduced
 
 
 @pytest.fixture(scope="module")
-def cluster(indexes):
+def scifact(tmp_path_factory, embedder):
+    """A SciFact sample with ACLs (tests/conftest.py) as one node and at 2 and 3 shards."""
+    source, claims = write_scifact_sample(tmp_path_factory.mktemp("scifact-sample"))
+    single = tmp_path_factory.mktemp("scifact-single")
+    build_snapshot([source], single, embedder)
+    sharded = {}
+    for n in (2, 3):
+        sharded[n] = tmp_path_factory.mktemp(f"scifact-{n}-shards")
+        build_shards([source], sharded[n], embedder, n, BuildOptions(reuse_from=single))
+    return single, sharded, claims
+
+
+@pytest.fixture(scope="module")
+def cluster(indexes, scifact):
     lo_up()
     with ray_cluster(workers=2) as running:
         yield running
@@ -149,6 +168,86 @@ def test_the_cluster_leaks_nothing_a_reduced_index_would_not_show(cluster, index
         finally:
             snap.close()
     assert len(BAIT) >= 20 and checked > len(GROUPS) * len(BAIT) * 3 * K // 2  # not a comparison of empty lists
+
+
+LOOP_LIMITS = Limits(call_timeout_ms=60000, max_deadline_ms=120000)  # no deadline decides an outcome on a busy machine
+TODAY = date(2025, 11, 1)
+LABELED = [json.loads(line) for line in (DEMO / "questions.jsonl").read_text().splitlines()]
+LOOP_QUESTIONS = [q["question"] for route in ("exact", "bm25", "dense", "hybrid", "sql")
+                  for q in [x for x in LABELED if x["route"] == route][:6]]  # 6 of each labeled route
+
+
+def loop_outcome(result) -> dict:
+    return {"status": result.status, "gap": result.gap.reason if result.gap else None, "stop": result.stop_reason,
+            "route": result.decision.chosen, "context": [h.chunk_id for h in result.context],
+            "rows": result.rows.rows if result.rows is not None else None,
+            "attempts": [(a.plan.route, a.plan.query_text(), len(a.hits), a.error) for a in result.attempts]}
+
+
+def front_over(index_dir, shards, embedder):
+    """The front's view over the cluster's shards (what `quarry cluster serve` serves)."""
+    from routes.service.resources import Resources
+    from routes.service.settings import Settings
+    from routes.service.sharded import open_sharded
+
+    settings = Settings()
+    resources = Resources.open(settings)
+    fan_out = ThreadPoolExecutor(len(shards))
+    view = open_sharded(index_dir, shards, embedder, resources, settings, fan_out, LOOP_LIMITS, TODAY)
+    return view, lambda: (view.close(), fan_out.shutdown(), resources.shutdown())
+
+
+@pytest.mark.parametrize("corpus", ["demo", "scifact"])
+@pytest.mark.parametrize("n", [2, 3])
+def test_the_loop_through_the_cluster_answers_what_the_single_node_answers(cluster, indexes, scifact, embedder, corpus, n):
+    from routes.service.view import open_view
+
+    single_dir, sharded_dir, questions = ((indexes[0], indexes[1][n], LOOP_QUESTIONS) if corpus == "demo"
+                                          else (scifact[0], scifact[1][n], scifact[2]))
+    shards = deployed(sharded_dir)
+    single = open_view(single_dir, embedder, limits=LOOP_LIMITS, today=TODAY)
+    view, close = front_over(sharded_dir, shards, embedder)
+    statuses = set()
+    try:
+        for principal in PRINCIPALS:
+            for question in questions:
+                e = single.query(question, principal, deadline_ms=LOOP_LIMITS.max_deadline_ms, wait_for_tables=True)
+                g = view.query(question, principal, deadline_ms=LOOP_LIMITS.max_deadline_ms, wait_for_tables=True)
+                what = f"{corpus} at {n} shards, {principal.id}: {question}"
+                assert loop_outcome(g) == loop_outcome(e), what
+                assert all(abs(a.score - b.score) <= 1e-4 for a, b in zip(e.context, g.context, strict=True)), what
+                statuses.add(e.status)
+    finally:
+        close()
+        single.close()
+    assert statuses == {"answer_context", "evidence_gap"}
+    assert sum(s.retried for s in shards) == 0
+
+
+def test_the_loop_through_the_cluster_leaks_nothing_a_reduced_index_would_not_show(cluster, indexes, embedder):
+    from routes.service.view import open_view
+
+    _, sharded, reduced = indexes
+    view, close = front_over(sharded[2], deployed(sharded[2]), embedder)
+    compared = 0
+    try:
+        for pid, index in reduced.items():
+            own = open_view(index, embedder, limits=LOOP_LIMITS, today=TODAY)
+            try:
+                principal = Principal(pid, GROUPS[pid])
+                for q in BAIT:
+                    e = own.query(q["question"], principal, deadline_ms=LOOP_LIMITS.max_deadline_ms, wait_for_tables=True)
+                    g = view.query(q["question"], principal, deadline_ms=LOOP_LIMITS.max_deadline_ms, wait_for_tables=True)
+                    assert (g.status, g.gap.reason if g.gap else None, [h.doc_id for h in g.context],
+                            g.rows.rows if g.rows is not None else None) == \
+                        (e.status, e.gap.reason if e.gap else None, [h.doc_id for h in e.context],
+                         e.rows.rows if e.rows is not None else None), f"{pid}: {q['id']}"
+                    compared += len(e.context)
+            finally:
+                own.close()
+    finally:
+        close()
+    assert compared > len(GROUPS) * len(BAIT)  # not a comparison of empty contexts
 
 
 def _hammer(routes, expected, stop: threading.Event, calls: list[int], clients: int = 8) -> list[str]:
@@ -245,8 +344,103 @@ def test_a_shard_whose_application_is_gone_is_a_typed_retryable_unavailable(clus
 
     shards = deployed(indexes[1][2], replicas=1, retry_s=3.0)
     routes = sharded_routes(shards, embedder)
+    view, close = front_over(indexes[1][2], shards, embedder)
     serve.delete(shard_app_name(1))
-    for name in ("bm25", "dense", "exact", "hybrid-rrf"):
-        with pytest.raises(RetrievalUnavailable, match="shard 01 has no live replica") as err:
-            routes[name].search(QUESTIONS[0], PRINCIPALS[0].access_scope(), K, NO_FILTERS)
-        assert err.value.retryable
+    try:
+        for name in ("bm25", "dense", "exact", "hybrid-rrf"):
+            with pytest.raises(RetrievalUnavailable, match="shard 01 has no live replica") as err:
+                routes[name].search(QUESTIONS[0], PRINCIPALS[0].access_scope(), K, NO_FILTERS)
+            assert err.value.retryable
+        for question in LOOP_QUESTIONS[::6]:  # the loop: a typed, retryable error, never a gap or a partial context
+            with pytest.raises(RetrievalUnavailable) as err:
+                view.query(question, PRINCIPALS[0], deadline_ms=LOOP_LIMITS.max_deadline_ms)
+            assert err.value.retryable
+    finally:
+        close()
+
+
+FRONT_QUESTIONS = LOOP_QUESTIONS[::3]  # 10, of every labeled route
+def _serve_settings(index_dir, audit):
+    from routes.service.settings import Settings
+
+    return Settings(index_dir=index_dir, rate_per_second=1000.0, burst=1000, max_concurrent_per_key=64, audit_path=audit,
+                    call_timeout_ms=60000, max_deadline_ms=60000)
+
+
+async def _mcp_context(url: str, key: str, question: str):
+    import httpx2
+    from mcp import Client
+    from mcp.client.streamable_http import streamable_http_client
+
+    async with httpx2.AsyncClient(headers={"Authorization": f"Bearer {key}"}, timeout=120) as http:
+        async with Client(streamable_http_client(url + "/mcp", http_client=http)) as client:
+            return (await client.call_tool("retrieve_context", {"question": question, "deadline_ms": 60000})).structured_content
+
+
+def test_two_fronts_serve_the_api_mcp_and_auth_of_one_node_and_name_a_lost_shard(cluster, indexes, embedder, http_keys,
+                                                                                   tmp_path):
+    """Two fronts (one deploys the shards, one attaches) behind real uvicorn servers answer
+    HTTP and MCP exactly as a single node's server does, with the same keys; with a shard's
+    only replica gone a question is a retryable 503 and /readyz names the shard."""
+    import anyio
+    import httpx
+    from ray import serve
+
+    from routes.cluster.app import shard_app_name
+    from routes.cluster.front import open_front
+    from routes.server.app import create_app
+    from routes.service.view import open_view
+    from tests.conftest import LiveServer
+
+    store, keys = http_keys
+    single_dir, sharded = indexes[0], indexes[1][2]
+    single = open_view(single_dir, embedder, limits=_serve_settings(single_dir, None).limits, today=TODAY)
+    one = create_app(_serve_settings(single_dir, tmp_path / "one.duckdb").model_copy(update={"today": TODAY}),
+                     engine=single, keys=store)
+    settings = {name: _serve_settings(sharded, tmp_path / f"{name}.duckdb").model_copy(update={"today": TODAY})
+                for name in ("a", "b")}
+    front_a = create_app(settings["a"], keys=store, runtime=open_front(settings["a"], replicas=1, retry_s=5.0))
+    front_b = create_app(settings["b"], keys=store, runtime=open_front(settings["b"], retry_s=5.0, attach=True))
+    try:
+        with LiveServer(one) as s1, LiveServer(front_a) as fa, LiveServer(front_b) as fb:
+            def post(server, path, who, body):
+                return httpx.post(server.url + path, json=body, headers={"Authorization": f"Bearer {keys[who]}"}, timeout=120)
+
+            compared = 0
+            for who in ("alice", "bob", "erin"):
+                for question in FRONT_QUESTIONS:
+                    body = {"question": question, "deadline_ms": 60000}
+                    want = post(s1, "/v1/query", who, body)
+                    assert want.status_code == 200, want.text
+                    for front in (fa, fb):
+                        got = post(front, "/v1/query", who, body)
+                        assert got.status_code == 200, got.text
+                        assert_alike(stable_answer(got.json()), stable_answer(want.json()), f"{who}: {question}")
+                        compared += len(want.json()["context"])
+                search = {"query": "token signing secret rotation", "retriever": "hybrid", "k": 5}
+                assert_alike(stable_answer(post(fa, "/v1/search", who, search).json()),
+                             stable_answer(post(s1, "/v1/search", who, search).json()), f"{who}: search")
+                for doc in ("faq-001", "note-finance-q3-2025-budget", "no-such-document"):  # readable, forbidden, missing
+                    got = httpx.get(fb.url + f"/v1/documents/{doc}", headers={"Authorization": f"Bearer {keys[who]}"})
+                    want = httpx.get(s1.url + f"/v1/documents/{doc}", headers={"Authorization": f"Bearer {keys[who]}"})
+                    assert got.status_code == want.status_code, (who, doc)
+                    assert_alike(stable_answer(got.json()), stable_answer(want.json()), f"{who}: {doc}")
+            assert compared > 0
+            sql = {"sql": "SELECT count(*) AS n FROM incidents"}
+            assert post(fa, "/v1/sql", "alice", sql).json()["rows"] == post(s1, "/v1/sql", "alice", sql).json()["rows"]
+            assert httpx.post(fa.url + "/v1/query", json={"question": "x"}).status_code == 401  # auth is the node's
+            mcp = anyio.run(_mcp_context, fb.url, keys["alice"], FRONT_QUESTIONS[0])
+            want_mcp = anyio.run(_mcp_context, s1.url, keys["alice"], FRONT_QUESTIONS[0])
+            assert_alike(stable_answer(mcp), stable_answer(want_mcp), "mcp")
+            assert httpx.get(fa.url + "/readyz").status_code == 200
+            metrics = httpx.get(fa.url + "/metrics", headers={"Authorization": f"Bearer {keys['ops']}"}).text
+            assert 'quarry_shard_calls_total{shard="01",outcome="sent"}' in metrics
+
+            serve.delete(shard_app_name(1))  # shard 01's only replica is gone
+            lost = post(fb, "/v1/query", "alice", {"question": FRONT_QUESTIONS[0], "deadline_ms": 60000})
+            assert lost.status_code == 503, lost.text
+            assert lost.json()["error"]["code"] == "retrieval_unavailable" and lost.json()["error"]["retryable"]
+            ready = httpx.get(fa.url + "/readyz", timeout=120)
+            assert ready.status_code == 503 and "shard 01" in ready.json()["error"]["message"], ready.text
+    finally:
+        single.close()

@@ -47,6 +47,7 @@ def test_a_call_a_dead_replica_dropped_is_sent_again_and_answers():
     shard = RemoteShard(handle, 0, retry_s=30.0)
     assert shard.describe() == {"shard": 0}
     assert (handle.sent, shard.retried) == (2, 1)
+    assert shard.stats() == {"calls": 1, "retried": 1, "unavailable": 0}
 
 
 def test_the_shards_own_typed_error_is_the_answer_and_is_not_retried():
@@ -70,3 +71,4 @@ def test_no_live_replica_within_the_deadline_is_a_typed_retryable_unavailable_na
     with pytest.raises(RetrievalUnavailable, match="shard 01 has no live replica") as err:
         shard.describe()
     assert err.value.retryable and handle.sent >= 2 and shard.retried == handle.sent - 1
+    assert shard.stats() == {"calls": 1, "retried": handle.sent - 1, "unavailable": 1}
