@@ -13,6 +13,11 @@ length, each query term's df), the front sums them over every shard, and `bm25` 
 shard's rows with the sums. Dense and exact need one call: their scores depend on the chunk
 and the query alone.
 
+The loop asks more of a shard than the routes do (retrieval/scatter_links.py merges it): the
+evidence signals of the hits it holds against the summed statistics, its share of a scope's
+background moments, the entity sightings of its titles and metadata names in a text, the best
+cosine of documents it holds, and documents by id (the front asks the shard owning the id).
+
 `LocalShard` is the in-process implementation over one loaded snapshot's parts (taken as
 Protocols, so retrieval/ imports no index).
 """

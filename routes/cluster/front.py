@@ -93,22 +93,15 @@ def serve_front(settings: Settings, address: str, replicas: int = 2, retry_s: fl
     """`quarry cluster serve`: connect to the Ray cluster at `address`, open the front and serve
     it under uvicorn until stopped (keys and the cluster are checked before it listens)."""
     import ray
-    import uvicorn
 
     from routes.server.app import create_app
-    from routes.server.serve import log_config, require_keys
+    from routes.server.serve import require_keys, run_app
 
     settings = front_settings(settings)
     keys = require_keys(settings)
     read_cluster(settings.index_dir)  # a folder that is no sharded index stops here, before Ray
     ray.init(address=address, logging_level=logging.WARNING)
     try:
-        runtime = open_front(settings, replicas, retry_s, attach)
-        app = create_app(settings, keys=keys, runtime=runtime)
-        try:
-            uvicorn.run(app, host=settings.host, port=settings.port, log_level="info", access_log=False,
-                        log_config=log_config())
-        finally:
-            app.state.quarry.service.close()
+        run_app(create_app(settings, keys=keys, runtime=open_front(settings, replicas, retry_s, attach)), settings)
     finally:
         ray.shutdown()

@@ -7,6 +7,7 @@ import copy
 from typing import Any
 
 import uvicorn
+from fastapi import FastAPI
 from uvicorn.config import LOGGING_CONFIG
 
 from retrieval.errors import InvalidRequest
@@ -46,7 +47,12 @@ def serve(settings: Settings) -> None:
     except BaseException:
         runtime.close()
         raise
-    app = create_app(settings, keys=keys, runtime=runtime)
+    run_app(create_app(settings, keys=keys, runtime=runtime), settings)
+
+
+def run_app(app: FastAPI, settings: Settings) -> None:
+    """Serve `app` on the settings' host and port until stopped, then close its service (and so
+    its runtime)."""
     try:
         uvicorn.run(app, host=settings.host, port=settings.port, log_level="info", access_log=False,
                     log_config=log_config())
