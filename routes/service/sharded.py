@@ -25,7 +25,7 @@ from typing import Any, Callable, Sequence
 from indexes.embedder import Embedder
 from indexes.shards import load_tables, read_cluster, shard_of
 from retrieval.answer_level import AnswerScores
-from retrieval.errors import RetrievalUnavailable, SnapshotError
+from retrieval.errors import InvalidRequest, RetrievalUnavailable, SnapshotError
 from retrieval.calls import CallScope
 from retrieval.limits import Limits, check_filters, check_query
 from retrieval.linking import TableLinker
@@ -37,6 +37,7 @@ from retrieval.retrievers.sql import SqlRetriever
 from retrieval.scatter_links import ShardedLinker, ShardedSignals
 from retrieval.shard import Shard
 from retrieval.types import AccessScope, Document, Filters, Principal
+from routes.service.plugins import INTERFACES
 from routes.service.resources import Resources
 from routes.service.settings import Settings
 from routes.service.tuned import Policies
@@ -153,6 +154,9 @@ def open_sharded(index_dir: Path, shards: Sequence[Shard], embedder: Embedder, r
     `load_tables`), its policies what `quarry tune` saved beside the cluster manifest (else the
     defaults), sized by `settings` on the threads of `resources`."""
     settings = settings or Settings()
+    named = [f"QUARRY_{name.upper()}" for name in INTERFACES if (getattr(settings, name, None) or "").strip()]
+    if named:  # a plug-in is built over one node's index view: refused here rather than silently left out
+        raise InvalidRequest(f"a sharded index's front runs the built-in policies; unset {', '.join(named)}")
     manifest = read_cluster(index_dir)
     if len(shards) != manifest["shards"]:
         raise SnapshotError(f"{index_dir} has {manifest['shards']} shards, not {len(shards)}")

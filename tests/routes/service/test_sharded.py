@@ -87,7 +87,7 @@ def sharded(request, corpus, tmp_path_factory, embedder):
     shards = [LocalShard(s.chunks, s.bm25, s.dense, s.catalog, resources.name_keys) for s in snapshots]
     fan_out = ThreadPoolExecutor(len(shards), thread_name_prefix="test-fan-out")
     view = open_sharded(index, shards, embedder, resources, settings, fan_out, LIMITS, TODAY)
-    assert (view.tables is not None) == (name == "demo")  # the demo's tables, from shard 00's catalog alone
+    assert (view.deps.tables is not None) == (name == "demo")  # the demo's tables, from shard 00's catalog alone
     yield f"{name} at {manifest['shards']} shards", view
     view.close()
     fan_out.shutdown()
@@ -145,3 +145,16 @@ def test_bridges_linked_documents_and_signals_over_shards_equal_the_single_node(
                 assert all(abs(xs[k] - ys[k]) <= 1e-4 for k in xs), (principal.id, question, xs, ys)
     if corpus[0] == "demo":
         assert linked > 0  # some passages name other readable documents
+
+
+def test_a_front_refuses_policy_plug_ins_it_would_otherwise_leave_out(tmp_path, embedder):
+    """Plug-ins are built over one node's index view: a front says so instead of running without them."""
+    from retrieval.errors import InvalidRequest
+
+    settings = Settings(grader="answer")
+    resources = Resources.open(settings)
+    try:
+        with pytest.raises(InvalidRequest, match="QUARRY_GRADER"):
+            open_sharded(tmp_path, [], embedder, resources, settings)
+    finally:
+        resources.shutdown()
