@@ -478,3 +478,51 @@ def test_two_fronts_serve_the_api_mcp_and_auth_of_one_node_and_name_a_lost_shard
             assert ready.status_code == 503 and "shard 01" in ready.json()["error"]["message"], ready.text
     finally:
         single.close()
+
+
+def test_quarry_cluster_serve_attaches_to_the_shards_and_answers_as_one_node(cluster, indexes, embedder, http_keys, tmp_path):
+    """The command line's front, as an operator starts it: a process of its own joining the
+    cluster, attached to deployed shards, answering over HTTP as a single node does."""
+    import socket
+    import subprocess
+    import sys
+
+    import httpx
+
+    from routes.service.view import open_view
+    from tests.conftest import wait_until
+
+    store, keys = http_keys
+    deployed(indexes[1][2])
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    env = {**os.environ, "QUARRY_TODAY": TODAY.isoformat(), "QUARRY_CALL_TIMEOUT_MS": "60000",
+           "QUARRY_MAX_DEADLINE_MS": "60000"}
+    proc = subprocess.Popen([sys.executable, "-m", "routes.cli.main", "cluster", "serve", "--address", cluster.address,
+                             "--index", str(indexes[1][2]), "--keys", str(store.path), "--attach", "--port", str(port),
+                             "--set", f"audit_path={tmp_path / 'cli.duckdb'}"],
+                            env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    url = f"http://127.0.0.1:{port}"
+
+    def ready() -> bool:
+        try:
+            return httpx.get(url + "/readyz", timeout=30).status_code == 200
+        except httpx.HTTPError:
+            return False
+
+    single = open_view(indexes[0], embedder, limits=LOOP_LIMITS, today=TODAY)
+    try:
+        wait_until(ready, "quarry cluster serve", alive=lambda: proc.poll() is None, poll=0.5)
+        for question in FRONT_QUESTIONS[:4]:
+            got = httpx.post(url + "/v1/query", json={"question": question, "deadline_ms": 60000},
+                             headers={"Authorization": f"Bearer {keys['alice']}"}, timeout=120)
+            assert got.status_code == 200, got.text
+            want = single.query(question, Principal("alice", ("sre",)), deadline_ms=60000, wait_for_tables=True)
+            assert ([c["chunk_id"] for c in got.json()["context"]], got.json()["status"]) == \
+                ([h.chunk_id for h in want.context], want.status), question
+    finally:
+        single.close()
+        proc.terminate()
+        out, _ = proc.communicate(timeout=120)
+        print(out[-3000:])

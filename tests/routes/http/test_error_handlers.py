@@ -79,10 +79,10 @@ def test_every_error_class_raised_inside_a_tool_is_a_tool_error_with_its_tool_co
     from routes.service.settings import Settings
     from routes.service.tools import Toolset
 
-    def readable_document(doc_id, can_read):
+    def document(doc_id, access):
         raise cls("it failed")
 
-    engine = SimpleNamespace(snapshot=SimpleNamespace(catalog=SimpleNamespace(readable_document=readable_document)))
+    engine = SimpleNamespace(document=document)  # a view's document lookup
     done = Toolset(Limits()).call(Service(Runtime(Settings(), engine)), Principal("erin"), "get_document", {"doc_id": "x"})
     assert done.error is not None and done.error.to_dict() == {
         "code": cls.tool_code, "message": "it failed", "retryable": cls.retryable}
