@@ -21,7 +21,7 @@ from retrieval.entities import EntityIndex, bridge_candidates
 from retrieval.errors import RetrievalError
 from retrieval.policy import LinkedDoc
 from retrieval.retrievers.sql import SqlRetriever
-from retrieval.signals import StoredVectors
+from retrieval.signals import StoredVectors, best_cosines
 from retrieval.sql.translate import Translation
 from retrieval.types import AccessScope, Filters, Hit
 
@@ -68,14 +68,13 @@ class EntityLinker:
         if not docs:
             return []
         named = set(self.bridge_docs((), question, access))
-        allowed = self.chunks.mask(access, Filters())
-        query = self.encode(question)[0]
-        out = []
-        for d in docs:
-            rows = np.asarray([r for r in self.chunks.rows_of_doc(d) if allowed[r]], dtype=np.int64)
-            if len(rows):
-                out.append((d, float((self.vectors.vectors(rows) @ query).max()), d in named))
-        return sorted(out, key=lambda x: -x[1])
+        best = best_cosines(self.chunks, self.vectors, self.chunks.mask(access, Filters()), docs, self.encode(question)[0])
+        return ranked_links(docs, best, named)
+
+
+def ranked_links(docs: Sequence[str], best: dict[str, float], named: set[str]) -> list[LinkedDoc]:
+    """The candidates with a readable chunk as (doc, best cosine, named by the question), most similar first."""
+    return sorted(((d, best[d], d in named) for d in docs if d in best), key=lambda x: -x[1])
 
 
 @dataclass(frozen=True)

@@ -31,6 +31,7 @@ import numpy as np
 
 from retrieval.constraints import identifiers
 from retrieval.entities import NO_SIGHTINGS, Sightings, bridge_texts, name_key, pick
+from retrieval.linking import ranked_links
 from retrieval.lru import Lru
 from retrieval.policy import LinkedDoc
 from retrieval.scatter import each, sum_stats
@@ -132,4 +133,4 @@ class ShardedLinker:
         best: dict[str, float] = {}
         for part in each(self._shards, lambda s: s.doc_cosines(docs, query, access), self._fan_out):
             best.update(part)
-        return sorted(((d, best[d], d in named) for d in docs if d in best), key=lambda x: -x[1])
+        return ranked_links(docs, best, named)

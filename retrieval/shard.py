@@ -33,7 +33,7 @@ from retrieval.access import ChunkTable
 from retrieval.entities import EntityIndex, Sightings
 from retrieval.lru import Lru
 from retrieval.retrievers.exact import ExactRetriever, TextScanner
-from retrieval.signals import Moments, background_rows, moments
+from retrieval.signals import Moments, background_rows, best_cosines, moments
 from retrieval.types import NO_FILTERS, AccessScope, CollectionStats, Document, Filters, Hit
 
 EntityKind = Literal["titles", "names"]  # document titles (with their identifiers), or metadata values
@@ -194,13 +194,7 @@ class LocalShard:
         return [index.sightings(text, allowed, self._chunks.doc_ids) for text in texts]
 
     def doc_cosines(self, doc_ids: Sequence[str], vector: np.ndarray, access: AccessScope) -> dict[str, float]:
-        allowed = self._chunks.mask(access, NO_FILTERS)
-        out = {}
-        for d in dict.fromkeys(doc_ids):
-            rows = np.asarray([r for r in self._chunks.rows_of_doc(d) if allowed[r]], dtype=np.int64)
-            if len(rows):
-                out[d] = float((self._dense.vectors(rows) @ vector).max())
-        return out
+        return best_cosines(self._chunks, self._dense, self._chunks.mask(access, NO_FILTERS), doc_ids, vector)
 
     def document(self, doc_id: str, access: AccessScope) -> Document | None:
         return self._catalog.readable_document(doc_id, access.can_read)

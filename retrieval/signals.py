@@ -77,6 +77,17 @@ def moments(vectors: StoredVectors, rows: np.ndarray, dim: int | None = None) ->
     return Moments(len(rows), total, second)
 
 
+def best_cosines(chunks: ChunkTable, vectors: StoredVectors, allowed: np.ndarray, doc_ids: Sequence[str],
+                 query: np.ndarray) -> dict[str, float]:
+    """For each of `doc_ids` with an allowed chunk: the best cosine of its allowed chunks with `query`."""
+    out = {}
+    for d in dict.fromkeys(doc_ids):
+        rows = np.asarray([r for r in chunks.rows_of_doc(d) if allowed[r]], dtype=np.int64)
+        if len(rows):
+            out[d] = float((vectors.vectors(rows) @ query).max())
+    return out
+
+
 def absent_of(names: Sequence[str], known: Sequence[str], term_stats: Callable[[str], tuple[int, int, int]]) -> list[str]:
     """The names (`name_words` of a question) outside `known` none of whose terms a readable
     chunk holds, by `term_stats` over the readable chunks."""
