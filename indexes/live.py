@@ -39,7 +39,7 @@ from indexes.segments import LiveCatalog, SegmentedBm25, SegmentedDense, view_ch
 from indexes.snapshot_build import embed_key, index_text
 from indexes.snapshot_load import Snapshot
 from indexes.wal import JSONObject, Record, read_after
-from retrieval.errors import InvalidRequest, ServerFault, SnapshotError
+from retrieval.errors import InvalidRequest, NotFound, ServerFault, SnapshotError
 from retrieval.types import Document, check_acl
 
 log = logging.getLogger("quarry.live")
@@ -96,7 +96,12 @@ def wal_path(index_dir: Path) -> Path:
 
 def options_of(base: Snapshot) -> tuple[int, tuple[str, ...], Bm25Params]:
     """(max_chars, default ACL, BM25 parameters) the base was built with; writes use the same."""
-    opts = base.manifest.get("options") or {}
+    return options_in(base.manifest)
+
+
+def options_in(manifest: dict[str, Any]) -> tuple[int, tuple[str, ...], Bm25Params]:
+    """`options_of` from a snapshot's manifest alone (a front reads it without the snapshot)."""
+    opts = manifest.get("options") or {}
     return (int(opts.get("max_chars", DEFAULT_MAX_CHARS)), tuple(opts.get("default_acl", ADMIN_ONLY)),
             Bm25Params(**opts["bm25"]) if "bm25" in opts else Bm25Params())
 
@@ -145,6 +150,31 @@ def apply(state: LiveState, base: Snapshot, changes: Sequence[tuple[Change, np.n
                 continue
             docs[change.doc_id] = replace(found, doc=replace(found.doc, acl=change.acl))
     return LiveState(seq, docs)
+
+
+def changed_id(change: Change) -> str:
+    return change.doc.id if isinstance(change, Put) else change.doc_id
+
+
+def write_result(seq: int, changes: Sequence[Change]) -> JSONObject:
+    """A write's answer (and what its idempotency key stores): the generation it made, the
+    write's log seq, and each change as {"op", "doc_id"}."""
+    ops = [{"op": "put" if isinstance(c, Put) else "delete" if isinstance(c, Delete) else "acl", "doc_id": changed_id(c)}
+           for c in changes]
+    return {"status": "applied", "generation": seq, "documents": ops}
+
+
+def authorize(document_acl: Callable[[str], tuple[str, ...] | None], changes: Sequence[Change],
+              can_read: Callable[[tuple[str, ...]], bool] | None) -> None:
+    """Changing an existing document needs the right to read it, whatever the change: a put, a
+    delete or an ACL change of a document `can_read` refuses is NotFound, exactly like one of
+    a missing id (a put of a missing id creates it). `can_read` None: the local operator, who
+    may change any document. `document_acl` is the live ACL (None: no such document)."""
+    for change in changes:
+        doc_id = changed_id(change)
+        acl = document_acl(doc_id)
+        if (acl is None and not isinstance(change, Put)) or (acl is not None and can_read is not None and not can_read(acl)):
+            raise NotFound(f"no document {doc_id[:80]!r}")
 
 
 # --- records ------------------------------------------------------------------------------

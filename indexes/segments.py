@@ -61,17 +61,28 @@ class SegmentedBm25:
 
     def scores(self, query: str, allowed: np.ndarray | None = None) -> np.ndarray:
         allowed = self._live if allowed is None else allowed
-        return self._scores(query, allowed, self.collection_stats(query, allowed))
+        return self.scores_with(query, allowed, self.collection_stats(query, allowed))
 
-    def _scores(self, query: str, allowed: np.ndarray, stats: CollectionStats) -> np.ndarray:
+    def scores_with(self, query: str, allowed: np.ndarray, stats: CollectionStats) -> np.ndarray:
+        """As `Bm25Index.scores_with`: every row's score with `stats`, which may span more
+        than these segments (a live shard of a cluster is scored with every shard's sums)."""
         return np.concatenate([part.scores_with(query, mask, stats)
                                for part, mask in zip(self.parts, self._slices(allowed), strict=True)])
 
-    def top_k(self, query: str, allowed: np.ndarray, k: int,
-              order: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
-        """Each segment's own pruned top k under the summed statistics, merged: the best k
-        overall are among them, ties again by `order`."""
-        stats = self.collection_stats(query, allowed)
+    def postings(self, term: str) -> np.ndarray:
+        """As `Bm25Index.postings`, in view rows (each segment's, offset), tombstones included
+        (no mask admits them)."""
+        return np.concatenate([part.postings(term) + at for part, at in zip(self.parts, self._at, strict=False)])
+
+    def idf(self, df: int, n: int) -> float:
+        return self.parts[0].idf(df, n)
+
+    def top_k(self, query: str, allowed: np.ndarray, k: int, order: np.ndarray | None = None,
+              stats: CollectionStats | None = None) -> tuple[np.ndarray, np.ndarray]:
+        """Each segment's own pruned top k under the summed statistics (`stats` when given:
+        they may span other shards), merged: the best k overall are among them, ties again by
+        `order`."""
+        stats = stats if stats is not None else self.collection_stats(query, allowed)
         found = [part.top_k(query, mask, k, None if order is None else order[at : at + part.size], stats)
                  for part, mask, at in zip(self.parts, self._slices(allowed), self._at, strict=False)]
         rows = np.concatenate([r + at for (r, _), at in zip(found, self._at, strict=False)]).astype(np.int64)
@@ -96,12 +107,9 @@ class SegmentedBm25:
         terms = [t for t in dict.fromkeys(self.tokenize(query)) if stats.df.get(t, 0)]
         if not n or not terms:
             return np.zeros(n), np.zeros(n), np.zeros(n)
-        scores = self._scores(query, allowed, stats)[rows].astype(np.float64)
-        hit = np.zeros((len(terms), n), dtype=bool)
-        for i, term in enumerate(terms):
-            for part, at in zip(self.parts, self._at, strict=False):
-                hit[i] |= np.isin(rows, part.postings(term) + at)
-        idf = np.asarray([self.parts[0].idf(stats.df[t], stats.n) for t in terms])
+        scores = self.scores_with(query, allowed, stats)[rows].astype(np.float64)
+        hit = np.vstack([np.isin(rows, self.postings(term)) for term in terms])
+        idf = np.asarray([self.idf(stats.df[t], stats.n) for t in terms])
         return scores, (idf @ hit) / (float(idf.sum()) or 1.0), hit.sum(axis=0) / len(terms)
 
 

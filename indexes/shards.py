@@ -6,10 +6,11 @@ Layout of a sharded index directory (`quarry ingest SOURCES --index DIR --shards
     DIR/shards/00/               shard 0: a normal index directory (CURRENT, snapshots/<name>/,
     DIR/shards/01/ ...             its build lock and embedding journal), as indexes/snapshot_load.py
                                    describes, holding the documents that hash to it
+    DIR/shards/NN/wal.log          shard NN's write-ahead log of live writes (indexes/shard_log.py)
 
 A document goes to shard `int.from_bytes(sha256(id as UTF-8)[:8], "big") % N` (`shard_of`):
 stable across processes, machines and Python versions (never Python's salted `hash()`), and
-the same rule the cluster's live writes will use to find the shard that owns an id.
+the same rule the cluster's live writes use to find the shard that owns an id.
 
 **Tables live in shard 00**, and only there: the whole of every table, with its table and row
 ACLs, in shard 00's catalog, exactly as a single node holds them. Tables are small beside the
@@ -229,6 +230,7 @@ class TablesCatalog:
 
     catalog: Catalog
     lease: SnapshotLease
+    manifest: dict[str, Any]  # the snapshot's own (its build options: what a front's writes use)
 
     def close(self) -> None:
         self.catalog.close()
@@ -249,7 +251,7 @@ def load_tables(index_dir: Path, manifest: dict[str, Any], verify_hashes: bool =
             raise SnapshotError(f"shard {m['shard']:02d}'s snapshot differs from the cluster manifest; run the ingest again")
         if verify_hashes:
             verify_files(path, snap_manifest, only=["catalog.duckdb"])
-        return TablesCatalog(Catalog(path / "catalog.duckdb"), lease)
+        return TablesCatalog(Catalog(path / "catalog.duckdb"), lease, snap_manifest)
     except BaseException:
         lease.release()
         raise

@@ -35,8 +35,9 @@ for the log object's lifetime and writes its pid there for the error message; th
 drops the lock however the process ends (`kill -9` included), so a dead writer never blocks
 the next. A second writer fails at open with `Conflict` instead of waiting: a CLI write next
 to a running server should learn at once that the server owns the index, not hang until the
-server exits. `flock` belongs to an open file, so a second log object in the same process is
-refused too. Readers need no lock (`read_log`).
+server exits. Only writers that take turns by design ask to wait (`wait_s`: the replicas of a
+shard open its log for each write, indexes/shard_log.py). `flock` belongs to an open file, so
+a second log object in the same process is refused too. Readers need no lock (`read_log`).
 """
 
 from __future__ import annotations
@@ -47,6 +48,7 @@ import json
 import logging
 import os
 import threading
+import time
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -59,6 +61,7 @@ log = logging.getLogger("quarry.wal")
 
 FORMAT = 1
 MAX_RECORD_BYTES = 8 * 1024 * 1024  # default bound of one encoded record: a large batch fits, a runaway body does not
+LOCK_POLL_S = 0.005  # how often a writer waiting for the lock (`wait_s`) tries again
 
 JSONObject = dict[str, Any]
 
@@ -173,11 +176,20 @@ def log_end(path: Path) -> int:
     return scan.last_seq
 
 
-def _lock_writer(lock_path: Path) -> int:
-    """The descriptor holding the exclusive writer lock; Conflict naming the holder if taken."""
+def _lock_writer(lock_path: Path, wait_s: float = 0.0) -> int:
+    """The descriptor holding the exclusive writer lock, waiting up to `wait_s` for it;
+    Conflict naming the holder if it is still taken."""
     fd = os.open(lock_path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+    deadline = time.monotonic() + wait_s
     try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if time.monotonic() >= deadline:
+                    raise
+                time.sleep(LOCK_POLL_S)
     except BlockingIOError:
         holder = os.pread(fd, 32, 0).decode("ascii", "replace").strip()
         os.close(fd)
@@ -198,17 +210,19 @@ class WriteAheadLog:
 
     Opening takes the writer lock, deletes a leftover `.tmp`, scans the log and cuts off a
     torn final line, so appends continue right after the last acknowledged seq.
-    `max_record_bytes` bounds one encoded record (PayloadTooLarge beyond it).
+    `max_record_bytes` bounds one encoded record (PayloadTooLarge beyond it). `wait_s` waits
+    that long for another writer to let the lock go (a shard's replicas take turns writing
+    its log, routes/cluster/replica.py) before the `Conflict`.
     """
 
-    def __init__(self, path: Path, *, max_record_bytes: int = MAX_RECORD_BYTES) -> None:
+    def __init__(self, path: Path, *, max_record_bytes: int = MAX_RECORD_BYTES, wait_s: float = 0.0) -> None:
         self.path = Path(path)
         self.max_record_bytes = max_record_bytes
         self._tmp = self.path.with_name(self.path.name + ".tmp")
         self._lock = threading.Lock()
         self._failed: str | None = None
         try:
-            self._lock_fd = _lock_writer(self.path.with_name(self.path.name + ".lock"))
+            self._lock_fd = _lock_writer(self.path.with_name(self.path.name + ".lock"), wait_s)
         except OSError as e:
             raise StorageError(f"the write-ahead log cannot be opened for writing: {e.strerror}") from None
         self._fd = -1

@@ -55,8 +55,8 @@ class ShardedSignals:
 
     def __init__(self, shards: Sequence[Shard], encode: Callable[[str], np.ndarray], fan_out: Executor | None = None) -> None:
         self._shards, self._encode, self._fan_out = list(shards), encode, fan_out
-        # (readable rows, mean, covariance) per access scope: 590 KB each at 384-d, as HitScorer keeps them
-        self._backgrounds: Lru[frozenset[str], tuple[int, np.ndarray, np.ndarray]] = Lru(
+        # ((readable rows, version), mean, covariance) per access scope: 590 KB each at 384-d, as HitScorer keeps them
+        self._backgrounds: Lru[frozenset[str], tuple[tuple[int, int], np.ndarray, np.ndarray]] = Lru(
             64, 64 << 20, lambda _key, v: v[1].nbytes + v[2].nbytes)
 
     def _stats(self, query: str, access: AccessScope) -> CollectionStats:
@@ -68,14 +68,17 @@ class ShardedSignals:
     def absent_names(self, question: str, access: AccessScope, known: Sequence[str] = ()) -> list[str]:
         return absent_of(name_words(question), known, lambda name: self.term_stats(name, access))
 
-    def _background(self, access: AccessScope, readable: int) -> tuple[np.ndarray, np.ndarray]:
+    def _background(self, access: AccessScope, stats: CollectionStats) -> tuple[np.ndarray, np.ndarray]:
+        """The scope's background, cached while the readable rows and every shard's live-write
+        seq (`stats.version`, summed) are those it was computed for."""
+        readable, version = stats.n, stats.version
         known = self._backgrounds.get(access.tokens)
-        if known is not None and known[0] == readable:
+        if known is not None and known[0] == (readable, version):
             return known[1], known[2]
         parts = each(self._shards, lambda s: s.moments(access, readable), self._fan_out)
         mean, cov = reduce(lambda a, b: a + b, parts[1:], parts[0]).background() if parts else \
             Moments(0, np.zeros(1), np.zeros((1, 1))).background()
-        self._backgrounds.put(access.tokens, (readable, mean, cov))
+        self._backgrounds.put(access.tokens, ((readable, version), mean, cov))
         return mean, cov
 
     def annotate(self, question: str, hits: Sequence[Hit], access: AccessScope, fresh: bool = False) -> list[Hit]:
@@ -92,7 +95,7 @@ class ShardedSignals:
             return list(hits)
         columns = np.asarray([found[hits[i].chunk_id] for i in todo], dtype=np.float64).T
         return with_signals(hits, todo, (columns[0], columns[1], columns[2], columns[3]), query,
-                            self._background(access, stats.n), fresh)
+                            self._background(access, stats), fresh)
 
 
 class ShardedLinker:

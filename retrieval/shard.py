@@ -24,6 +24,7 @@ Protocols, so retrieval/ imports no index).
 
 from __future__ import annotations
 
+from dataclasses import replace
 from threading import Lock
 from typing import Callable, Literal, Protocol, Sequence
 
@@ -132,18 +133,20 @@ class ShardCatalog(TextScanner, Protocol):
 class LocalShard:
     """A shard in this process, over one snapshot's chunk table, BM25 index, dense index and
     catalog (exact scans and entity names). Its entity indexes are built on the first call
-    that needs them (`memo`: a runtime's name-key memo, retrieval/entities.py `key_memo`)."""
+    that needs them (`memo`: a runtime's name-key memo, retrieval/entities.py `key_memo`).
+    `version` is the live-write seq of the state these parts hold, stamped on its statistics."""
 
     def __init__(self, chunks: ChunkTable, bm25: ScopedLexicalIndex, dense: ShardVectors, catalog: ShardCatalog,
-                 memo: Lru[str, str] | None = None) -> None:
+                 memo: Lru[str, str] | None = None, version: int = 0) -> None:
         self._chunks, self._bm25, self._dense, self._catalog = chunks, bm25, dense, catalog
+        self.version = version
         self._exact = ExactRetriever(catalog, chunks)
         self._memo = memo
         self._entities: dict[EntityKind, EntityIndex] | None = None
         self._lock = Lock()
 
     def bm25_stats(self, query: str, access: AccessScope, filters: Filters) -> CollectionStats:
-        return self._bm25.collection_stats(query, self._chunks.mask(access, filters))
+        return replace(self._bm25.collection_stats(query, self._chunks.mask(access, filters)), version=self.version)
 
     def bm25(self, query: str, access: AccessScope, k: int, filters: Filters, stats: CollectionStats) -> list[Hit]:
         allowed = self._chunks.mask(access, filters)

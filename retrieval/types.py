@@ -151,12 +151,16 @@ class CollectionStats:
     n: int
     total_len: float
     df: dict[str, int]
+    # Which state of the index these describe: a shard's live-write seq (0 for a snapshot), summed
+    # like the rest. Seqs only grow, so a sum that changed says some shard changed: a front keys
+    # what it derives from a scope's readable rows (the background moments) on it. Not a score input.
+    version: int = 0
 
     def __add__(self, other: CollectionStats) -> CollectionStats:
         df = dict(self.df)
         for term, count in other.df.items():
             df[term] = df.get(term, 0) + count
-        return CollectionStats(self.n + other.n, self.total_len + other.total_len, df)
+        return CollectionStats(self.n + other.n, self.total_len + other.total_len, df, self.version + other.version)
 
 
 @dataclass(frozen=True)

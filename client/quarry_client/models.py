@@ -152,6 +152,8 @@ class WriteOut(BaseModel):
     generation: int = Field(description="the index generation holding the change (its write-ahead log seq); "
                                         "every request that starts after this answer sees it")
     documents: list[WrittenDocument]
+    shard: int | None = Field(None, description="on a sharded index, the shard that took the write; `generation` is "
+                                                "then that shard's log seq")
 
 
 __all__ = ["Answer", "ContextItem", "DocumentOut", "ErrorDetail", "ErrorOut", "Gap", "Offsets", "RouteOut", "Rows",

@@ -30,6 +30,7 @@ from routes.cluster.remote import RemoteShard
 from routes.service.runtime import Runtime
 from routes.service.settings import Settings
 from routes.service.sharded import open_sharded
+from routes.service.sharded_writes import ShardedWriter
 
 log = logging.getLogger("quarry.cluster")
 
@@ -77,6 +78,7 @@ def open_front(settings: Settings, replicas: int = 2, retry_s: float = 10.0, att
 
     view.on_close = close
     runtime.generations.install(view, owned=True)
+    runtime.writer = ShardedWriter(runtime.generations, settings.write_batch_max, settings.write_max_key_bytes)
     return runtime
 
 

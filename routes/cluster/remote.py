@@ -116,3 +116,8 @@ class RemoteShard:
 
     def describe(self) -> dict[str, Any]:
         return self._call("describe")
+
+    def write(self, payload: dict[str, Any], access: AccessScope | None, key: str, request: bytes) -> dict[str, Any]:
+        """One write record to the shard (routes/cluster/replica.py `write`). A retry after a
+        replica failed is applied once: the record's idempotency key is in the shard's log."""
+        return self._call("write", payload, access, key, request)

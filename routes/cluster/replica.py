@@ -7,7 +7,13 @@ caller may not read. The class is plain Python (no Ray import): `routes/cluster/
 it a deployment, and a test can call it in process.
 
 The replica never loads the embedding model: the front encodes a question once and sends the
-vector (the embedder is only asked for its model id and dimension when the snapshot is checked).
+vector (the embedder is only asked for its model id and dimension when the snapshot is checked),
+and embeds a written document before it sends the write.
+
+Live writes: every call first catches up with the shard's own write-ahead log, and `write`
+appends to it under the log's lock (indexes/shard_log.py), so the two replicas of a shard, and
+every front, see one order of writes, and a write acknowledged through one front is in
+effect on the next call through any.
 """
 
 from __future__ import annotations
@@ -18,7 +24,10 @@ from typing import Any, Sequence
 import numpy as np
 
 from indexes.embedder import Embedder
-from indexes.shards import load_member
+from indexes.shard_log import ShardLog
+from indexes.shards import load_member, shard_dir
+from indexes.snapshot_load import Snapshot
+from indexes.wal import JSONObject
 from retrieval.entities import Sightings
 from retrieval.shard import EntityKind, Evidence, LocalShard
 from retrieval.signals import Moments
@@ -35,8 +44,15 @@ class ShardReplica:
     def __init__(self, index_dir: str, manifest: dict[str, Any], shard: int, model: str | None = None) -> None:
         self.shard, self.snapshot_name = shard, manifest["members"][shard]["snapshot"]
         self._snapshot = load_member(Path(index_dir), manifest, shard, Embedder(Path(model) if model else None))
-        s = self._snapshot
-        self._local = LocalShard(s.chunks, s.bm25, s.dense, s.catalog)
+        try:
+            self._log = ShardLog(shard_dir(Path(index_dir), shard), self._snapshot, _local_shard)
+        except BaseException:
+            self._snapshot.close()
+            raise
+
+    @property
+    def _local(self) -> LocalShard:
+        return self._log.current()
 
     def bm25_stats(self, query: str, access: AccessScope, filters: Filters) -> CollectionStats:
         return self._local.bm25_stats(query, access, filters)
@@ -69,12 +85,23 @@ class ShardReplica:
     def document_acl(self, doc_id: str) -> tuple[str, ...] | None:
         return self._local.document_acl(doc_id)
 
+    def write(self, payload: JSONObject, access: AccessScope | None, key: str, request: bytes) -> JSONObject:
+        """Apply one write record to this shard (indexes/shard_log.py `ShardLog.write`), by the
+        read rule for `access` (None: the local operator); answered once it is fsynced."""
+        return self._log.write(payload, access.can_read if access is not None else None, key, request)
+
     def describe(self) -> dict[str, Any]:
-        """What this replica serves (for health and metrics)."""
-        return {"shard": self.shard, "snapshot": self.snapshot_name, "chunks": len(self._snapshot.chunks),
-                "content_hash": self._snapshot.manifest.get("content_hash")}
+        """What this replica serves (for health and metrics): its snapshot and the last
+        record of the shard's log it applied."""
+        self._local  # noqa: B018 - caught up first
+        return {"shard": self.shard, "snapshot": self.snapshot_name, "chunks": len(self._log.view().chunks),
+                "content_hash": self._snapshot.manifest.get("content_hash"), "seq": self._log.seq}
 
     def __del__(self) -> None:
         snapshot = getattr(self, "_snapshot", None)
         if snapshot is not None:
             snapshot.close()
+
+
+def _local_shard(view: Snapshot, seq: int) -> LocalShard:
+    return LocalShard(view.chunks, view.bm25, view.dense, view.catalog, version=seq)

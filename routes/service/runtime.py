@@ -17,6 +17,7 @@ from routes.service.generations import Generations, View
 from routes.service.reload import Reloader, serves_from
 from routes.service.resources import Resources
 from routes.service.settings import Settings
+from routes.service.sharded_writes import NO_COMPACTION, ShardedWriter
 from routes.service.view import IndexView, open_view
 from routes.service.writes import Writer
 
@@ -34,7 +35,7 @@ class Runtime:
         self.settings = settings
         self.resources = Resources.open(settings)
         self.generations = Generations(view, owned=own_view, grace_s=settings.reload_grace_s)
-        self.writer: Writer | None = None
+        self.writer: Writer | ShardedWriter | None = None  # a front's writes go to the shards' logs
         self.writer_error: RetrievalError | None = None  # why this process could not take the log
         self.reloader: Reloader | None = None
 
@@ -90,11 +91,18 @@ class Runtime:
                 writer.rebase(self.reopen)
         return writer
 
-    def writable(self) -> Writer:
+    def writable(self) -> Writer | ShardedWriter:
         """The writer, or the Conflict that says why this process has none."""
         if self.writer is None:
             raise self.writer_error or Conflict(READ_ONLY)
         return self.writer
+
+    def compactable(self) -> Writer:
+        """The writer of one node's log (a sharded index's shards have no compaction yet)."""
+        writer = self.writable()
+        if not isinstance(writer, Writer):
+            raise Conflict(NO_COMPACTION)
+        return writer
 
     def start_reloader(self, on_outcome: Callable[[str], None] | None = None) -> None:
         """Follow CURRENT every `reload_interval_s` (on the running event loop)."""
@@ -132,12 +140,11 @@ def open_runtime(settings: Settings, index_dir: Path | None = None, writable: bo
     index = index_dir or settings.index_dir
     runtime = Runtime(settings)
     try:
-        if writable:
-            runtime.writer = Writer(index, runtime.generations, settings.write_batch_max)
+        writer = runtime.writer = Writer(index, runtime.generations, settings.write_batch_max) if writable else None
         view = runtime.open_view(index, **view_options)
         runtime.generations.install(view, owned=True)
-        if runtime.writer is not None:
-            runtime.writer.start_at(int((view.base or view.snapshot).manifest.get("wal_seq", 0)))
+        if writer is not None:
+            writer.start_at(int((view.base or view.snapshot).manifest.get("wal_seq", 0)))
     except BaseException:
         runtime.close()
         raise

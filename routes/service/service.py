@@ -264,7 +264,7 @@ class Service:
     async def compact(self) -> JSONObject:
         """Fold the live changes into a new base snapshot now, and serve it at once."""
         runtime = self.runtime
-        writer = runtime.writable()
+        writer = runtime.compactable()
         with runtime.lease() as view:
             embedder = view.embedder
         out = await run_in_threadpool(writer.compact, embedder)
@@ -277,7 +277,7 @@ class Service:
 
     def compact_now(self) -> JSONObject:
         """`compact` for a command (no event loop, no reloader): the fold alone."""
-        writer = self.runtime.writable()
+        writer = self.runtime.compactable()
         with self.runtime.lease() as view:
             return writer.compact(view.embedder)
 

@@ -22,7 +22,10 @@ from datetime import date
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
+from indexes.chunking import DEFAULT_MAX_CHARS
+from indexes.corpus import ADMIN_ONLY
 from indexes.embedder import Embedder
+from indexes.live import options_in
 from indexes.shards import load_tables, read_cluster, shard_of
 from retrieval.answer_level import AnswerScores
 from retrieval.errors import InvalidRequest, RetrievalUnavailable, SnapshotError
@@ -64,7 +67,9 @@ class ShardedView:
     index_dir: Path | None = None  # the sharded index's folder (None: shards given in process)
     manifest: dict[str, Any] = field(default_factory=dict)  # the cluster manifest served, with a "snapshot" name
     answer: AnswerScores | None = None  # no answer model runs at a front yet
-    seq: int = 0  # the index generation: shards take no live writes yet
+    seq: int = 0  # the index generation: each shard numbers its own writes (routes/service/sharded_writes.py)
+    max_chars: int = DEFAULT_MAX_CHARS  # the ingest's chunking, which a written document gets too
+    ingest_acl: tuple[str, ...] = ADMIN_ONLY  # the ingest's default ACL, likewise
     retrievers: dict[str, Retriever] = field(init=False)
     deps: LoopDeps = field(init=False)
 
@@ -134,8 +139,8 @@ class ShardedView:
         return out
 
     def default_acl(self) -> tuple[str, ...]:
-        """Writes go to the shards' own logs, which a front does not write yet: fail closed."""
-        return ("group:admin",)
+        """The ACL a written document gets without one: the ingest's default."""
+        return self.ingest_acl
 
     def close(self) -> None:
         """Close the rows route and what `on_close` names (never the shards, the threads or
@@ -168,10 +173,11 @@ def open_sharded(index_dir: Path, shards: Sequence[Shard], embedder: Embedder, r
     try:
         tables = rows_route(sql_parts(held.catalog, resources, settings, today), embedder.encode_query)
         served = {**manifest, "snapshot": f"cluster-{manifest['content_hash'][:12]}"}
+        max_chars, ingest_acl, _ = options_in(held.manifest)  # every shard is built with the same options
         return ShardedView(shards, embedder, limits or settings.limits, Policies.load(index_dir, settings.fusion),
                            CallScope(resources.call_pool), fan_out, tables, today,
                            has_tables=bool(manifest["counts"].get("tables")), on_close=held.close, index_dir=index_dir,
-                           manifest=served)
+                           manifest=served, max_chars=max_chars, ingest_acl=ingest_acl)
     except BaseException:
         held.close()
         raise

@@ -39,9 +39,10 @@ from pathlib import Path
 from typing import Any, Callable, Iterator, Sequence
 
 from indexes.idempotency import IdempotencyKeys
-from indexes.live import WRITE, Change, Delete, Put, apply, compact, embed_docs, options_of, record_payload, wal_path
+from indexes.live import (WRITE, Change, Delete, Put, apply, authorize, changed_id, compact, embed_docs, options_of,
+                          record_payload, wal_path, write_result)
 from indexes.wal import JSONObject, WriteAheadLog
-from retrieval.errors import Conflict, InvalidRequest, NotFound
+from retrieval.errors import Conflict, InvalidRequest
 from retrieval.types import Principal, check_acl, check_doc_id
 from routes.service.view import IndexView
 from routes.service.generations import Generations
@@ -62,10 +63,20 @@ class Embedded:
     max_chars: int
 
 
-def describe(change: Change) -> dict[str, str]:
-    if isinstance(change, Put):
-        return {"op": "put", "doc_id": change.doc.id}
-    return {"op": "delete" if isinstance(change, Delete) else "acl", "doc_id": change.doc_id}
+def check_batch(changes: Sequence[Change], max_batch: int) -> list[str]:
+    """The checks of a write before anything is looked up: at least one change, at most
+    `max_batch`, each document once, valid ids and ACLs. Returns the ids, in order."""
+    if not changes:
+        raise InvalidRequest("a write needs at least one change")
+    if len(changes) > max_batch:
+        raise InvalidRequest(f"a batch holds at most {max_batch} changes, got {len(changes)}")
+    ids = [check_doc_id(changed_id(c)) for c in changes]
+    if len(set(ids)) != len(ids):
+        raise InvalidRequest("a batch names each document once")
+    for c in changes:
+        if not isinstance(c, Delete):
+            check_acl(c.doc.acl if isinstance(c, Put) else c.acl)
+    return ids
 
 
 class Writer:
@@ -119,16 +130,7 @@ class Writer:
         the CLI); `idempotency` is (scoped key, request bytes); `key` is what the bytes in
         flight are counted against (the caller's principal id, so its keys share the bound;
         None: not bounded)."""
-        if not changes:
-            raise InvalidRequest("a write needs at least one change")
-        if len(changes) > self.max_batch:
-            raise InvalidRequest(f"a batch holds at most {self.max_batch} changes, got {len(changes)}")
-        ids = [check_doc_id(describe(c)["doc_id"]) for c in changes]
-        if len(set(ids)) != len(ids):
-            raise InvalidRequest("a batch names each document once")
-        for c in changes:
-            if not isinstance(c, Delete):
-                check_acl(c.doc.acl if isinstance(c, Put) else c.acl)
+        check_batch(changes, self.max_batch)
         with self.quota.admit(key, change_bytes(changes)):
             if idempotency is not None:
                 with self.lock:
@@ -159,7 +161,7 @@ class Writer:
             payload = record_payload(embedded.changes, embedded.model_id, embedded.max_chars)
 
             def result(seq: int) -> JSONObject:
-                return {"status": "applied", "generation": seq, "documents": [describe(c) for c, _ in embedded.changes]}
+                return write_result(seq, [c for c, _ in embedded.changes])
 
             if idempotency is not None:
                 out, _ = self.keys.append(self.wal, idempotency[0], idempotency[1], WRITE, payload, result)
@@ -191,16 +193,7 @@ class Writer:
 
     @staticmethod
     def _authorize(engine: IndexView, changes: Sequence[Change], principal: Principal | None) -> None:
-        """Changing an existing document needs the right to read it, whatever the change: a
-        put, a delete or an ACL change of a document the caller cannot read is NotFound,
-        exactly like one of a missing id (a put of a missing id creates it)."""
-        catalog = engine.snapshot.catalog
-        for change in changes:
-            doc_id = change.doc.id if isinstance(change, Put) else change.doc_id
-            acl = catalog.document_acl(doc_id)
-            if (acl is None and not isinstance(change, Put)) or (
-                    acl is not None and principal is not None and not principal.can_read(acl)):
-                raise NotFound(f"no document {doc_id[:80]!r}")
+        authorize(engine.snapshot.catalog.document_acl, changes, principal.can_read if principal is not None else None)
 
     @staticmethod
     def _embed(engine: IndexView, changes: Sequence[Change]) -> Embedded:

@@ -49,3 +49,30 @@ def test_segmented_bm25_equals_one_index_of_the_same_chunks(method):
     mask = np.ones(43, dtype=bool)
     assert np.allclose(parts.scores(query, mask)[40:], whole.scores_with(query, mask, whole.collection_stats(query, mask))[40:],
                        atol=1e-5)
+
+
+def test_a_live_shard_scores_and_ranks_with_statistics_spanning_other_shards():
+    """A shard of a cluster holding live writes is a segmented index scored with every
+    shard's summed statistics: its scores and top k then equal one index of all the shards'
+    chunks, restricted to its rows."""
+    rng = random.Random(9)
+    params = Bm25Params()
+    base_texts, delta_texts, other_texts = _texts(rng, 30), _texts(rng, 4), _texts(rng, 25)
+    whole = Bm25Index.build(base_texts + delta_texts + other_texts, params, storage="lucene")
+    shard = SegmentedBm25([Bm25Index.build(base_texts, params), Bm25Index.build(delta_texts, params, storage="lucene")],
+                          np.ones(34, dtype=bool))
+    other = Bm25Index.build(other_texts, params)
+    for _ in range(20):
+        allowed = np.asarray([rng.random() < 0.8 for _ in range(59)])
+        query = " ".join(rng.sample(WORDS, 3))
+        spanning = shard.collection_stats(query, allowed[:34]) + other.collection_stats(query, allowed[34:])
+        assert spanning == whole.collection_stats(query, allowed)
+        expected = whole.scores_with(query, allowed, spanning)[:34]
+        got = shard.scores_with(query, allowed[:34], spanning)
+        assert np.allclose(got[allowed[:34]], expected[allowed[:34]], atol=1e-5), query
+        rows, scores = shard.top_k(query, allowed[:34], 5, stats=spanning)
+        best = np.argsort(-np.where(allowed[:34], expected, -np.inf), kind="stable")[:len(rows)]
+        assert np.allclose(scores, expected[best], atol=1e-5) and set(rows) <= set(np.flatnonzero(allowed[:34]))
+        for word in query.split():
+            (term,) = shard.tokenize(word)
+            assert set(shard.postings(term)) == {i for i, t in enumerate(base_texts + delta_texts) if word in t.split()}

@@ -210,6 +210,29 @@ def test_a_second_writer_is_refused_with_the_holders_pid_until_the_holder_is_kil
             WriteAheadLog(log)
 
 
+def test_a_writer_asked_to_wait_takes_the_lock_when_the_holder_lets_it_go(tmp_path):
+    """The replicas of a shard take turns at its log: a second writer given `wait_s` waits
+    for the first to close (and is refused with the holder named if it does not in time)."""
+    log = tmp_path / "wal.jsonl"
+    first = WriteAheadLog(log)
+    first.append("put", {"n": 1})
+    with pytest.raises(Conflict):
+        WriteAheadLog(log, wait_s=0.05)
+    opened: list[int] = []
+
+    def second() -> None:
+        with WriteAheadLog(log, wait_s=60) as wal:
+            opened.append(wal.append("put", {"n": 2}))
+
+    waiting = threading.Thread(target=second)
+    waiting.start()
+    time.sleep(0.2)
+    assert opened == [] and waiting.is_alive()  # still waiting while the first holds the lock
+    first.close()
+    waiting.join(60)
+    assert opened == [2]
+
+
 def test_a_record_over_the_size_limit_or_not_json_is_refused_and_writes_nothing(tmp_path):
     log = tmp_path / "wal.jsonl"
     with WriteAheadLog(log, max_record_bytes=1024) as wal:

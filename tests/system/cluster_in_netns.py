@@ -12,6 +12,8 @@ its own): a real Ray cluster (a head and two worker nodes), the demo corpus serv
 - the no-leak differential: each of 5 principals' bait questions through the cluster (routes
   and the loop) gives what an index holding only the documents that principal may read gives;
 - Ray listens only in this namespace, whose only interface is loopback;
+- live writes over HTTP through two fronts: a revocation through one is in effect on the next
+  request through the other, a retried write is applied once, a batch over shards is refused;
 - faults: under 8 concurrent clients a killed replica, then a killed worker node, cost no
   failed and no wrong call with two replicas per shard; a shard with no live replica makes
   calls a typed, retryable RetrievalUnavailable.
@@ -526,3 +528,73 @@ def test_quarry_cluster_serve_attaches_to_the_shards_and_answers_as_one_node(clu
         proc.terminate()
         out, _ = proc.communicate(timeout=120)
         print(out[-3000:])
+
+
+def test_a_write_through_one_front_is_in_effect_on_the_next_request_through_another(cluster, indexes, http_keys,
+                                                                                      tmp_path):
+    """Live writes over HTTP on a copy of the demo at 2 shards, two replicas per shard on two
+    worker nodes, two fronts: a revocation through front A holds on the very next request
+    through front B (its document, search and loop), a put through B is read through A, a
+    retried write is applied once, and a batch over both shards is refused whole."""
+    import shutil
+
+    import httpx
+
+    from indexes.shards import shard_of
+    from routes.cluster.front import open_front
+    from routes.server.app import create_app
+    from tests.conftest import LiveServer
+
+    store, keys = http_keys
+    wendy = store.add("wendy", ["sre"], ["query", "write"])[0]
+    index = tmp_path / "writable"
+    shutil.copytree(indexes[1][2], index)  # the shared index stays as the other tests read it
+    settings = {name: _serve_settings(index, tmp_path / f"{name}.duckdb").model_copy(update={"today": TODAY})
+                for name in ("a", "b")}
+    runtime_a = open_front(settings["a"], replicas=2, retry_s=30.0)
+    front_a = create_app(settings["a"], keys=store, runtime=runtime_a)
+    front_b = create_app(settings["b"], keys=store, runtime=open_front(settings["b"], retry_s=30.0, attach=True))
+    question = "What caused the token validation failures with the JWKS endpoint?"
+    with LiveServer(front_a) as fa, LiveServer(front_b) as fb:
+        def call(server, method, path, key, **kw):
+            return httpx.request(method, server.url + path, headers={"Authorization": f"Bearer {key}", **kw.pop("headers", {})},
+                                 timeout=120, **kw)
+
+        def context_ids(server) -> list[str]:
+            got = call(server, "POST", "/v1/query", keys["alice"], json={"question": question, "deadline_ms": 60000})
+            assert got.status_code == 200, got.text
+            return [c["doc_id"] for c in got.json()["context"]]
+
+        def search_ids(server) -> list[str]:
+            got = call(server, "POST", "/v1/search", keys["alice"], json={"query": question, "retriever": "hybrid", "k": 10})
+            assert got.status_code == 200, got.text
+            return [h["doc_id"] for h in got.json()["hits"]]
+
+        assert "inc-2013" in context_ids(fb) and "inc-2013" in search_ids(fb)
+        revoked = call(fa, "PATCH", "/v1/documents/inc-2013/acl", wendy, json={"acl": ["group:admin"]})
+        assert revoked.status_code == 200, revoked.text
+        assert revoked.json()["shard"] == shard_of("inc-2013", 2) and revoked.json()["generation"] == 1
+        assert call(fb, "GET", "/v1/documents/inc-2013", keys["alice"]).status_code == 404  # the next request through B
+        assert "inc-2013" not in search_ids(fb) and "inc-2013" not in context_ids(fb)
+        assert call(fb, "PATCH", "/v1/documents/inc-2013/acl", wendy, json={"acl": ["group:sre"]}).status_code == 404
+
+        body = {"title": "INC-2999: JWKS cache expired during the key rotation",
+                "text": "Token validation failed because the JWKS endpoint was unreachable and the cached keys expired.",
+                "acl": ["group:sre"]}
+        put = call(fb, "PUT", "/v1/documents/inc-2999", wendy, json=body, headers={"Idempotency-Key": "put-2999"})
+        assert put.status_code == 200, put.text
+        got = call(fa, "GET", "/v1/documents/inc-2999", keys["alice"])
+        assert got.status_code == 200 and got.json()["title"] == body["title"]
+        assert "inc-2999" in context_ids(fa) + search_ids(fa)
+        again = call(fa, "PUT", "/v1/documents/inc-2999", wendy, json=body, headers={"Idempotency-Key": "put-2999"})
+        assert again.status_code == 200 and again.json() == put.json()
+        seqs = [s.describe()["seq"] for s in runtime_a.generations.current.engine.shards]
+        assert sum(seqs) == 2, seqs  # two writes in all: the retry applied nothing
+
+        ids = {}
+        for i in range(20):
+            ids.setdefault(shard_of(f"pair-{i}", 2), f"pair-{i}")
+        batch = {"operations": [{"op": "put", "id": d, "document": {"text": "x", "acl": ["public"]}} for d in ids.values()]}
+        refused = call(fa, "POST", "/v1/documents:batch", wendy, json=batch)
+        assert refused.status_code == 400 and refused.json()["error"]["code"] == "invalid_request", refused.text
+        assert all(call(fb, "GET", f"/v1/documents/{d}", keys["alice"]).status_code == 404 for d in ids.values())
