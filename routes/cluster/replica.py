@@ -28,7 +28,7 @@ from indexes.shard_log import ShardLog
 from indexes.shards import load_member, shard_dir
 from indexes.snapshot_load import Snapshot
 from indexes.wal import JSONObject
-from retrieval.entities import Sightings
+from retrieval.entities import Sightings, key_memo
 from retrieval.shard import EntityKind, Evidence, LocalShard
 from retrieval.signals import Moments
 from retrieval.types import AccessScope, CollectionStats, Document, Filters, Hit
@@ -44,8 +44,13 @@ class ShardReplica:
     def __init__(self, index_dir: str, manifest: dict[str, Any], shard: int, model: str | None = None) -> None:
         self.shard, self.snapshot_name = shard, manifest["members"][shard]["snapshot"]
         self._snapshot = load_member(Path(index_dir), manifest, shard, Embedder(Path(model) if model else None))
+        memo = key_memo()  # entity name keys, kept across the entity index builds after each write
+
+        def local_shard(view: Snapshot, seq: int) -> LocalShard:
+            return LocalShard(view.chunks, view.bm25, view.dense, view.catalog, memo, version=seq)
+
         try:
-            self._log = ShardLog(shard_dir(Path(index_dir), shard), self._snapshot, _local_shard)
+            self._log = ShardLog(shard_dir(Path(index_dir), shard), self._snapshot, local_shard)
         except BaseException:
             self._snapshot.close()
             raise
@@ -101,7 +106,3 @@ class ShardReplica:
         snapshot = getattr(self, "_snapshot", None)
         if snapshot is not None:
             snapshot.close()
-
-
-def _local_shard(view: Snapshot, seq: int) -> LocalShard:
-    return LocalShard(view.chunks, view.bm25, view.dense, view.catalog, version=seq)
