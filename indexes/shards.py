@@ -57,8 +57,10 @@ import numpy as np
 from indexes.corpus import LoadedDocument, discover, iter_documents
 from indexes.embedder import Embedder
 from indexes.files import FileReader
-from indexes.snapshot_build import (CHANGED, BuildOptions, Documents, Progress, _build_lock, _publish, _stamp,
-                                    _storage_errors, build_snapshot, document_record, previous_vectors, table_records)
+from indexes.embed_journal import EmbedJournal
+from indexes.snapshot_build import (CHANGED, BuildOptions, Progress, _build_lock, _passes, _publish, _stamp,
+                                    _storage_errors, build_snapshot, document_record, embed_key, previous_vectors,
+                                    table_records)
 from indexes.catalog import Catalog
 from indexes.snapshot_lease import SnapshotLease, acquire
 from indexes.snapshot_load import Snapshot, load_snapshot_at, read_manifest, verify_files
@@ -83,6 +85,62 @@ def shard_dir(index_dir: Path, shard: int) -> Path:
     return index_dir / SHARDS / f"{shard:02d}"
 
 
+@dataclass(frozen=True)
+class ShardPlan:
+    """What the validation pass of a sharded ingest found (`plan_shards`): plain data, so a
+    shard's build can run in another process (routes/cluster/ingest.py)."""
+
+    sources: tuple[Path, ...]
+    shards: int
+    options: BuildOptions
+    tables: tuple[TableSource, ...]
+    stamp: list[tuple[str, int, int, int, int]]
+    counts: tuple[int, ...]  # documents per shard
+    digests: tuple[str, ...]  # each shard's content hash
+    content_hash: str  # the single node's, of the same sources
+    t_load: float
+
+    def documents(self, reader: FileReader | None = None) -> Iterator[LoadedDocument]:
+        return iter_documents(self.sources, self.options.default_acl, reader or FileReader(skip_bad=self.options.skip_bad_files))
+
+    def mine(self, shard: int, reader: FileReader | None = None) -> Iterator[LoadedDocument]:
+        """Shard `shard`'s documents, in source order."""
+        return (ld for ld in self.documents(reader) if shard_of(ld.doc.id, self.shards) == shard)
+
+    def unchanged(self) -> None:
+        """Raises if a source changed since the validation pass."""
+        if _stamp(self.sources) != self.stamp:
+            raise IngestError(CHANGED, ", ".join(map(str, self.sources)))
+
+
+def plan_shards(sources: Sequence[Path], shards: int, options: BuildOptions,
+                reader: FileReader | None = None) -> ShardPlan:
+    """The validation pass: every document read (the first bad one raises, with file:line,
+    before anything is written), hashed into its shard's content hash and the cluster's."""
+    if not 2 <= shards <= MAX_SHARDS:
+        raise IngestError(f"--shards must be between 2 and {MAX_SHARDS} for a sharded index, not {shards}")
+    t0 = time.perf_counter()
+    tables = plan_tables(discover(sources)[1], options.default_acl)
+    stamp = _stamp(sources)
+    whole, parts = hashlib.sha256(), [hashlib.sha256() for _ in range(shards)]
+    for record in table_records(tables):
+        whole.update(record)
+        parts[TABLES_SHARD].update(record)
+    counts = [0] * shards
+    for ld in iter_documents(sources, options.default_acl, reader or FileReader(skip_bad=options.skip_bad_files)):
+        record, i = document_record(ld.doc), shard_of(ld.doc.id, shards)
+        whole.update(record)
+        parts[i].update(record)
+        counts[i] += 1
+    if not sum(counts) and not tables:
+        raise IngestError("no documents or tables found", ", ".join(map(str, sources)))
+    return ShardPlan(tuple(sources), shards, options, tuple(tables), stamp, tuple(counts),
+                     tuple(h.hexdigest() for h in parts), whole.hexdigest(), time.perf_counter() - t0)
+
+
+BuildMembers = Callable[[ShardPlan, dict[int, frozenset[str]]], list[dict[str, Any]]]
+
+
 def build_shards(sources: Sequence[Path], index_dir: Path, embedder: Embedder, shards: int,
                  options: BuildOptions | None = None, progress: Progress | None = None) -> dict[str, Any]:
     """Ingest `sources` into `shards` shard snapshots and publish a new cluster manifest;
@@ -92,79 +150,92 @@ def build_shards(sources: Sequence[Path], index_dir: Path, embedder: Embedder, s
         raise IngestError(f"--shards must be between 1 and {MAX_SHARDS}, not {shards}")
     if shards == 1:
         return build_snapshot(sources, index_dir, embedder, options, progress)
-    t0 = time.perf_counter()
-    tables = plan_tables(discover(sources)[1], options.default_acl)
-    stamp = _stamp(sources)
     reader = FileReader(skip_bad=options.skip_bad_files)
+    plan = plan_shards(sources, shards, options, reader)
 
-    def documents() -> Iterator[LoadedDocument]:
-        return iter_documents(sources, options.default_acl, reader)
+    def in_process(plan: ShardPlan, protect: dict[int, frozenset[str]]) -> list[dict[str, Any]]:
+        return [build_member(plan, i, index_dir, embedder, progress, protect.get(i, frozenset()), reader)
+                for i in range(plan.shards)]
 
-    # The validation pass: every document read (the first bad one raises before any write),
-    # hashed into its shard's content hash and into the cluster's (the single node's).
-    whole, parts = hashlib.sha256(), [hashlib.sha256() for _ in range(shards)]
-    for record in table_records(tables):
-        whole.update(record)
-        parts[TABLES_SHARD].update(record)
-    counts = [0] * shards
-    for ld in documents():
-        record, i = document_record(ld.doc), shard_of(ld.doc.id, shards)
-        whole.update(record)
-        parts[i].update(record)
-        counts[i] += 1
-    if not sum(counts) and not tables:
-        raise IngestError("no documents or tables found", ", ".join(map(str, sources)))
-    t_load = time.perf_counter() - t0
+    manifest = publish_shards(plan, index_dir, embedder, in_process)
+    return {**manifest, "skipped_files": [s.to_json() for s in reader.skipped.values()]}
 
-    def unchanged() -> None:
-        if _stamp(sources) != stamp:
-            raise IngestError(CHANGED, ", ".join(map(str, sources)))
 
+def publish_shards(plan: ShardPlan, index_dir: Path, embedder: Embedder, build_members: BuildMembers) -> dict[str, Any]:
+    """Under the index's build lock: every shard's snapshot built and published
+    (`build_members`, each shard by `build_member`, here or elsewhere), then the cluster
+    manifest naming them, switched atomically once all are complete."""
     with _storage_errors(), _build_lock(index_dir):
-        protect = _member_names(index_dir)
-        members = []
-        for i in range(shards):
-            members.append(_build_shard(i, shards, documents, counts[i], tables if i == TABLES_SHARD else [], index_dir,
-                                        embedder, options, progress, t_load, parts[i].hexdigest(), unchanged,
-                                        protect.get(i, frozenset())))
+        members = sorted(build_members(plan, _member_names(index_dir)), key=lambda m: m["shard"])
+        if [m["shard"] for m in members] != list(range(plan.shards)):
+            raise IngestError(f"the build returned shards {[m['shard'] for m in members]}, not 0..{plan.shards - 1}")
         manifest = {
             "format": CLUSTER_FORMAT,
             "version": CLUSTER_VERSION,
             "built_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-            "content_hash": whole.hexdigest(),
-            "model": {"id": embedder.model_id, "dim": embedder.dim},
+            "content_hash": plan.content_hash,
+            "model": {"id": embedder.model_id, "dim": embedder.dimension()},
             "counts": {key: sum(m["counts"][key] for m in members) for key in ("documents", "chunks", "tables")},
             "assignment": {"key": "document id", "hash": "sha256", "rule": SHARD_RULE},
-            "shards": shards,
+            "shards": plan.shards,
             "tables_shard": TABLES_SHARD,
             "members": members,
         }
-        unchanged()
+        plan.unchanged()
         _write_atomically(index_dir / CLUSTER, json.dumps(manifest, indent=2))
-    return {**manifest, "skipped_files": [s.to_json() for s in reader.skipped.values()]}
+    return manifest
 
 
-def _build_shard(i: int, shards: int, documents: Documents, count: int, tables: Sequence[TableSource], index_dir: Path,
-                 embedder: Embedder, options: BuildOptions, progress: Progress | None, t_load: float, digest: str,
-                 unchanged: Callable[[], None], protect: frozenset[str]) -> dict[str, Any]:
+def build_member(plan: ShardPlan, i: int, index_dir: Path, embedder: Embedder, progress: Progress | None = None,
+                 protect: frozenset[str] = frozenset(), reader: FileReader | None = None,
+                 reuse_previous: bool | None = None) -> dict[str, Any]:
     """Publish shard `i`'s snapshot (its documents and, for TABLES_SHARD, the tables);
-    returns its member entry."""
+    returns its member entry. Vectors come from the shard's previous snapshot (unless
+    `reuse_previous` is False; default: the plan's `reuse_embeddings`), then from its
+    embedding journal, and the rest are embedded here."""
     target = shard_dir(index_dir, i)
+    options = plan.options
+    previous = options.reuse_embeddings if reuse_previous is None else reuse_previous
 
     def mine() -> Iterator[LoadedDocument]:
-        return (ld for ld in documents() if shard_of(ld.doc.id, shards) == i)
+        return plan.mine(i, reader)
 
     def reuse() -> dict[str, np.ndarray]:
-        return previous_vectors(options.reuse_from or target, embedder.model_id) if options.reuse_embeddings else {}
+        return previous_vectors(options.reuse_from or target, embedder.model_id) if previous else {}
 
     def report(stage: str, done: int, total: int) -> None:
         if progress is not None:
             progress(f"shard {i:02d} {stage}", done, total)
 
-    manifest = _publish(target, mine, count, tables, embedder, options, report, t_load, digest, None, reuse,
-                        unchanged=unchanged, protect=protect)
+    tables = list(plan.tables) if i == TABLES_SHARD else []
+    manifest = _publish(target, mine, plan.counts[i], tables, embedder, options, report, plan.t_load, plan.digests[i],
+                        None, reuse, unchanged=plan.unchanged, protect=protect)
     return {"shard": i, "path": f"{SHARDS}/{i:02d}", "snapshot": manifest["snapshot"],
             "content_hash": manifest["content_hash"], "counts": manifest["counts"]}
+
+
+def unembedded(plan: ShardPlan, i: int, index_dir: Path, model_id: str,
+               reader: FileReader | None = None) -> tuple[EmbedJournal, Iterator[tuple[str, str]]]:
+    """Shard `i`'s embedding journal, loaded, and the (text key, index text) of each of its
+    chunks whose vector neither its previous snapshot (when the plan reuses vectors) nor the
+    journal holds, each text once: what an ingest elsewhere embeds into the journal before
+    `build_member` (routes/cluster/ingest.py). Without reuse the journal starts empty."""
+    journal = EmbedJournal(shard_dir(index_dir, i), model_id)
+    if not plan.options.reuse_embeddings:
+        journal.clear()
+    known = set(journal.load())
+    if plan.options.reuse_embeddings:
+        known |= set(previous_vectors(plan.options.reuse_from or shard_dir(index_dir, i), model_id))
+
+    def texts() -> Iterator[tuple[str, str]]:
+        for _, _, batch_texts, _ in _passes(plan.mine(i, reader), plan.options.max_chars, plan.options.document_batch):
+            for text in batch_texts:
+                key = embed_key(text)
+                if key not in known:
+                    known.add(key)
+                    yield key, text
+
+    return journal, texts()
 
 
 def _write_atomically(path: Path, text: str) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import sys
 from dataclasses import replace
 from pathlib import Path
@@ -43,11 +44,49 @@ def _ingest_shards(args: argparse.Namespace, settings: Settings, options: BuildO
     """`ingest --shards N`: the shard snapshots and the cluster manifest (indexes/shards.py)."""
     from indexes.shards import build_shards
 
+    address = getattr(args, "cluster", None)
+    if address:
+        return _ingest_on_cluster(args, settings, options, shards, address)
+    if getattr(args, "actors", None) is not None:
+        raise InvalidRequest("--actors sizes a cluster ingest's embedding pool; give --cluster ADDR too")
     manifest = build_shards([Path(s) for s in args.sources], _index(settings), settings.embedder(), shards,
                             options, progress=_progress_bar(not args.no_progress))
     for skipped in manifest["skipped_files"]:
         print(f"skipped {skipped['path']}: {skipped['reason']}: {skipped['message']}", file=sys.stderr)
     _emit({k: manifest[k] for k in ("shards", "members", "counts", "model", "content_hash", "assignment", "skipped_files")})
+    return 0
+
+
+def _ingest_on_cluster(args: argparse.Namespace, settings: Settings, options: BuildOptions, shards: int,
+                       address: str) -> int:
+    """`ingest --shards N --cluster ADDR`: the same snapshots, embedded and built on a Ray
+    cluster (routes/cluster/ingest.py)."""
+    actors = 2 if args.actors is None else int(args.actors)
+    if shards < 2:
+        raise InvalidRequest("--cluster builds a sharded index: give --shards N with N >= 2")
+    if actors < 1:
+        raise InvalidRequest(f"--actors must be at least 1, not {actors}")
+    try:
+        import ray
+
+        from routes.cluster.ingest import cluster_ingest, stderr_report
+    except ImportError:
+        raise InvalidRequest("an ingest on a Ray cluster needs the cluster extra: pip install 'quarry[cluster]'") from None
+    index = _index(settings)
+    ray.init(address=address, logging_level=logging.WARNING)
+    try:
+        manifest, stats = cluster_ingest([Path(s) for s in args.sources], index, shards, options,
+                                         str(settings.model_path) if settings.model_path else None, actors,
+                                         report=None if args.no_progress else stderr_report)
+    finally:
+        ray.shutdown()
+    for skipped in manifest["skipped_files"]:
+        print(f"skipped {skipped['path']}: {skipped['reason']}: {skipped['message']}", file=sys.stderr)
+    out = {k: manifest[k] for k in ("shards", "members", "counts", "model", "content_hash", "assignment", "skipped_files")}
+    out["cluster"] = {"pending": stats.pending, "embedded": stats.embedded, "per_node": dict(stats.per_node),
+                      "built_on": {f"{k:02d}": v for k, v in stats.built_on.items()},
+                      "computed_at_build": stats.computed_at_build, "seconds": stats.seconds}
+    _emit(out)
     return 0
 
 

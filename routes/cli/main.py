@@ -74,6 +74,11 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("--shards", type=int, default=1,
                     help="write N shard snapshots (documents by a stable hash of their id) and a cluster manifest, "
                          "DIR/cluster.json, for a sharded deployment; tables go to shard 00 (default 1: one snapshot)")
+    sp.add_argument("--cluster", metavar="ADDR", default=None,
+                    help="embed and build the shards on the Ray cluster at ADDR (with --shards N; every node sees the "
+                         "sources and DIR at the same paths)")
+    sp.add_argument("--actors", type=int, default=None,
+                    help="embedding actors of a --cluster ingest, each loading the model once (default 2)")
     no_progress(sp)
     common(sp)
     sp.set_defaults(func=cmd_ingest)

@@ -78,3 +78,52 @@ def test_a_cluster_manifest_naming_an_altered_shard_is_refused(tmp_path, embedde
     (index / CLUSTER).write_text(json.dumps(data))
     with pytest.raises(SnapshotError, match="shard 01"):
         load_cluster(index, embedder)
+
+
+def test_what_an_ingest_elsewhere_embeds_is_what_no_snapshot_or_journal_holds_and_a_full_journal_embeds_nothing(
+        tmp_path, embedder):
+    """The pieces a cluster ingest is made of (routes/cluster/ingest.py), in one process: the
+    texts left to embed per shard, the shard built from its journal alone, the manifest."""
+    import numpy as np
+
+    from indexes.chunking import chunk_documents
+    from indexes.shards import build_member, plan_shards, publish_shards, unembedded
+    from indexes.snapshot_build import BuildOptions, embed_key, index_text
+
+    index, options = tmp_path / "idx", BuildOptions()
+    plan = plan_shards([MINI], 2, options)
+    docs = [ld.doc for ld in iter_documents([MINI])]
+    by_shard = {i: {embed_key(index_text(d, c)): index_text(d, c) for d in docs if shard_of(d.id, 2) == i
+                    for c in chunk_documents([d], options.max_chars)} for i in range(2)}
+    embedded = {}
+    for i in range(2):
+        journal, texts = unembedded(plan, i, index, embedder.model_id)
+        pending = list(texts)
+        assert dict(pending) == by_shard[i] and len(pending) == len(by_shard[i])  # each text once
+        half = pending[: len(pending) // 2]
+        journal.append([k for k, _ in half], embedder.encode([t for _, t in half]))
+        _, texts = unembedded(plan, i, index, embedder.model_id)
+        rest = list(texts)
+        assert rest == pending[len(half):]  # a resumed run embeds only what no journaled batch holds
+        journal.append([k for k, _ in rest], embedder.encode([t for _, t in rest]))
+        embedded[i] = dict(zip([k for k, _ in pending], embedder.encode([t for _, t in pending]), strict=True))
+
+    def from_journals(plan, protect):
+        return [build_member(plan, i, index, embedder, None, protect.get(i, frozenset())) for i in range(2)]
+
+    manifest = publish_shards(plan, index, embedder, from_journals)
+    _, snapshots = load_cluster(index, embedder)
+    try:
+        for member, snap in zip(manifest["members"], snapshots, strict=True):
+            assert snap.manifest["embeddings"]["computed"] == 0  # the journal held every vector
+            keys = snap.catalog.embed_keys()
+            got = snap.dense.vectors(np.arange(len(keys), dtype=np.int64))
+            want = np.stack([embedded[member["shard"]][k] for k in keys])
+            assert np.abs(got - want).max() <= 1e-5
+            assert not (shard_dir(index, member["shard"]) / ".embed-journal").exists()  # gone once published
+            _, texts = unembedded(plan, member["shard"], index, embedder.model_id)
+            assert list(texts) == []  # the published snapshot holds them all now
+    finally:
+        for snap in snapshots:
+            snap.close()
+    assert read_cluster(index)["content_hash"] == build_shards([MINI], tmp_path / "local", embedder, 2)["content_hash"]
