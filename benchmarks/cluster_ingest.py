@@ -1,6 +1,6 @@
 """A sharded ingest in one process against the same ingest on a Ray cluster, on this machine, in one run.
 
-    .venv/bin/python benchmarks/cluster_ingest.py [--docs 1000] [--shards 2] [--actors 2]
+    .venv/bin/python benchmarks/cluster_ingest.py [--docs 1000] [--shards 2] [--actors 2] [--batch 256]
 
 The first `--docs` abstracts of BEIR SciFact (public), written to a temporary JSONL, are
 ingested at `--shards` shards twice, every vector computed (no reuse):
@@ -70,10 +70,11 @@ def max_vector_difference(a: Path, b: Path, embedder) -> tuple[bool, float]:
 def inside(args: argparse.Namespace) -> None:
     import ray
 
-    from routes.cluster.ingest import IngestStats, cluster_ingest
+    from routes.cluster.ingest import BATCH, IngestStats, cluster_ingest
 
     options = BuildOptions(reuse_embeddings=False, default_acl=("public",))
     embedder = make_embedder().load()
+    batch = args.batch or BATCH
     with tempfile.TemporaryDirectory(prefix="qi", dir="/tmp") as tmp:
         work = Path(tmp)
         source = write_corpus(work, args.docs)
@@ -89,7 +90,7 @@ def inside(args: argparse.Namespace) -> None:
             started = time.perf_counter() - t0
             stats = IngestStats()
             t0 = time.perf_counter()
-            cluster_ingest([source], work / "cluster", args.shards, options, actors=args.actors,
+            cluster_ingest([source], work / "cluster", args.shards, options, actors=args.actors, batch=batch,
                            report=lambda line: print(line, flush=True), stats=stats)
             cluster_s = time.perf_counter() - t0
             nodes = len(ray.nodes())
@@ -98,7 +99,7 @@ def inside(args: argparse.Namespace) -> None:
     embed_s = stats.seconds["embed"]
     serial_s = cluster_s - embed_s
     per_node = {k[:8]: round(v / embed_s, 2) for k, v in stats.per_node.items()}
-    per_actor = chunks / embed_s / max(1, len(stats.per_node))
+    per_actor = stats.finished_on_actors / max(stats.encode_s, 1e-9)  # one actor, per second of its own time
     print(f"\nSciFact, first {args.docs} abstracts, {chunks} chunks, {args.shards} shards; Ray head + 2 workers of 1 CPU "
           f"({nodes} nodes) started in {started:.0f} s, {args.actors} embedding actors")
     print(f"{'ingest':<14}{'seconds':>9}{'chunks/s':>10}{'x one process':>15}")
@@ -106,9 +107,14 @@ def inside(args: argparse.Namespace) -> None:
     print(f"{'cluster':<14}{cluster_s:>9.1f}{chunks / cluster_s:>10.1f}{local_s / cluster_s:>15.2f}")
     print(f"cluster stages (s): {stats.seconds}; chunks/s per node while embedding: {per_node}")
     print(f"same chunk ids: {same}; largest vector difference: {worst:.2e}")
-    print(f"model: T(N machines) = {serial_s:.1f} s (validation, planning, publishing) + {embed_s:.1f} s x "
-          f"{len(stats.per_node)} / (N x actors per machine); {per_actor:.1f} chunks/s per actor here")
-    write_json("cluster_ingest", {
+    idle_s = embed_s - stats.load_s - stats.encode_s / max(1, stats.actors_used)
+    print(f"embedding stage: {stats.load_s:.1f} s for an actor to load the model, {stats.encode_s:.1f} actor-seconds "
+          f"embedding ({per_actor:.1f} chunks/s per actor), {idle_s:.1f} s of the stage beyond load + an even share "
+          f"(Ray Data's start, the last batches' imbalance)")
+    print(f"model: T(N machines, a actors each) = {serial_s:.1f} s (validation, planning, publishing) + "
+          f"{stats.load_s:.1f} s (model load) + {chunks} chunks / (N x a x {per_actor:.1f} chunks/s per actor) "
+          f"+ one batch of {batch} at the end")
+    write_json("cluster_ingest" if batch == BATCH else f"cluster_ingest_batch{batch}", {
         "dataset": f"scifact corpus, first {args.docs} abstracts", "chunks": chunks, "shards": args.shards,
         "machine": machine(), "cluster": {"nodes": nodes, "cpus_per_node": 1, "actors": args.actors,
                                           "start_s": round(started, 1)},
@@ -119,8 +125,11 @@ def inside(args: argparse.Namespace) -> None:
                            "computed_at_build": stats.computed_at_build},
         "same_chunk_ids": same, "max_vector_difference": worst,
         "model": {"serial_s": round(serial_s, 2), "embed_s": round(embed_s, 2),
-                  "chunks_per_s_per_actor": round(per_actor, 2),
-                  "formula": "T(N) = serial_s + embed_s * actors_here / (N * actors_per_machine)"},
+                  "chunks_per_s_per_actor": round(per_actor, 2), "load_s": round(stats.load_s, 2),
+                  "actor_encode_s": round(stats.encode_s, 2), "batch": batch,
+                  "actors_used": stats.actors_used,
+                  "formula": "T(N machines, a actors each) = serial_s + load_s + chunks / (N * a * chunks_per_s_per_actor)"
+                             " + up to one batch / chunks_per_s_per_actor of imbalance at the end"},
     })
 
 
@@ -129,6 +138,7 @@ def main() -> None:
     ap.add_argument("--docs", type=int, default=1000, help="SciFact abstracts ingested (5,183 in all)")
     ap.add_argument("--shards", type=int, default=2)
     ap.add_argument("--actors", type=int, default=2, help="embedding actors of the cluster ingest")
+    ap.add_argument("--batch", type=int, default=None, help="texts per embedding batch (default: the command's, 256)")
     args = ap.parse_args()
     if os.environ.get(INSIDE) == "1":
         inside(args)

@@ -30,7 +30,8 @@ def cmd_ingest(args: argparse.Namespace, settings: Settings) -> int:
     print(f"default ACL of documents and tables without one: {' '.join(acl)}{meaning}", file=sys.stderr)
     options = replace(settings.build_options(acl), skip_bad_files=bool(getattr(args, "skip_bad_files", False)))
     shards = int(getattr(args, "shards", 1))
-    if shards != 1:
+    clustered = any(getattr(args, flag, None) is not None for flag in ("cluster", "actors", "batch"))
+    if shards != 1 or clustered:  # a cluster flag without --shards is refused there, not ignored
         return _ingest_shards(args, settings, options, shards)
     manifest = build_snapshot([Path(s) for s in args.sources], _index(settings), settings.embedder(),
                               options, progress=_progress_bar(not args.no_progress))
@@ -47,8 +48,8 @@ def _ingest_shards(args: argparse.Namespace, settings: Settings, options: BuildO
     address = getattr(args, "cluster", None)
     if address:
         return _ingest_on_cluster(args, settings, options, shards, address)
-    if getattr(args, "actors", None) is not None:
-        raise InvalidRequest("--actors sizes a cluster ingest's embedding pool; give --cluster ADDR too")
+    if getattr(args, "actors", None) is not None or getattr(args, "batch", None) is not None:
+        raise InvalidRequest("--actors and --batch size a cluster ingest's embedding; give --cluster ADDR too")
     manifest = build_shards([Path(s) for s in args.sources], _index(settings), settings.embedder(), shards,
                             options, progress=_progress_bar(not args.no_progress))
     for skipped in manifest["skipped_files"]:
@@ -66,10 +67,12 @@ def _ingest_on_cluster(args: argparse.Namespace, settings: Settings, options: Bu
         raise InvalidRequest("--cluster builds a sharded index: give --shards N with N >= 2")
     if actors < 1:
         raise InvalidRequest(f"--actors must be at least 1, not {actors}")
+    if args.batch is not None and args.batch < 1:
+        raise InvalidRequest(f"--batch must be at least 1, not {args.batch}")
     try:
         import ray
 
-        from routes.cluster.ingest import cluster_ingest, stderr_report
+        from routes.cluster.ingest import BATCH, cluster_ingest, stderr_report
     except ImportError:
         raise InvalidRequest("an ingest on a Ray cluster needs the cluster extra: pip install 'quarry[cluster]'") from None
     index = _index(settings)
@@ -77,6 +80,7 @@ def _ingest_on_cluster(args: argparse.Namespace, settings: Settings, options: Bu
     try:
         manifest, stats = cluster_ingest([Path(s) for s in args.sources], index, shards, options,
                                          str(settings.model_path) if settings.model_path else None, actors,
+                                         BATCH if args.batch is None else args.batch,
                                          report=None if args.no_progress else stderr_report)
     finally:
         ray.shutdown()

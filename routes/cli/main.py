@@ -79,6 +79,9 @@ def build_parser() -> argparse.ArgumentParser:
                          "sources and DIR at the same paths)")
     sp.add_argument("--actors", type=int, default=None,
                     help="embedding actors of a --cluster ingest, each loading the model once (default 2)")
+    sp.add_argument("--batch", type=int, default=None,
+                    help="texts per embedding batch of a --cluster ingest: each is journaled as it comes back, and is "
+                         "what a lost actor or a killed run embeds again (default 256)")
     no_progress(sp)
     common(sp)
     sp.set_defaults(func=cmd_ingest)

@@ -5,9 +5,9 @@ Embedding is nearly all of an ingest, so that is what runs across the cluster:
 1. **Validation**, on this process, as strict as a local ingest (indexes/shards.py
    `plan_shards`): a bad line stops everything with file:line before anything is written.
 2. **The work.** For each shard, the index texts of its chunks whose vectors neither its
-   previous snapshot nor its embedding journal holds, each text once, written to
-   `DIR/.cluster-ingest/NN.jsonl` (the nodes read them there: every node sees the index
-   folder at the same path, as serving needs).
+   previous snapshot nor its embedding journal holds, each text once, written to files of
+   one batch each under `DIR/.cluster-ingest/` (the nodes read them there: every node sees
+   the index folder at the same path, as serving needs).
 3. **Embedding** with Ray Data: `read_json` of the work files, then `map_batches` over an
    actor pool of `actors` actors, each loading the model once. This process receives each
    embedded batch and writes it durably to its shard's journal (indexes/embed_journal.py)
@@ -62,6 +62,9 @@ class IngestStats:
     pending: int = 0  # texts that needed a vector at the start of this run
     embedded: int = 0  # texts embedded by the actors and journaled in this run
     finished_on_actors: int = 0  # texts whose batch an actor finished (a lost node's finished batches are done again)
+    actors_used: int = 0  # actors that started and loaded the model
+    encode_s: float = 0.0  # seconds the actors spent embedding, all together
+    load_s: float = 0.0  # the longest model load of an actor
     per_node: Counter[str] = field(default_factory=Counter)
     built_on: dict[int, str] = field(default_factory=dict)  # shard -> node that built its snapshot
     computed_at_build: int = 0  # vectors the shard builds still had to embed (0 unless a journal was damaged)
@@ -69,24 +72,71 @@ class IngestStats:
 
 
 class _Embed:
-    """One actor of the pool: the model, loaded once, embedding a batch of texts. Each
-    finished batch is tallied in `tally` (a file per actor in the work folder), so a run can
-    say how much work was done twice after a node was lost."""
+    """One actor of the pool: the model, loaded once, embedding a batch of texts. The model's
+    load and each finished batch are tallied in `tally` (a file per actor in the work folder),
+    so a run can say how much work was done twice after a node was lost, and what one actor
+    embeds per second of its own time."""
 
     def __init__(self, model: str | None, tally: str) -> None:
+        t0 = time.perf_counter()
         self.embedder = Embedder(Path(model) if model else None).load()
         self.node = ray.get_runtime_context().get_node_id()
         self.tally = Path(tally) / f"{self.node}-{os.getpid()}.tally"
+        with self.tally.open("a") as f:
+            f.write(f"load 0 {time.perf_counter() - t0:.3f}\n")
 
     def __call__(self, batch: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        t0 = time.perf_counter()
         vectors = self.embedder.encode([str(t) for t in batch["t"]])
         with self.tally.open("a") as f:
-            f.write(f"{len(vectors)}\n")
+            f.write(f"batch {len(vectors)} {time.perf_counter() - t0:.3f}\n")
         return {"k": batch["k"], "s": batch["s"], "v": vectors, "node": np.full(len(vectors), self.node)}
 
 
-def _tallied(tally: Path) -> int:
-    return sum(int(line) for f in tally.glob("*.tally") for line in f.read_text().split())
+def _tallied(tally: Path, stats: IngestStats) -> None:
+    """The actors' tallies into `stats` (lines `load 0 SECONDS` and `batch TEXTS SECONDS`)."""
+    for path in tally.glob("*.tally"):
+        stats.actors_used += 1
+        for line in path.read_text().splitlines(keepends=True):
+            fields = line.split()
+            if not line.endswith("\n") or len(fields) != 3:
+                continue  # cut short by the actor's death
+            kind, n, seconds = fields
+            if kind == "batch":
+                stats.finished_on_actors += int(n)
+                stats.encode_s += float(seconds)
+            else:
+                stats.load_s = max(stats.load_s, float(seconds))
+
+
+class _WorkFiles:
+    """The texts to embed, across all shards, in files of exactly `batch` lines (the last one
+    shorter): each file is one block of Ray Data's, and one batch of an actor's."""
+
+    def __init__(self, folder: Path, batch: int) -> None:
+        self.folder, self.batch = folder, batch
+        self.paths: list[str] = []
+        self.rows = 0
+        self._out: Any = None
+
+    def add(self, row: dict[str, Any]) -> None:
+        if self.rows % self.batch == 0:
+            self._roll()
+        self._out.write(json.dumps(row, ensure_ascii=False) + "\n")
+        self.rows += 1
+
+    def close(self) -> int:
+        """Close the last file; the rows written in all."""
+        if self._out is not None:
+            self._out.close()
+            self._out = None
+        return self.rows
+
+    def _roll(self) -> None:
+        self.close()
+        path = self.folder / f"{len(self.paths):07d}.jsonl"
+        self._out = path.open("w", encoding="utf-8")
+        self.paths.append(str(path))
 
 
 def _build_on_node(plan: ShardPlan, i: int, index_dir: str, model: str | None, protect: frozenset[str],
@@ -119,7 +169,9 @@ class _Progress:
 def _embed(files: list[str], journals: dict[int, EmbedJournal], model: str | None, actors: int, batch: int,
            tally: str, progress: _Progress, stats: IngestStats) -> None:
     """Ray Data over the work files; each embedded batch journaled here as it arrives."""
-    data = ray.data.read_json(files, lines=True).map_batches(
+    # One block per file, one file per batch: Ray Data hands an actor blocks until they hold a
+    # batch, so larger blocks would leave one actor working through the last ones alone.
+    data = ray.data.read_json(files, lines=True, override_num_blocks=len(files)).map_batches(
         _Embed, fn_constructor_args=(model, tally), batch_size=batch, batch_format="numpy", num_cpus=1,
         compute=ray.data.ActorPoolStrategy(size=actors, max_tasks_in_flight_per_actor=1),
         runtime_env={"env_vars": WORKER_ENV})
@@ -152,28 +204,25 @@ def cluster_ingest(sources: Sequence[Path], index_dir: Path, shards: int, option
     work = index_dir / WORK_DIR
     shutil.rmtree(work, ignore_errors=True)
     work.mkdir(parents=True)
-    journals, files = {}, []
-    for i in range(shards):
-        journal, texts = unembedded(plan, i, index_dir, embedder.model_id, reader)
-        journals[i] = journal
-        path, n = work / f"{i:02d}.jsonl", 0
-        with path.open("w", encoding="utf-8") as lines:
+    journals, files = {}, _WorkFiles(work, batch)
+    try:
+        for i in range(shards):
+            journal, texts = unembedded(plan, i, index_dir, embedder.model_id, reader)
+            journals[i] = journal
             for key, text in texts:
-                lines.write(json.dumps({"k": key, "t": text, "s": i}, ensure_ascii=False) + "\n")
-                n += 1
-        if n:
-            files.append(str(path))
-        stats.pending += n
+                files.add({"k": key, "t": text, "s": i})
+    finally:
+        stats.pending = files.close()
     stats.seconds["plan"] = round(time.perf_counter() - t1, 3)
 
     t1 = time.perf_counter()
     tally = work / "tally"
     tally.mkdir()
     try:
-        if files:
-            _embed(files, journals, model, actors, batch, str(tally), _Progress(stats.pending, report), stats)
+        if files.paths:
+            _embed(files.paths, journals, model, actors, batch, str(tally), _Progress(stats.pending, report), stats)
     finally:
-        stats.finished_on_actors = _tallied(tally)
+        _tallied(tally, stats)
     stats.seconds["embed"] = round(time.perf_counter() - t1, 3)
 
     t1 = time.perf_counter()

@@ -15,7 +15,8 @@ its own): a real Ray cluster (a head and two worker nodes), the demo corpus serv
 - live writes over HTTP through two fronts: a revocation through one is in effect on the next
   request through the other, a retried write is applied once, a batch over shards is refused;
 - an ingest on the cluster (Ray Data embedding, shards published on the nodes) equals the
-  local one, and one that loses a worker node mid-ingest completes and equals it too;
+  local one, one that loses a worker node mid-ingest completes and equals it too, and a
+  killed `quarry ingest --cluster` run again embeds only what no journaled batch holds;
 - faults: under 8 concurrent clients a killed replica, then a killed worker node, cost no
   failed and no wrong call with two replicas per shard; a shard with no live replica makes
   calls a typed, retryable RetrievalUnavailable.
@@ -702,3 +703,52 @@ def test_an_ingest_that_loses_a_worker_node_completes_and_equals_an_uninterrupte
     assert first.embedded + second.embedded == first.pending  # each text journaled exactly once
     assert 0 <= again <= 4 * actors * batch  # the batches in flight on the lost node, not the run
     _same_index(index, scifact[1][2], embedder)
+
+
+def _journaled(index) -> int:
+    """Texts in the finished batch files of the shards' embedding journals of `index`, read
+    without touching them (a batch file appears whole, by rename)."""
+    import numpy as np
+
+    from indexes.embed_journal import JOURNAL_DIR
+    from indexes.shards import shard_dir
+
+    keys: set[str] = set()
+    for i in range(2):
+        for path in (shard_dir(index, i) / JOURNAL_DIR).glob("batch-*.npz"):
+            with np.load(path) as batch:
+                keys.update(k.decode("ascii") for k in batch["keys"].tolist())
+    return len(keys)
+
+
+def test_a_killed_ingest_command_resumes_embedding_only_what_no_journaled_batch_holds(cluster, scifact, embedder,
+                                                                                      tmp_path):
+    """`quarry ingest --shards 2 --cluster ADDR` killed (SIGKILL) once batches are journaled
+    publishes nothing; the same ingest run again embeds only the texts no journaled batch
+    holds, and equals the local ingest."""
+    import signal
+    import subprocess
+    import sys
+
+    from routes.cluster.ingest import IngestStats, cluster_ingest
+    from tests.conftest import wait_until
+
+    index, batch = tmp_path / "killed", 16
+    proc = subprocess.Popen([sys.executable, "-m", "routes.cli.main", "ingest", str(scifact[3]), "--index", str(index),
+                             "--shards", "2", "--cluster", cluster.address, "--batch", str(batch), "--no-progress"],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        wait_until(lambda: _journaled(index) >= 4 * batch, "journaled batches", alive=lambda: proc.poll() is None,
+                   poll=0.05)
+    finally:
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+    journaled = _journaled(index)
+    assert not (index / "cluster.json").exists()  # nothing published
+    resumed = IngestStats()
+    cluster_ingest([scifact[3]], index, 2, actors=2, batch=batch, stats=resumed)
+    total = resumed.pending + journaled
+    print(f"ingest killed with {journaled} texts journaled; the rerun embedded {resumed.embedded} of {total}")
+    assert 0 < resumed.pending == resumed.embedded == total - journaled < total
+    assert resumed.computed_at_build == 0
+    assert _same_index(index, scifact[1][2], embedder) == total

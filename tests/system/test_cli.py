@@ -135,6 +135,21 @@ def test_ingest_refuses_a_default_acl_that_would_silently_hide_documents(tmp_pat
     assert not (tmp_path / "index").exists()
 
 
+def test_a_cluster_ingest_refuses_its_flags_without_a_cluster_or_with_bad_sizes_before_reaching_ray(tmp_path):
+    docs = tmp_path / "docs.jsonl"
+    docs.write_text('{"id": "a", "text": "the carrier webhook retries five times"}\n')
+    index = tmp_path / "index"
+    for flags, said in ((["--shards", "2", "--actors", "2"], "--cluster"), (["--shards", "2", "--batch", "8"], "--cluster"),
+                        (["--shards", "2", "--cluster", "127.0.0.1:1", "--batch", "0"], "--batch must be at least 1"),
+                        (["--shards", "2", "--cluster", "127.0.0.1:1", "--actors", "0"], "--actors must be at least 1"),
+                        (["--cluster", "127.0.0.1:1"], "--shards N with N >= 2")):
+        out = quarry("ingest", str(docs), "--index", str(index), *flags)
+        assert out.returncode == 2, (flags, out.stderr)
+        error = one_line_error(out)
+        assert error["code"] == "invalid_request" and said in error["message"], (flags, error)
+    assert not index.exists()
+
+
 @pytest.mark.slow
 def test_ingest_prints_the_effective_default_acl(tmp_path):
     docs = tmp_path / "docs.jsonl"
