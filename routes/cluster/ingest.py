@@ -33,8 +33,9 @@ import sys
 import time
 from collections import Counter
 from dataclasses import dataclass, field, replace
+from itertools import islice
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Iterator, Sequence
 
 import numpy as np
 import ray
@@ -109,34 +110,17 @@ def _tallied(tally: Path, stats: IngestStats) -> None:
                 stats.load_s = max(stats.load_s, float(seconds))
 
 
-class _WorkFiles:
-    """The texts to embed, across all shards, in files of exactly `batch` lines (the last one
-    shorter): each file is one block of Ray Data's, and one batch of an actor's."""
-
-    def __init__(self, folder: Path, batch: int) -> None:
-        self.folder, self.batch = folder, batch
-        self.paths: list[str] = []
-        self.rows = 0
-        self._out: Any = None
-
-    def add(self, row: dict[str, Any]) -> None:
-        if self.rows % self.batch == 0:
-            self._roll()
-        self._out.write(json.dumps(row, ensure_ascii=False) + "\n")
-        self.rows += 1
-
-    def close(self) -> int:
-        """Close the last file; the rows written in all."""
-        if self._out is not None:
-            self._out.close()
-            self._out = None
-        return self.rows
-
-    def _roll(self) -> None:
-        self.close()
-        path = self.folder / f"{len(self.paths):07d}.jsonl"
-        self._out = path.open("w", encoding="utf-8")
-        self.paths.append(str(path))
+def _write_work(rows: Iterator[dict[str, Any]], folder: Path, batch: int) -> tuple[list[str], int]:
+    """`rows` in files of exactly `batch` lines (the last one shorter): each file is one block
+    of Ray Data's, and one batch of an actor's. Returns the files and the rows written."""
+    paths: list[str] = []
+    written = 0
+    while chunk := list(islice(rows, batch)):
+        path = folder / f"{len(paths):07d}.jsonl"
+        path.write_text("".join(json.dumps(row, ensure_ascii=False) + "\n" for row in chunk), encoding="utf-8")
+        paths.append(str(path))
+        written += len(chunk)
+    return paths, written
 
 
 def _build_on_node(plan: ShardPlan, i: int, index_dir: str, model: str | None, protect: frozenset[str],
@@ -204,23 +188,22 @@ def cluster_ingest(sources: Sequence[Path], index_dir: Path, shards: int, option
     work = index_dir / WORK_DIR
     shutil.rmtree(work, ignore_errors=True)
     work.mkdir(parents=True)
-    journals, files = {}, _WorkFiles(work, batch)
-    try:
+    journals: dict[int, EmbedJournal] = {}
+
+    def rows() -> Iterator[dict[str, Any]]:
         for i in range(shards):
-            journal, texts = unembedded(plan, i, index_dir, embedder.model_id, reader)
-            journals[i] = journal
-            for key, text in texts:
-                files.add({"k": key, "t": text, "s": i})
-    finally:
-        stats.pending = files.close()
+            journals[i], texts = unembedded(plan, i, index_dir, embedder.model_id, reader)
+            yield from ({"k": key, "t": text, "s": i} for key, text in texts)
+
+    files, stats.pending = _write_work(rows(), work, batch)
     stats.seconds["plan"] = round(time.perf_counter() - t1, 3)
 
     t1 = time.perf_counter()
     tally = work / "tally"
     tally.mkdir()
     try:
-        if files.paths:
-            _embed(files.paths, journals, model, actors, batch, str(tally), _Progress(stats.pending, report), stats)
+        if files:
+            _embed(files, journals, model, actors, batch, str(tally), _Progress(stats.pending, report), stats)
     finally:
         _tallied(tally, stats)
     stats.seconds["embed"] = round(time.perf_counter() - t1, 3)
