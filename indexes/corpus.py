@@ -22,6 +22,7 @@ from typing import Any, Iterator, Sequence
 
 import yaml
 
+from indexes.extract.record import MAX_TEXT_CHARS
 from indexes.files import FileReader, merge_fields, orphan_sidecars
 from retrieval.errors import IngestError, InvalidRequest
 from retrieval.types import Document, check_acl, check_doc_id
@@ -31,7 +32,6 @@ DOC_SUFFIXES = {".jsonl": "jsonl", ".md": "markdown", ".markdown": "markdown", "
                 ".pdf": "file", ".docx": "file", ".html": "file", ".htm": "file"}
 TABLE_SUFFIXES = {".csv", ".parquet"}
 FIELDS = {"id", "_id", "text", "title", "source", "date", "metadata", "acl"}
-MAX_TEXT_CHARS = 5_000_000
 _LOGGED_ID_RE = re.compile(r"[^\s#][^\s]{0,255}")  # the id rule before check_doc_id, for changes logged then
 _FRONT = re.compile(r"\A---[ \t]*\r?\n(.*?)\r?\n---[ \t]*\r?\n?", re.DOTALL)
 _HEADING = re.compile(r"^#\s+(.+?)\s*#*\s*$", re.MULTILINE)

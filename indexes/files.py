@@ -30,7 +30,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from indexes.extract.record import BadFile, Extracted
+from indexes.extract.record import MAX_TEXT_CHARS, BadFile, Extracted
+from indexes.extract.sandbox import ExtractorPool
 from retrieval.errors import IngestError
 
 FileKind = Literal["pdf", "docx", "html"]
@@ -49,20 +50,60 @@ MAX_META_BYTES = 1 << 20  # a sidecar or manifest is configuration, not content
 CACHE_CHARS = 64_000_000  # extracted text kept between an ingest's passes (beyond it, files are read again)
 
 
-def extract(data: bytes, kind: FileKind) -> Extracted:
+def extract(data: bytes, kind: FileKind, max_chars: int = MAX_TEXT_CHARS) -> Extracted:
     """The text, regions and metadata of one file's bytes; raises BadFile for a file that
-    gives no document (the same code serves an ingest and a live PUT)."""
+    gives no document, or whose bytes are another kind than it is declared as (the same code
+    serves an ingest and a live PUT, inside an extraction worker: indexes/extract/sandbox.py)."""
+    check_kind(data, kind)
     if kind == "pdf":
         from indexes.extract.pdf_text import extract_pdf
 
-        return extract_pdf(data)
+        return extract_pdf(data, max_chars)
     if kind == "docx":
         from indexes.extract.docx_text import extract_docx
 
-        return extract_docx(data)
+        return extract_docx(data, max_chars)
     from indexes.extract.html_text import extract_html
 
-    return extract_html(data)
+    return extract_html(data, max_chars)
+
+
+PDF_MAGIC = b"%PDF-"
+ZIP_MAGIC = b"PK\x03\x04"
+OLE_MAGIC = bytes.fromhex("D0CF11E0A1B11AE1")  # an encrypted OOXML file, or a legacy Office file
+_TEXT_BOMS = (b"\xef\xbb\xbf", b"\xff\xfe", b"\xfe\xff")
+
+
+def sniffed(data: bytes) -> str:
+    """What the bytes are, by their signature: pdf (`%PDF-` in the first KiB, as readers
+    allow), zip, ole, binary (NUL bytes in the first 8 KiB of a file without a UTF-16/32
+    byte order mark) or text."""
+    if PDF_MAGIC in data[:1024]:
+        return "pdf"
+    if data.startswith(ZIP_MAGIC):
+        return "zip"
+    if data.startswith(OLE_MAGIC):
+        return "ole"
+    if b"\x00" in data[:8192] and not data.startswith(_TEXT_BOMS):
+        return "binary"
+    return "text"
+
+
+def check_kind(data: bytes, kind: FileKind) -> None:
+    """Refuse bytes that are not the declared kind (a PDF or a Word file sent as HTML would be
+    stored and served as its raw bytes)."""
+    found = sniffed(data)
+    if kind == "pdf" and found != "pdf":
+        raise BadFile("mismatched_type", f"declared a PDF, but the bytes are {_KIND_NAMES[found]} (no %PDF- header)")
+    if kind == "docx" and found not in ("zip", "ole"):
+        raise BadFile("not_docx", f"declared a .docx, but the bytes are {_KIND_NAMES[found]}, not a zip archive")
+    if kind == "html" and found != "text":
+        raise BadFile("mismatched_type", f"declared HTML, but the bytes are {_KIND_NAMES[found]}: send such a file "
+                                         "under its own type")
+
+
+_KIND_NAMES = {"pdf": "a PDF", "zip": "a zip archive (a .docx?)", "ole": "an OLE compound file (an Office file)",
+               "binary": "binary data", "text": "text"}
 
 
 @dataclass(frozen=True)
@@ -83,20 +124,24 @@ class FileReader:
 
     skip_bad: bool = False
     skipped: dict[str, Skipped] = field(default_factory=dict)
+    pool: ExtractorPool | None = None  # where files are extracted (default: one worker of its own, made on first use)
     _cache: dict[tuple[str, int, int], Extracted] = field(default_factory=dict, repr=False)
     _cached_chars: int = field(default=0, repr=False)
     _manifests: dict[Path, list[dict[str, Any]]] = field(default_factory=dict, repr=False)
     _sidecars: dict[Path, dict[str, Any]] = field(default_factory=dict, repr=False)
+    _made_pool: bool = field(default=False, repr=False)
 
     def extract(self, path: Path) -> Extracted | None:
         """The file's extraction, or None when it is bad and skipped; raises IngestError naming
         the file when it is bad and the ingest stops on bad files."""
+        if str(path) in self.skipped:
+            return None  # a bad file is extracted once too, not again in the next pass
         try:
             st = path.stat()
             key = (str(path), st.st_size, st.st_mtime_ns)
             got = self._cache.get(key)
             if got is None:
-                got = extract(path.read_bytes(), FILE_SUFFIXES[path.suffix.lower()])
+                got = self._pool().extract(path.read_bytes(), FILE_SUFFIXES[path.suffix.lower()])
                 if self._cached_chars + len(got.text) <= CACHE_CHARS:
                     self._cache[key] = got
                     self._cached_chars += len(got.text)
@@ -109,6 +154,16 @@ class FileReader:
                                   str(path)) from None
             self.skipped[str(path)] = Skipped(str(path), e.reason, e.message)
             return None
+
+    def _pool(self) -> ExtractorPool:
+        if self.pool is None:
+            self.pool, self._made_pool = ExtractorPool(workers=1, per_owner=1), True
+        return self.pool
+
+    def close(self) -> None:
+        """Stop the extraction worker this reader made (one it was given stays its owner's)."""
+        if self.pool is not None and self._made_pool:
+            self.pool.close()
 
     def overrides(self, path: Path, root: Path) -> tuple[dict[str, Any], dict[str, Any]]:
         """(what the folder manifests say of `path`, what its sidecar says), each a record of

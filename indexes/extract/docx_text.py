@@ -10,6 +10,7 @@ boilerplate.
 from __future__ import annotations
 
 import io
+import itertools
 import re
 import zipfile
 from typing import Any, Iterator
@@ -17,12 +18,14 @@ from typing import Any, Iterator
 import docx
 from docx.oxml.ns import qn
 
-from indexes.corpus import MAX_TEXT_CHARS
-from indexes.extract.record import BadFile, Extracted
+from indexes.extract.record import MAX_TEXT_CHARS, BadFile, Extracted
 from indexes.extract.sections import Block, assemble
 
 OLE_MAGIC = bytes.fromhex("D0CF11E0A1B11AE1")  # an encrypted OOXML file is an OLE compound file
 MAX_UNZIPPED_BYTES = 256 * 1024 * 1024  # a zip that inflates past this is refused (a zip bomb)
+MAX_XML_BYTES = 64 * 1024 * 1024  # its XML parts, which are parsed into trees of about 10x their size
+MAX_ENTRIES = 10_000  # parts of one archive (a Word file has a few dozen, and one per image)
+MAX_BLOCKS = 200_000  # paragraphs and tables of one body (a 2,000-page book holds fewer)
 _HEADING_NAME = re.compile(r"heading\s*([1-9])", re.IGNORECASE)
 _BODY_LEVEL = 9  # w:outlineLvl 9 is body text; 0..8 are heading levels 1..9
 # Runs of a paragraph, tracked insertions and hyperlinks included; text boxes are separate blocks
@@ -30,7 +33,7 @@ _BODY_LEVEL = 9  # w:outlineLvl 9 is body text; 0..8 are heading levels 1..9
 _RUNS = ".//w:r[not(ancestor::w:txbxContent)]"
 
 
-def extract_docx(data: bytes) -> Extracted:
+def extract_docx(data: bytes, max_chars: int = MAX_TEXT_CHARS) -> Extracted:
     """A Word document's body text, heading-path regions and core properties. Raises BadFile
     for a file that is not a zip, an encrypted or non-Word file, a zip bomb or no text."""
     if data[:8] == OLE_MAGIC:
@@ -38,31 +41,51 @@ def extract_docx(data: bytes) -> Extracted:
                                    "save it as an unprotected .docx")
     try:
         with zipfile.ZipFile(io.BytesIO(data)) as archive:
-            unzipped = sum(info.file_size for info in archive.infolist())
+            infos = archive.infolist()
     except Exception as error:  # zipfile raises several types on garbage; all mean "not a zip"
         raise BadFile("not_docx", f"not a zip archive, so not a .docx ({error})") from error
-    if unzipped > MAX_UNZIPPED_BYTES:
-        raise BadFile("too_large", f"the archive inflates to {unzipped} bytes, over {MAX_UNZIPPED_BYTES}")
+    _check_archive(infos)
     try:
         document = docx.Document(io.BytesIO(data))
         levels = _style_levels(document)
-        blocks = list(_blocks(document.element.body, levels))
+        if len(document.element.body) > MAX_BLOCKS:  # counted in C before any is read
+            raise BadFile("too_large", f"the body holds {len(document.element.body)} paragraphs and tables, over "
+                                       f"{MAX_BLOCKS}")
+        blocks = list(itertools.islice(_blocks(document.element.body, levels), MAX_BLOCKS + 1))
+        if len(blocks) > MAX_BLOCKS:  # content controls open into more
+            raise BadFile("too_large", f"the body holds more than {MAX_BLOCKS} paragraphs and tables")
         props = document.core_properties
         core = {name: getattr(props, name) for name in ("title", "author", "subject", "keywords", "category",
                                                         "created", "modified")}
+    except BadFile:
+        raise
     except Exception as error:  # python-docx on a zip that is no Word document: any failure is the file's
         raise BadFile("corrupt", f"not a readable Word document: {type(error).__name__}: {error}") from error
     text, regions = assemble(blocks)
     if not text:
         raise BadFile("no_text", "the document body has no text (page headers and footers are not read)")
-    if len(text) > MAX_TEXT_CHARS:
-        raise BadFile("too_large", f"the text has {len(text)} characters, over {MAX_TEXT_CHARS}")
+    if len(text) > max_chars:
+        raise BadFile("too_large", f"the text has {len(text)} characters, over {max_chars}")
     title = _clean(core["title"]) or next((_clean(b.text) for b in blocks if b.level == 0 and b.text), None)
     metadata = {name: _clean(core[name]) for name in ("author", "subject", "keywords", "category") if _clean(core[name])}
     if core["modified"] is not None:
         metadata["modified"] = core["modified"].date().isoformat()
     created = core["created"].date() if core["created"] is not None else None
     return Extracted(text=text, regions=regions, title=title, date=created, metadata=metadata)
+
+
+def _check_archive(infos: list[zipfile.ZipInfo]) -> None:
+    """Refuse an archive by what its directory declares, before anything is inflated (python-docx
+    reads every part whole; zipfile stops each part at its declared size, so a part that lies
+    about its size cannot inflate past it)."""
+    if len(infos) > MAX_ENTRIES:
+        raise BadFile("too_large", f"the archive holds {len(infos)} parts, over {MAX_ENTRIES}")
+    unzipped = sum(info.file_size for info in infos)
+    if unzipped > MAX_UNZIPPED_BYTES:
+        raise BadFile("too_large", f"the archive inflates to {unzipped} bytes, over {MAX_UNZIPPED_BYTES}")
+    xml = sum(info.file_size for info in infos if info.filename.lower().endswith((".xml", ".rels")))
+    if xml > MAX_XML_BYTES:
+        raise BadFile("too_large", f"its XML parts inflate to {xml} bytes, over {MAX_XML_BYTES}")
 
 
 def _clean(value: Any) -> str:

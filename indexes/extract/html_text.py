@@ -16,8 +16,7 @@ from typing import Any
 
 from selectolax.lexbor import LexborHTMLParser, LexborNode
 
-from indexes.corpus import MAX_TEXT_CHARS
-from indexes.extract.record import BadFile, Extracted
+from indexes.extract.record import MAX_TEXT_CHARS, BadFile, Extracted
 from indexes.extract.sections import Block, assemble
 
 _NEVER_CONTENT = {"script", "style", "noscript", "template", "svg", "iframe", "button", "select", "nav", "aside"}
@@ -49,12 +48,14 @@ _BOMS = ((b"\xef\xbb\xbf", "utf-8"), (b"\xff\xfe\x00\x00", "utf-32-le"), (b"\x00
          (b"\xff\xfe", "utf-16-le"), (b"\xfe\xff", "utf-16-be"))
 
 
-def extract_html(data: bytes) -> Extracted:
+def extract_html(data: bytes, max_chars: int = MAX_TEXT_CHARS) -> Extracted:
     """A page's main text (blocks separated by blank lines), heading-path regions and its
     metadata. Raises BadFile when nothing is left after the boilerplate is removed, or when
     the page nests deeper than MAX_DEPTH."""
     text_in = decode_html(data)
-    depth = nesting_bound(text_in)
+    depth, tags = nesting_bound(text_in)
+    if tags > MAX_TAGS:
+        raise BadFile("too_large", f"about {tags} tags, over {MAX_TAGS} (no page needs that many)")
     if depth > MAX_DEPTH:
         raise BadFile("too_large", f"elements nested about {depth} deep, over {MAX_DEPTH} (no page needs that; "
                                    "parsing it would take time that grows with the square of the depth)")
@@ -71,8 +72,8 @@ def extract_html(data: bytes) -> Extracted:
     text, regions = assemble(blocks)
     if not text:
         raise BadFile("no_body_text", "no body text once navigation, headers, footers and link lists are removed")
-    if len(text) > MAX_TEXT_CHARS:
-        raise BadFile("too_large", f"the text has {len(text)} characters, over {MAX_TEXT_CHARS}")
+    if len(text) > max_chars:
+        raise BadFile("too_large", f"the text has {len(text)} characters, over {max_chars}")
     title = metadata.pop("title", None) or next((b.text for b in blocks if b.level == 1), None)
     published = metadata.pop("date", None)
     if published is None and root is not None:
@@ -86,7 +87,11 @@ def extract_html(data: bytes) -> Extracted:
 # 2.2 s; 60,000: 8.7 s), and a 1 MiB body holds 90,000. Browsers cap the DOM's depth at a few
 # hundred (Blink: 512); real pages stay under a hundred.
 MAX_DEPTH = 4096
-_TAG = re.compile(r"<(/?)([A-Za-z][A-Za-z0-9:-]*)[^>]*?(/?)>")
+MAX_TAGS = 250_000  # a 1 MiB page of real markup holds a few tens of thousands
+# A tag's attributes stop at the next `<` as well as at `>`: a run of unclosed `<a` is then
+# scanned once, not once per `<` to the end of the page.
+_TAG = re.compile(r"<(/?)([A-Za-z][A-Za-z0-9:-]*)[^<>]*?(/?)>")
+_FOREIGN = {"svg", "math"}
 # Elements a parser closes by itself (a new <p>, <li>, <td> ends the open one) or that hold
 # nothing: counting them would take a sloppy page for a deep one.
 _SELF_CLOSING = {
@@ -96,16 +101,21 @@ _SELF_CLOSING = {
 }
 
 
-def nesting_bound(html: str) -> int:
-    """An upper bound of the page's element depth, in one linear pass over its tags (elements
-    a parser closes by itself left out)."""
-    depth = deepest = 0
+def nesting_bound(html: str) -> tuple[int, int]:
+    """An upper bound of the page's element depth, and its number of tags, in one linear pass
+    over its tags (elements a parser closes by itself left out). A trailing `/` closes an
+    element only inside `<svg>` or `<math>`: HTML ignores it, so `<div/>` opens a div."""
+    depth = deepest = tags = foreign = 0
     for closing, name, empty in _TAG.findall(html):
-        if empty or name.lower() in _SELF_CLOSING:
+        tags += 1
+        lower = name.lower()
+        if lower in _FOREIGN:
+            foreign = max(foreign - 1, 0) if closing else foreign + (not empty)
+        if (empty and (foreign or lower in _FOREIGN)) or lower in _SELF_CLOSING:
             continue
         depth = max(depth - 1, 0) if closing else depth + 1
         deepest = max(deepest, depth)
-    return deepest
+    return deepest, tags
 
 
 def decode_html(data: bytes) -> str:

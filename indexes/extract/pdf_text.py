@@ -21,8 +21,7 @@ from statistics import median
 import pypdfium2 as pdfium  # type: ignore[import-untyped]
 import pypdfium2.raw as pdfium_c  # type: ignore[import-untyped]
 
-from indexes.corpus import MAX_TEXT_CHARS
-from indexes.extract.record import BadFile, Extracted
+from indexes.extract.record import MAX_TEXT_CHARS, BadFile, Extracted
 from retrieval.types import Region
 
 # PDFium is not thread-safe, not even across documents (pypdfium2's docs): one call at a time.
@@ -36,6 +35,7 @@ GUTTER = 1.2  # a vertical gutter is at least this many line heights wide
 COLUMN_SHARE = 0.25  # each side of a gutter spans this share of the block (else: a table row)
 _WORD_SPLIT_LOWER = re.compile(r"(?<![^\W\d_])([^\W\d_]+)-$")
 _WORD_START = re.compile(r"[^\W\d_]+")
+MAX_PAGES = 20_000  # a file past this is no document to search (and each page costs PDFium memory)
 _PDF_DATE = re.compile(r"(?:D:)?\s*(\d{4})(\d{2})?(\d{2})?")
 
 
@@ -54,19 +54,19 @@ class _Box:
         return self.bottom - self.top
 
 
-def extract_pdf(data: bytes) -> Extracted:
+def extract_pdf(data: bytes, max_chars: int = MAX_TEXT_CHARS) -> Extracted:
     """The text of a PDF in reading order, one region per page that has text, and its info
     dictionary's metadata. Raises BadFile for encrypted, unreadable, text-less or oversized files."""
     with _PDFIUM:
         try:
-            return _extract(data)
+            return _extract(data, max_chars)
         except BadFile:
             raise
         except Exception as error:  # PDFium on hostile input: any failure is the file's
             raise BadFile("corrupt", f"PDFium could not read the file: {type(error).__name__}: {error}") from error
 
 
-def _extract(data: bytes) -> Extracted:
+def _extract(data: bytes, max_chars: int) -> Extracted:
     try:
         pdf = pdfium.PdfDocument(data)
     except pdfium.PdfiumError as error:
@@ -77,13 +77,15 @@ def _extract(data: bytes) -> Extracted:
         pages: list[list[_Box]] = []
         total = 0
         heights: list[float] = []
+        if len(pdf) > MAX_PAGES:
+            raise BadFile("too_large", f"{len(pdf)} pages, over {MAX_PAGES}")
         for index in range(len(pdf)):
-            lines, height = _page_lines(pdf, index)
+            lines, height = _page_lines(pdf, index, max_chars - total)
             pages.append(lines)
             heights.append(height)
             total += sum(len(line.text) + 1 for line in lines)
-            if total > MAX_TEXT_CHARS:
-                raise BadFile("too_large", f"the text passes {MAX_TEXT_CHARS} characters by page {index + 1}")
+            if total > max_chars:
+                raise BadFile("too_large", f"the text passes {max_chars} characters by page {index + 1}")
         info = pdf.get_metadata_dict(skip_empty=True)
     finally:
         pdf.close()
@@ -104,8 +106,8 @@ def _extract(data: bytes) -> Extracted:
     if not texts:
         raise BadFile("no_text", f"no text layer on any of its {len(pages)} pages (a scan? OCR it first)")
     joined = "\n\n".join(texts)
-    if len(joined) > MAX_TEXT_CHARS:
-        raise BadFile("too_large", f"the text has {len(joined)} characters, over {MAX_TEXT_CHARS}")
+    if len(joined) > max_chars:
+        raise BadFile("too_large", f"the text has {len(joined)} characters, over {max_chars}")
     metadata = {key.lower(): info[name].strip() for name, key in
                 (("Author", "author"), ("Subject", "subject"), ("Keywords", "keywords")) if info.get(name, "").strip()}
     modified = _pdf_date(info.get("ModDate", ""))
@@ -115,15 +117,19 @@ def _extract(data: bytes) -> Extracted:
                      date=_pdf_date(info.get("CreationDate", "")), metadata=metadata, pages=len(pages))
 
 
-def _page_lines(pdf: pdfium.PdfDocument, index: int) -> tuple[list[_Box], float]:
+def _page_lines(pdf: pdfium.PdfDocument, index: int, max_chars: int) -> tuple[list[_Box], float]:
     """One page's lines in reading order and its height (its PDFium page and text page are
-    closed on return: they hold native memory)."""
+    closed on return: they hold native memory); a page of more than `max_chars` characters
+    is refused before they are read."""
     page = pdf.get_page(index)
     try:
         _, bottom, _, top = page.get_bbox()  # the visible box: its top is y = 0 for the layout rule
         height = top - bottom
         textpage = page.get_textpage()
         try:
+            if textpage.count_chars() > max_chars:
+                raise BadFile("too_large", f"page {index + 1} alone has {textpage.count_chars()} characters, more than "
+                                           "the text may hold")
             words = _words(textpage, top)
         finally:
             textpage.close()
@@ -137,8 +143,10 @@ def _page_lines(pdf: pdfium.PdfDocument, index: int) -> tuple[list[_Box], float]
 def _words(textpage: pdfium.PdfTextPage, page_top: float) -> list[_Box]:
     """Characters to words: a word ends at whitespace, at a horizontal gap wider than a fifth
     of the glyph height, or where the text jumps to another line or back to the left (the
-    characters of a ligature share one box, so they are no jump)."""
+    characters of a ligature share one box, so they are no jump). A word's characters are
+    gathered in a list and joined once: one endless word costs linear time."""
     words: list[_Box] = []
+    parts: list[list[str]] = []
     current: _Box | None = None
     last_x0 = 0.0
     rect = pdfium_c.FS_RECTF()
@@ -153,12 +161,15 @@ def _words(textpage: pdfium.PdfTextPage, page_top: float) -> list[_Box]:
                                     or abs((top + bottom) - (current.top + current.bottom)) > current.height):
             current = None
         if current is None:
-            current = _Box(char, x0, top, x1, bottom)
+            current = _Box("", x0, top, x1, bottom)
             words.append(current)
+            parts.append([char])
         else:
-            current.text += char
+            parts[-1].append(char)
             current.x1, current.top, current.bottom = max(current.x1, x1), min(current.top, top), max(current.bottom, bottom)
         last_x0 = x0
+    for word, chars in zip(words, parts, strict=True):
+        word.text = "".join(chars)
     return words
 
 

@@ -8,7 +8,9 @@ from typing import Any, Literal
 
 from retrieval.types import Region
 
-BadReason = Literal["encrypted", "corrupt", "no_text", "not_docx", "no_body_text", "too_large"]
+BadReason = Literal["encrypted", "corrupt", "no_text", "not_docx", "no_body_text", "too_large", "too_slow",
+                    "mismatched_type"]
+MAX_TEXT_CHARS = 5_000_000  # the longest document text, from a file or any other source
 
 
 @dataclass(frozen=True)

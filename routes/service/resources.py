@@ -1,4 +1,4 @@
-"""The threads and caches a process serves with: made by the runtime (or by a view opened
+"""The threads, caches and extraction workers a process serves with: made by the runtime (or by a view opened
 alone), sized by the settings, shut down once; the core and the indexes only use them."""
 
 from __future__ import annotations
@@ -8,6 +8,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 from indexes.dense_index import WALKERS
+from indexes.extract.sandbox import Budget, ExtractorPool
 from retrieval.calls import CallPool, threads_needed
 from retrieval.entities import key_memo
 from retrieval.lru import Lru
@@ -27,6 +28,7 @@ class Resources:
     walkers: ThreadPoolExecutor  # the graph walks of one dense search
     name_keys: Lru[str, str]  # entity name keys, kept across the entity index builds of every view
     call_pool: CallPool  # at most `workers` retriever calls at once on `calls`, whichever view makes them
+    extractors: ExtractorPool  # worker processes for PUT file bodies (started on first use)
 
     @classmethod
     def open(cls, settings: Settings) -> Resources:
@@ -40,9 +42,18 @@ class Resources:
             ThreadPoolExecutor(WALKERS, thread_name_prefix="quarry-dense"),
             key_memo(),
             CallPool(settings.workers, settings.spare_workers, threads=calls),
+            extraction_pool(settings),
         )
 
     def shutdown(self) -> None:
-        """Cancel what is queued and let the threads end once idle (none is waited for)."""
+        """Cancel what is queued and let the threads end once idle (none is waited for); stop
+        the extraction workers."""
         for pool in (self.calls, self.side, self.profiles, self.watchdogs, self.walkers):
             pool.shutdown(wait=False, cancel_futures=True)
+        self.extractors.close()
+
+
+def extraction_pool(settings: Settings, workers: int | None = None) -> ExtractorPool:
+    """The extraction workers the settings describe (`workers` overrides their number)."""
+    budget = Budget(settings.extract_timeout_s, settings.extract_memory_mb * 1024 * 1024)
+    return ExtractorPool(workers or settings.extract_workers, settings.extract_per_key, budget)

@@ -19,11 +19,11 @@ from starlette.concurrency import run_in_threadpool
 from indexes.corpus import make_document
 from indexes.embedder import Embedder
 from indexes.extract.record import BadFile
-from indexes.files import FileKind, extract, merge_fields
+from indexes.files import FileKind, merge_fields
 from indexes.live import Change, Delete, Put, SetAcl
 from indexes.wal import JSONObject
 from retrieval.answer_level import AnswerScores
-from retrieval.errors import InvalidRequest, NotFound
+from retrieval.errors import InvalidRequest, NotFound, PayloadTooLarge
 from retrieval.limits import Limits, check_query
 from retrieval.loop import LoopResult, Understood
 from retrieval.retrievers.sql import SqlResult
@@ -229,8 +229,10 @@ class Service:
             return ("group:admin",)
         return served.engine.default_acl()
 
-    def change(self, write: Write) -> Change:
-        """A write request as a checked change (the same rules as an ingest of it)."""
+    def change(self, write: Write, owner: str | None = None) -> Change:
+        """A write request as a checked change (the same rules as an ingest of it). A file
+        body is extracted in the runtime's extraction workers, counted against `owner`'s
+        share of them, its text bounded by the largest write body."""
         if isinstance(write, DeleteWrite):
             return Delete(check_doc_id(write.doc_id))
         if isinstance(write, AclWrite):
@@ -238,9 +240,11 @@ class Service:
         body, acl = write.body, self.default_acl()
         if isinstance(body, FileBody):
             try:
-                got = extract(body.data, body.kind)
-            except BadFile as e:
-                raise InvalidRequest(f"{e.reason}: {e.message}") from None
+                got = self.runtime.resources.extractors.extract(body.data, body.kind, owner,
+                                                                max_chars=self.settings.write_max_body_bytes)
+            except BadFile as e:  # a file over its extraction budget is too large a body; any other is a bad one
+                error = PayloadTooLarge if e.reason in ("too_large", "too_slow") else InvalidRequest
+                raise error(f"{e.reason}: {e.message}") from None
             record = merge_fields(got.fields(), body.fields)
             doc = make_document({**record, "id": write.doc_id, "text": got.text}, default_source=None, default_acl=acl)
             return Put(replace(doc, regions=got.regions), write.origin)
@@ -253,9 +257,12 @@ class Service:
               ) -> JSONObject:
         """Apply the writes as one durable record, visible to every request that starts
         after it returns. `principal` None is the local operator (the CLI)."""
-        changes = [self.change(w) for w in writes]  # every change checked before any is written
         writer = self.runtime.writable()
-        return writer.write(changes, principal, idempotency, None, principal.id if principal is not None else None)
+        owner = principal.id if principal is not None else None
+        raw = sum(len(w.body.data) for w in writes if isinstance(w, PutWrite) and isinstance(w.body, FileBody))
+        with writer.quota.admit(owner, raw):  # a file's bytes count before it is extracted
+            changes = [self.change(w, owner) for w in writes]  # every change checked before any is written
+            return writer.write(changes, principal, idempotency, None, owner)
 
     def write_changes(self, changes: Sequence[Change]) -> JSONObject:
         """Changes an operator built from files (the CLI's upsert): applied as one record."""

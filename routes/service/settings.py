@@ -24,6 +24,7 @@ from pydantic import Field, PrivateAttr, SecretStr, ValidationError, field_valid
 from pydantic_settings import BaseSettings, EnvSettingsSource, NoDecode, PydanticBaseSettingsSource, SettingsConfigDict
 from pydantic_settings.sources.utils import parse_env_vars
 
+from indexes.extract.sandbox import Budget
 from retrieval.errors import InvalidRequest
 from retrieval.fusion import FusionMethod
 from retrieval.limits import Limits
@@ -33,7 +34,7 @@ from retrieval.retrievers.sql import SqlLimits
 ENV_PREFIX = "QUARRY_"
 POLICY_HELP = "factory called with (settings, engine) returning the policy"  # loaded by routes/service/plugins.py
 
-_LIMITS, _SQL, _FUSION = Limits(), SqlLimits(), FusionParams()
+_LIMITS, _SQL, _FUSION, _EXTRACT = Limits(), SqlLimits(), FusionParams(), Budget()
 
 
 def setting(default: Any, help: str, group: str, secret: bool = False, **constraints: Any) -> Any:
@@ -91,6 +92,15 @@ class Settings(BaseSettings):
     write_max_key_bytes: int = setting(4 * 1024 * 1024, "Bytes of document writes one principal may have queued or "
                                        "running at once (PUT, batch, write tools; its keys share them); past it a "
                                        "retryable 429.", "server", ge=1)
+    extract_workers: int = setting(2, "Worker processes that extract PUT file bodies (PDF, DOCX, HTML), each alone; "
+                                   "a file that finds none free within its time budget gets a retryable 429.",
+                                   "server", ge=1, le=64)
+    extract_per_key: int = setting(2, "Files one principal may have being extracted at once (its keys share them); "
+                                   "more get a retryable 429 before any work.", "server", ge=1)
+    extract_timeout_s: float = setting(_EXTRACT.seconds, "Time one file's extraction may take (PUT and ingest); past "
+                                       "it the worker is killed and the file is refused as too_slow.", "server", gt=0)
+    extract_memory_mb: int = setting(_EXTRACT.memory_bytes >> 20, "Memory one extraction worker may use; past it the "
+                                     "file is refused as too_large and the server's memory is untouched.", "server", ge=64)
     write_batch_max: int = setting(100, "Most changes one `POST /v1/documents:batch` may carry.", "server", ge=1, le=10_000)
     reload_grace_s: float = setting(30.0, "After its last request, how long a replaced engine waits for retriever "
                                     "calls the loop gave up on before it is closed.", "server", ge=0)

@@ -41,8 +41,9 @@ class WriteQuota:
 
     @contextmanager
     def admit(self, key: str | None, size: int) -> Iterator[None]:
-        """Hold `size` bytes of `key`'s quota for the duration (no key: the local operator, unbounded)."""
-        if key is None:
+        """Hold `size` bytes of `key`'s quota for the duration (no key: the local operator, unbounded;
+        nothing held for nothing)."""
+        if key is None or size <= 0:
             yield
             return
         with self._lock:

@@ -1,0 +1,195 @@
+"""Hostile files, one per class of attack on the extractors, each under a 1 MiB body.
+
+`hostile_files()` returns (name, kind, bytes) for: angle-bracket runs, tag floods, deep
+nesting, Word paragraph floods, zips that lie about their sizes, zip bombs, many-entry zips,
+huge and endless-word PDFs; `hostile_markdown()` the YAML alias bomb and the heading of
+spaces, which only an ingest reads. The test tests/system/test_hostile_files.py sends them
+as PUTs while clients query; `python benchmarks/hostile_files.py` measures the same against
+a served index (see its main) and writes JSON.
+"""
+
+from __future__ import annotations
+
+import functools
+import io
+import struct
+import zipfile
+import zlib
+
+BODY_LIMIT = 1024 * 1024
+_PAGE = b"<html><head><title>t</title></head><body><p>Lead paragraph.</p>%s</body></html>"
+_CONTENT_TYPES = (b'<?xml version="1.0" encoding="UTF-8"?><Types xmlns="http://schemas.openxmlformats.org/package/2006/'
+                  b'content-types"><Default Extension="rels" ContentType="application/vnd.openxmlformats-package.'
+                  b'relationships+xml"/><Default Extension="xml" ContentType="application/xml"/><Override PartName="/word/'
+                  b'document.xml" ContentType="application/vnd.openxmlformats-officedocument.wordprocessingml.document.'
+                  b'main+xml"/></Types>')
+_RELS = (b'<?xml version="1.0" encoding="UTF-8"?><Relationships xmlns="http://schemas.openxmlformats.org/package/2006/'
+         b'relationships"><Relationship Id="rId1" Type="http://schemas.openxmlformats.org/officeDocument/2006/'
+         b'relationships/officeDocument" Target="word/document.xml"/></Relationships>')
+_DOC_HEAD = (b'<?xml version="1.0" encoding="UTF-8"?><w:document xmlns:w="http://schemas.openxmlformats.org/'
+             b'wordprocessingml/2006/main"><w:body>')
+_DOC_TAIL = b"</w:body></w:document>"
+
+
+def _docx(document_xml: bytes, extra: dict[str, bytes] | None = None) -> bytes:
+    out = io.BytesIO()
+    with zipfile.ZipFile(out, "w", zipfile.ZIP_DEFLATED, compresslevel=9) as z:
+        z.writestr("[Content_Types].xml", _CONTENT_TYPES)
+        z.writestr("_rels/.rels", _RELS)
+        z.writestr("word/document.xml", document_xml)
+        for name, data in (extra or {}).items():
+            z.writestr(name, data)
+    return out.getvalue()
+
+
+def _paragraph_flood(count: int) -> bytes:
+    return _docx(_DOC_HEAD + b"<w:p><w:r><w:t>Lead.</w:t></w:r></w:p>" + b"<w:p/>" * count + _DOC_TAIL)
+
+
+def _lying_sizes(real: int, declared: int) -> bytes:
+    """A Word file whose document part inflates to `real` bytes but declares `declared`, in both
+    its local header and the central directory."""
+    body = _DOC_HEAD + b"<w:p><w:r><w:t>" + b"A" * real + b"</w:t></w:r></w:p>" + _DOC_TAIL
+    data = bytearray(_docx(body))
+    name = b"word/document.xml"
+    local = data.find(name) - 30  # the name's first occurrence is in its local header
+    central = data.find(b"PK\x01\x02")
+    while central != -1 and data[central + 46: central + 46 + len(name)] != name:
+        central = data.find(b"PK\x01\x02", central + 4)
+    struct.pack_into("<I", data, local + 22, declared)
+    struct.pack_into("<I", data, central + 24, declared)
+    return bytes(data)
+
+
+def _zip_bomb(inflated: int) -> bytes:
+    """A Word file with a media part of `inflated` zero bytes (about 1,000:1 deflated)."""
+    compressor = zlib.compressobj(9, zlib.DEFLATED, -15)
+    chunk = bytes(1 << 20)
+    parts = [compressor.compress(chunk) for _ in range(inflated >> 20)]
+    raw = b"".join(parts) + compressor.flush()
+    out = io.BytesIO()
+    with zipfile.ZipFile(out, "w", zipfile.ZIP_DEFLATED) as z:
+        z.writestr("[Content_Types].xml", _CONTENT_TYPES)
+        z.writestr("_rels/.rels", _RELS)
+        z.writestr("word/document.xml", _DOC_HEAD + b"<w:p><w:r><w:t>Lead.</w:t></w:r></w:p>" + _DOC_TAIL)
+        info = zipfile.ZipInfo("word/media/zeros.bin")
+        info.compress_type = zipfile.ZIP_DEFLATED
+        z.writestr(info, b"")  # a placeholder entry, rewritten below with the bomb's stream
+    data = out.getvalue()
+    # Rebuild the archive by hand around the stream deflated above (zipfile would deflate the GB again).
+    return _with_raw_entry(data, "word/media/zeros.bin", raw, inflated)
+
+
+def _with_raw_entry(archive: bytes, name: str, raw: bytes, size: int) -> bytes:
+    """`archive` with entry `name` replaced by an already deflated stream `raw` of `size` bytes."""
+    src = zipfile.ZipFile(io.BytesIO(archive))
+    out = io.BytesIO()
+    entries = []
+    for info in src.infolist():
+        offset = out.tell()
+        fname = info.filename.encode()
+        if info.filename == name:
+            data, csize, usize, ccrc = raw, len(raw), size, _zero_crc(size)
+        else:
+            data = archive[info.header_offset + 30 + len(fname) + _extra_len(archive, info.header_offset):][: info.compress_size]
+            csize, usize, ccrc = info.compress_size, info.file_size, info.CRC
+        out.write(struct.pack("<IHHHHHIIIHH", 0x04034B50, 20, 0, 8, 0, 0, ccrc, csize, usize, len(fname), 0) + fname)
+        out.write(data)
+        entries.append((fname, ccrc, csize, usize, offset))
+    start = out.tell()
+    for fname, ccrc, csize, usize, offset in entries:
+        out.write(struct.pack("<IHHHHHHIIIHHHHHII", 0x02014B50, 20, 20, 0, 8, 0, 0, ccrc, csize, usize, len(fname), 0, 0,
+                              0, 0, 0, offset) + fname)
+    end = out.tell()
+    out.write(struct.pack("<IHHHHIIH", 0x06054B50, 0, 0, len(entries), len(entries), end - start, start, 0))
+    return out.getvalue()
+
+
+def _extra_len(archive: bytes, header_offset: int) -> int:
+    return int(struct.unpack_from("<H", archive, header_offset + 28)[0])
+
+
+def _zero_crc(size: int) -> int:
+    crc, chunk = 0, bytes(1 << 20)
+    for _ in range(size >> 20):
+        crc = zlib.crc32(chunk, crc)
+    return crc
+
+
+def _many_entries(count: int) -> bytes:
+    out = io.BytesIO()
+    with zipfile.ZipFile(out, "w", zipfile.ZIP_STORED) as z:
+        z.writestr("[Content_Types].xml", _CONTENT_TYPES)
+        z.writestr("_rels/.rels", _RELS)
+        z.writestr("word/document.xml", _DOC_HEAD + b"<w:p><w:r><w:t>Lead.</w:t></w:r></w:p>" + _DOC_TAIL)
+        for n in range(count):
+            z.writestr(f"{n:x}", b"")
+    return out.getvalue()
+
+
+def pdf(pages: list[bytes], compress: bool = True) -> bytes:
+    """A PDF of one content stream per page (Helvetica), written by hand so that a test can
+    shape what no authoring library would write."""
+    objects: list[bytes] = [b"<< /Type /Catalog /Pages 2 0 R >>", b"", b"<< /Type /Font /Subtype /Type1 /BaseFont /Helvetica >>"]
+    kids = []
+    for content in pages:
+        stream = zlib.compress(content) if compress else content
+        filt = b" /Filter /FlateDecode" if compress else b""
+        objects.append(b"<< /Length %d%s >>\nstream\n%s\nendstream" % (len(stream), filt, stream))
+        objects.append(b"<< /Type /Page /Parent 2 0 R /MediaBox [0 0 612 792] /Resources << /Font << /F1 3 0 R >> >> "
+                       b"/Contents %d 0 R >>" % len(objects))
+        kids.append(len(objects))
+    objects[1] = b"<< /Type /Pages /Kids [%s] /Count %d >>" % (b" ".join(b"%d 0 R" % k for k in kids), len(kids))
+    out = bytearray(b"%PDF-1.4\n")
+    offsets = []
+    for n, body in enumerate(objects, start=1):
+        offsets.append(len(out))
+        out += b"%d 0 obj\n%s\nendobj\n" % (n, body)
+    xref = len(out)
+    out += b"xref\n0 %d\n0000000000 65535 f \n" % (len(objects) + 1)
+    out += b"".join(b"%010d 00000 n \n" % o for o in offsets)
+    out += b"trailer\n<< /Size %d /Root 1 0 R >>\nstartxref\n%d\n%%%%EOF\n" % (len(objects) + 1, xref)
+    return bytes(out)
+
+
+def _text_page(text: bytes) -> bytes:
+    return b"BT /F1 10 Tf 20 700 Td (" + text + b") Tj ET"
+
+
+@functools.lru_cache(maxsize=1)
+def hostile_files() -> tuple[tuple[str, str, bytes], ...]:
+    """(name, kind, bytes) for each class of hostile file, each under BODY_LIMIT (made once)."""
+    files = [
+        ("angle_brackets", "html", _PAGE % (b"<a" * 32_000)),
+        ("bare_brackets", "html", _PAGE % (b"<" * 64_000)),
+        ("end_tag_flood", "html", _PAGE % (b"</p>" * 60_000)),
+        ("self_closed_div_flood", "html", _PAGE % (b"<div/>" * 170_000)),
+        ("deep_nesting", "html", _PAGE % (b"<div>" * 100_000)),
+        ("formatting_flood", "html", _PAGE % (b"<b><i><u>x" * 60_000)),
+        ("paragraph_flood", "docx", _paragraph_flood(10_000_000)),
+        ("paragraph_flood_small", "docx", _paragraph_flood(2_000_000)),
+        ("lying_zip_sizes", "docx", _lying_sizes(real=50_000_000, declared=1000)),
+        ("zip_bomb", "docx", _zip_bomb(300 << 20)),
+        ("many_entry_zip", "docx", _many_entries(12_000)),
+        ("many_page_pdf", "pdf", pdf([b""] * 4_000, compress=False)),
+        ("endless_word_pdf", "pdf", pdf([_text_page(b"W" * 1_000_000)])),
+        ("many_words_pdf", "pdf", pdf([_text_page(b"ab " * 300_000)])),
+    ]
+    for name, _, data in files:
+        assert len(data) <= BODY_LIMIT, (name, len(data))
+    return tuple(files)
+
+
+def hostile_markdown() -> list[tuple[str, bytes]]:
+    """(file name, bytes) of Markdown that attacks the front matter and heading readers."""
+    laughs = ["---", 'a: &a ["lol","lol","lol","lol","lol","lol","lol","lol","lol"]']
+    for n, prev in zip("bcdefghi", "abcdefgh", strict=True):
+        laughs.append(f"{n}: &{n} [*{prev},*{prev},*{prev},*{prev},*{prev},*{prev},*{prev},*{prev},*{prev}]")
+    laughs += ["---", "# Laughs", "", "Body."]
+    return [("alias_bomb.md", "\n".join(laughs).encode()),
+            ("heading_spaces.md", b"#" + b" " * 100_000 + b"x\n\nBody text.\n")]
+
+
+if __name__ == "__main__":
+    for name, kind, data in hostile_files():
+        print(f"{name:24} {kind:5} {len(data):>9} bytes")
