@@ -9,21 +9,28 @@ Defaults: `source` is the JSONL file's stem, or a file's folder name; a Markdown
 (a PDF, DOCX or HTML file's keeps its extension: `q3.pdf` and `q3.docx` are two documents);
 its `title` is the first `# heading` when the front matter has none. Files' metadata,
 sidecars and folder manifests: indexes/files.py.
+
+A folder's contents are untrusted: nothing outside it is read (links are not followed, FIFOs
+and devices never opened, each listed as skipped: indexes/source_files.py), front matter is
+parsed with bounds (indexes/front_matter.py), and every real file name becomes a valid id or
+a listed skip, never a stop of the ingest (indexes/path_ids.py).
 """
 
 from __future__ import annotations
 
 import json
+import os
 import re
 from dataclasses import dataclass, replace
 from datetime import date, datetime
 from pathlib import Path
 from typing import Any, Iterator, Sequence
 
-import yaml
-
 from indexes.extract.record import MAX_TEXT_CHARS
-from indexes.files import FileReader, merge_fields, orphan_sidecars
+from indexes.files import FileReader, Skipped, merge_fields, orphan_sidecars
+from indexes.front_matter import EXCERPT_CHARS, excerpt, first_heading, split_front_matter
+from indexes.path_ids import path_id
+from indexes.source_files import FileTooLarge, check_source, list_folder, open_regular, read_regular, shown
 from retrieval.errors import IngestError, InvalidRequest
 from retrieval.types import Document, check_acl, check_doc_id
 
@@ -32,9 +39,9 @@ DOC_SUFFIXES = {".jsonl": "jsonl", ".md": "markdown", ".markdown": "markdown", "
                 ".pdf": "file", ".docx": "file", ".html": "file", ".htm": "file"}
 TABLE_SUFFIXES = {".csv", ".parquet"}
 FIELDS = {"id", "_id", "text", "title", "source", "date", "metadata", "acl"}
+MAX_TEXT_BYTES = 4 * MAX_TEXT_CHARS  # a Markdown or text file past it holds more characters than a document may
+MAX_JSONL_LINE_BYTES = 32 * 1024 * 1024  # one JSONL document: its text JSON-escaped, and its fields
 _LOGGED_ID_RE = re.compile(r"[^\s#][^\s]{0,255}")  # the id rule before check_doc_id, for changes logged then
-_FRONT = re.compile(r"\A---[ \t]*\r?\n(.*?)\r?\n---[ \t]*\r?\n?", re.DOTALL)
-_HEADING = re.compile(r"^#\s+(.+?)\s*#*\s*$", re.MULTILINE)
 
 
 @dataclass(frozen=True)
@@ -43,29 +50,41 @@ class LoadedDocument:
     origin: str  # "path:line", kept in the catalog so an author can find the source
 
 
-def discover(sources: Sequence[Path]) -> tuple[list[tuple[Path, Path]], list[Path]]:
-    """Split sources into (document files with their root, table files); walk folders sorted."""
+def discover(sources: Sequence[Path], skipped: dict[str, Skipped] | None = None
+             ) -> tuple[list[tuple[Path, Path]], list[Path]]:
+    """Split sources into (document files with their root, table files); walk folders sorted,
+    following no link inside them. The entries never read (links, FIFOs, devices, names that
+    are not UTF-8) go into `skipped` when it is given (an ingest lists them)."""
     docs: list[tuple[Path, Path]] = []
     tables: list[Path] = []
     for src in sources:
+        check_source(src)
         if src.is_dir():
-            orphans = orphan_sidecars(src)
+            listing = list_folder(src)
+            orphans = orphan_sidecars(listing.files)
             if orphans:
                 raise IngestError("a sidecar without its file (renamed or removed?): its ACL would apply to nothing",
                                   str(orphans[0]))
-            for p in sorted(src.rglob("*")):
-                if p.is_file() and not any(part.startswith(".") for part in p.relative_to(src).parts):
-                    if p.suffix.lower() in DOC_SUFFIXES:
-                        docs.append((p, src))
-                    elif p.suffix.lower() in TABLE_SUFFIXES:
-                        tables.append(p)
+            if skipped is not None:
+                for r in listing.refused:
+                    skipped[str(r.path)] = Skipped(shown(r.path), r.reason, r.message)
+            for p in listing.files:
+                if p.suffix.lower() in DOC_SUFFIXES:
+                    docs.append((p, src))
+                elif p.suffix.lower() in TABLE_SUFFIXES:
+                    tables.append(p)
         elif src.is_file():
+            if src.is_symlink():  # named on the command line: the person ingesting chose what it points to
+                src = Path(os.path.realpath(src))
+                check_source(src)
             if src.suffix.lower() in DOC_SUFFIXES:
                 docs.append((src, src.parent))
             elif src.suffix.lower() in TABLE_SUFFIXES:
                 tables.append(src)
             else:
                 raise IngestError(f"unsupported file type {src.suffix!r}", str(src))
+        elif src.exists():
+            raise IngestError("not a regular file or folder (a FIFO, socket or device is never read)", shown(src))
         else:
             raise IngestError("no such file or folder", str(src))
     return docs, tables
@@ -83,8 +102,9 @@ def iter_documents(sources: Sequence[Path], default_acl: Sequence[str] = ADMIN_O
     reads its sources in passes rather than keeping the corpus in memory. `reader` reads PDF,
     DOCX and HTML files (pass one reader to every pass: it extracts each file once) and says
     what a bad one does (stop, the default, or skip and list)."""
-    files, _ = discover(sources)
     reader = reader if reader is not None else FileReader()
+    files, _ = discover(sources, reader.skipped)
+    reader.roots.update(root for _, root in files)
     seen: dict[str, int] = {}  # id -> where it was first seen: file number << 32 | line
     for number, (path, root) in enumerate(files):
         for loaded in _load_file(path, root, tuple(default_acl), reader):
@@ -97,11 +117,13 @@ def iter_documents(sources: Sequence[Path], default_acl: Sequence[str] = ADMIN_O
             yield loaded
 
 
-def _read(path: Path) -> str:
+def _read(path: Path, root: Path) -> str:
     try:
-        return path.read_text(encoding="utf-8")
+        return read_regular(path, MAX_TEXT_BYTES, root).decode("utf-8")
     except UnicodeDecodeError as e:
         raise IngestError(f"not UTF-8 text ({e.reason} at byte {e.start})", str(path)) from None
+    except FileTooLarge as e:
+        raise IngestError(f"{e.strerror}: a document holds at most {MAX_TEXT_CHARS:,} characters", str(path)) from None
     except OSError as e:
         raise IngestError(f"cannot read file: {e.strerror}", str(path)) from None
 
@@ -109,45 +131,59 @@ def _read(path: Path) -> str:
 def _load_file(path: Path, root: Path, default_acl: tuple[str, ...], reader: FileReader) -> Iterator[LoadedDocument]:
     kind = DOC_SUFFIXES[path.suffix.lower()]
     if kind == "jsonl":
-        yield from _load_jsonl(path, default_acl)
-    elif kind == "file":
+        yield from _load_jsonl(path, root, default_acl)
+        return
+    if kind == "file":
         loaded = _load_extracted(path, root, default_acl, reader)
-        if loaded is not None:
-            yield loaded
     else:
-        yield _load_markdown(path, root, _read(path), default_acl, reader)
+        loaded = _load_markdown(path, root, _read(path, root), default_acl, reader)
+    if loaded is not None:
+        yield loaded
 
 
-def _path_id(path: Path, root: Path, keep_suffix: bool) -> str:
-    """A file's default id: its path below the source folder, with ':' between folders (an id
-    holds no '/': it is one segment of a URL)."""
-    rel = path.relative_to(root)
-    return ":".join(rel.parts if keep_suffix else rel.with_suffix("").parts)
+def _path_id(path: Path, root: Path, keep_suffix: bool, reader: FileReader | None) -> str | None:
+    """A file's default id, from its path below the source folder (indexes/path_ids.py); None
+    when no valid id can be made of its name: the file is then listed in `reader.skipped`."""
+    doc_id = path_id(path.relative_to(root), keep_suffix)
+    try:
+        return check_doc_id(doc_id)
+    except InvalidRequest as e:
+        if reader is None:
+            raise IngestError(e.message, str(path), 1) from None
+        reader.skipped[str(path)] = Skipped(shown(path), "bad_name", f"no valid document id can be made of its name: {e.message}")
+        return None
 
 
 def _load_extracted(path: Path, root: Path, default_acl: tuple[str, ...], reader: FileReader) -> LoadedDocument | None:
     """A PDF, DOCX or HTML file as one document with its regions (None: a bad file skipped).
     Its own metadata is the weakest statement: folder manifests, then its sidecar, override it."""
+    manifest, sidecar = reader.overrides(path, root)
+    doc_id = sidecar["id"] if "id" in sidecar else _path_id(path, root, keep_suffix=True, reader=reader)
+    if doc_id is None:
+        return None
     got = reader.extract(path)
     if got is None:
         return None
-    manifest, sidecar = reader.overrides(path, root)
-    record = merge_fields(merge_fields({"id": _path_id(path, root, keep_suffix=True), **got.fields()}, manifest), sidecar)
+    record = merge_fields(merge_fields({"id": doc_id, **got.fields()}, manifest), sidecar)
     record["text"] = got.text
     try:
         doc = make_document(record, default_source=path.parent.name, default_acl=default_acl)
     except InvalidRequest as e:
-        raise IngestError(e.message, str(path)) from None
+        raise IngestError(_clamped(e.message), str(path)) from None
     return LoadedDocument(replace(doc, regions=got.regions), f"{path}:1")
 
 
-def _load_jsonl(path: Path, default_acl: tuple[str, ...]) -> Iterator[LoadedDocument]:
-    """One document per line, read line by line (a corpus file is never held whole). Lines
-    end at \\n (or \\r\\n), as JSON Lines says: a JSON string may hold U+2028 and other
-    separators raw."""
+def _load_jsonl(path: Path, root: Path, default_acl: tuple[str, ...]) -> Iterator[LoadedDocument]:
+    """One document per line, read line by line (a corpus file is never held whole, nor a
+    line past MAX_JSONL_LINE_BYTES). Lines end at \\n (or \\r\\n), as JSON Lines says: a JSON
+    string may hold U+2028 and other separators raw."""
     try:
-        with path.open("rb") as f:
-            for n, raw in enumerate(f, start=1):
+        with open_regular(path, root) as f:
+            n = 0
+            while raw := f.readline(MAX_JSONL_LINE_BYTES + 1):
+                n += 1
+                if len(raw) > MAX_JSONL_LINE_BYTES:
+                    raise IngestError(f"line longer than {MAX_JSONL_LINE_BYTES:,} bytes", str(path), n)
                 try:
                     line = raw.decode("utf-8")
                 except UnicodeDecodeError as e:
@@ -171,26 +207,14 @@ def _jsonl_document(path: Path, n: int, line: str, default_acl: tuple[str, ...])
     try:
         doc = make_document(record, default_source=path.stem, default_acl=default_acl)
     except InvalidRequest as e:
-        raise IngestError(e.message, str(path), n) from None
+        raise IngestError(_clamped(e.message), str(path), n) from None
     return LoadedDocument(doc, f"{path}:{n}")
 
 
 def _load_markdown(path: Path, root: Path, text: str, default_acl: tuple[str, ...],
-                   reader: FileReader | None = None) -> LoadedDocument:
-    meta: dict[str, Any] = {}
-    body = text
-    m = _FRONT.match(text)
-    if m:
-        try:
-            parsed = yaml.safe_load(m.group(1)) or {}
-        except yaml.YAMLError as e:
-            mark = getattr(e, "problem_mark", None)
-            line = mark.line + 2 if mark is not None else 1
-            raise IngestError(f"malformed front matter: {getattr(e, 'problem', e)}", str(path), line) from None
-        if not isinstance(parsed, dict):
-            raise IngestError("front matter must be a mapping", str(path), 1)
-        meta = parsed
-        body = text[m.end() :]
+                   reader: FileReader | None = None) -> LoadedDocument | None:
+    """A Markdown or text file as one document (None: its name makes no id, and it is listed)."""
+    meta, body = split_front_matter(text, str(path))
     record = dict(meta)
     if reader is not None:  # folder manifests and a sidecar fill in what the front matter does not say
         manifest, sidecar = reader.overrides(path, root)
@@ -198,15 +222,18 @@ def _load_markdown(path: Path, root: Path, text: str, default_acl: tuple[str, ..
         if both:
             raise IngestError(f"{', '.join(both)} set both in the front matter and in the sidecar; keep one", str(path), 1)
         record = merge_fields(merge_fields(manifest, sidecar), record)
-    record.setdefault("id", _path_id(path, root, keep_suffix=False))
+    if "id" not in record:
+        doc_id = _path_id(path, root, keep_suffix=False, reader=reader)
+        if doc_id is None:
+            return None
+        record["id"] = doc_id
     record["text"] = body
     if "title" not in record:
-        h = _HEADING.search(body)
-        record["title"] = h.group(1) if h else None
+        record["title"] = first_heading(body)
     try:
         doc = make_document(record, default_source=path.parent.name, default_acl=default_acl)
     except InvalidRequest as e:
-        raise IngestError(e.message, str(path), 1) from None
+        raise IngestError(_clamped(e.message), str(path), 1) from None
     return LoadedDocument(doc, f"{path}:1")
 
 
@@ -270,4 +297,13 @@ def parse_date(value: Any, doc_id: str = "?") -> date | None:
                 return datetime.fromisoformat(value).date()
             except ValueError:
                 pass
-    raise InvalidRequest(f"date of {doc_id!r} is not an ISO 8601 date: {value!r}")
+    raise InvalidRequest(f"date of {doc_id!r} is not an ISO 8601 date: {excerpt(repr(value))}")
+
+
+def _clamped(message: str) -> str:
+    """A validation message that quotes a value (an ACL list, say) cut to its start and end:
+    a value read from a file may be megabytes, and a message is read by a person."""
+    if len(message) <= 2 * EXCERPT_CHARS + 100:
+        return message
+    cut = len(message) - 2 * EXCERPT_CHARS
+    return f"{message[:EXCERPT_CHARS]} ... ({cut:,} characters cut) ... {message[-EXCERPT_CHARS:]}"

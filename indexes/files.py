@@ -17,6 +17,12 @@ overrides manifests; a field both its front matter and its sidecar set is an err
 statements of one fact, neither visibly the one in force). A file nothing gives an ACL gets
 the ingest default (admins only unless said otherwise). JSONL lines carry their own fields.
 
+Sidecars and manifests are read like every source file (indexes/source_files.py): a regular
+file inside the folder, never through a link. One that is a link or a FIFO stops the ingest
+(the ACL it states cannot be known, and a file must not fall back to the default). A
+manifest's `match` cannot reach outside its folder: an absolute glob or a `..` segment is
+refused.
+
 A bad file (encrypted, corrupt, a scan without a text layer, a DOCX that is not one, HTML
 without body text) stops the ingest by default, naming the file and the reason, like a
 malformed JSONL line: nothing is published. With `skip_bad` it is left out and listed.
@@ -26,12 +32,15 @@ from __future__ import annotations
 
 import fnmatch
 import json
+import os
+import stat
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Iterable, Literal
 
 from indexes.extract.record import MAX_TEXT_CHARS, BadFile, Extracted
 from indexes.extract.sandbox import ExtractorPool
+from indexes.source_files import FileTooLarge, list_folder, read_regular
 from retrieval.errors import IngestError
 
 FileKind = Literal["pdf", "docx", "html"]
@@ -47,6 +56,7 @@ MANIFEST_NAME = "quarry.manifest.json"
 SIDECAR_FIELDS = frozenset({"id", "title", "source", "date", "metadata", "acl"})
 MANIFEST_FIELDS = frozenset({"match", "source", "date", "metadata", "acl"})
 MAX_META_BYTES = 1 << 20  # a sidecar or manifest is configuration, not content
+MAX_FILE_BYTES = 256 * 1024 * 1024  # a PDF, DOCX or HTML file is read whole to extract it: larger is too_large
 CACHE_CHARS = 64_000_000  # extracted text kept between an ingest's passes (beyond it, files are read again)
 
 
@@ -125,6 +135,7 @@ class FileReader:
     skip_bad: bool = False
     skipped: dict[str, Skipped] = field(default_factory=dict)
     pool: ExtractorPool | None = None  # where files are extracted (default: one worker of its own, made on first use)
+    roots: set[Path] = field(default_factory=set)  # the source folders: below them, files are read following no link
     _cache: dict[tuple[str, int, int], Extracted] = field(default_factory=dict, repr=False)
     _cached_chars: int = field(default=0, repr=False)
     _manifests: dict[Path, list[dict[str, Any]]] = field(default_factory=dict, repr=False)
@@ -141,7 +152,7 @@ class FileReader:
             key = (str(path), st.st_size, st.st_mtime_ns)
             got = self._cache.get(key)
             if got is None:
-                got = self._pool().extract(path.read_bytes(), FILE_SUFFIXES[path.suffix.lower()])
+                got = self._pool().extract(self._bytes(path), FILE_SUFFIXES[path.suffix.lower()])
                 if self._cached_chars + len(got.text) <= CACHE_CHARS:
                     self._cache[key] = got
                     self._cached_chars += len(got.text)
@@ -165,6 +176,15 @@ class FileReader:
         if self.pool is not None and self._made_pool:
             self.pool.close()
 
+    def _bytes(self, path: Path) -> bytes:
+        """The file's bytes, opened beneath its source folder without following a link (one
+        swapped in after the folder was listed is refused), at most MAX_FILE_BYTES of them."""
+        root = max((r for r in self.roots if r in path.parents), key=lambda r: len(r.parts), default=None)
+        try:
+            return read_regular(path, MAX_FILE_BYTES, root)
+        except FileTooLarge as e:
+            raise BadFile("too_large", str(e.strerror)) from None
+
     def overrides(self, path: Path, root: Path) -> tuple[dict[str, Any], dict[str, Any]]:
         """(what the folder manifests say of `path`, what its sidecar says), each a record of
         document fields; metadata of later statements is merged over earlier ones."""
@@ -172,18 +192,18 @@ class FileReader:
         folder = path.parent
         chain = [folder, *folder.parents]
         for d in reversed(chain[: len(path.relative_to(root).parts)]):  # root first, the file's folder last
-            for entry in self._manifest(d):
+            for entry in self._manifest(d, root):
                 if fnmatch.fnmatchcase(path.relative_to(d).as_posix(), entry["match"]):
                     merged = merge_fields(merged, {k: v for k, v in entry.items() if k != "match"})
         sidecar = self._sidecars.get(path)
         if sidecar is None:
-            sidecar = self._sidecars[path] = read_sidecar(path)
+            sidecar = self._sidecars[path] = read_sidecar(path, root)
         return merged, sidecar
 
-    def _manifest(self, folder: Path) -> list[dict[str, Any]]:
+    def _manifest(self, folder: Path, root: Path) -> list[dict[str, Any]]:
         got = self._manifests.get(folder)
         if got is None:
-            got = self._manifests[folder] = read_manifest(folder / MANIFEST_NAME)
+            got = self._manifests[folder] = read_manifest(folder / MANIFEST_NAME, root)
         return got
 
 
@@ -194,13 +214,13 @@ def merge_fields(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def _read_json(path: Path) -> Any:
+def _read_json(path: Path, root: Path | None) -> Any:
     try:
-        raw = path.read_bytes()
+        raw = read_regular(path, MAX_META_BYTES, root)
+    except FileTooLarge:
+        raise IngestError(f"larger than {MAX_META_BYTES} bytes", str(path)) from None
     except OSError as e:
         raise IngestError(f"cannot read file: {e.strerror}", str(path)) from None
-    if len(raw) > MAX_META_BYTES:
-        raise IngestError(f"larger than {MAX_META_BYTES} bytes", str(path))
     try:
         return json.loads(raw.decode("utf-8"))
     except UnicodeDecodeError as e:
@@ -209,12 +229,13 @@ def _read_json(path: Path) -> Any:
         raise IngestError(f"malformed JSON: {e.msg} at line {e.lineno} column {e.colno}", str(path), e.lineno) from None
 
 
-def read_sidecar(path: Path) -> dict[str, Any]:
-    """The sidecar of `path` (empty when it has none); unknown fields are refused."""
+def read_sidecar(path: Path, root: Path | None = None) -> dict[str, Any]:
+    """The sidecar of `path` (empty when it has none; a name too long to have one has none);
+    unknown fields are refused. Read beneath `root` without following links."""
     side = path.with_name(path.name + SIDECAR_SUFFIX)
-    if not side.is_file():
+    if not os.path.lexists(side):
         return {}
-    record = _read_json(side)
+    record = _read_json(side, root)
     if not isinstance(record, dict):
         raise IngestError("a sidecar must be a JSON object of document fields", str(side))
     unknown = set(record) - SIDECAR_FIELDS
@@ -223,18 +244,22 @@ def read_sidecar(path: Path) -> dict[str, Any]:
     return record
 
 
-def read_manifest(path: Path) -> list[dict[str, Any]]:
+def read_manifest(path: Path, root: Path | None = None) -> list[dict[str, Any]]:
     """A folder manifest's entries (none when the folder has no manifest), checked for shape;
-    the fields' values are checked with the document they apply to."""
-    if not path.is_file():
+    the fields' values are checked with the document they apply to. Read beneath `root`
+    without following links."""
+    if not os.path.lexists(path):
         return []
-    record = _read_json(path)
+    record = _read_json(path, root)
     if not isinstance(record, dict) or set(record) != {"files"} or not isinstance(record["files"], list):
         raise IngestError('a manifest must be {"files": [{"match": GLOB, ...}, ...]}', str(path))
     entries = []
     for n, entry in enumerate(record["files"], start=1):
         if not isinstance(entry, dict) or not isinstance(entry.get("match"), str) or not entry["match"].strip():
             raise IngestError(f"entry {n} must be an object with a non-empty string 'match' (a glob)", str(path))
+        if entry["match"].startswith(("/", "\\")) or ".." in entry["match"].replace("\\", "/").split("/"):
+            raise IngestError(f"entry {n}: 'match' is relative to the manifest's folder and stays inside it "
+                              "(no leading '/', no '..')", str(path))
         unknown = set(entry) - MANIFEST_FIELDS
         if unknown:
             raise IngestError(f"entry {n}: unknown fields {sorted(unknown)}; allowed: {sorted(MANIFEST_FIELDS)}", str(path))
@@ -244,12 +269,22 @@ def read_manifest(path: Path) -> list[dict[str, Any]]:
     return entries
 
 
-def orphan_sidecars(folder: Path) -> list[Path]:
-    """Sidecars whose file is missing: a renamed file would otherwise lose its ACL silently."""
-    return sorted(p for p in folder.rglob("*" + SIDECAR_SUFFIX)
-                  if p.is_file() and not p.with_name(p.name[: -len(SIDECAR_SUFFIX)]).is_file())
+def orphan_sidecars(files: Iterable[Path]) -> list[Path]:
+    """The sidecars among a folder's `files` whose file is missing: a renamed file would
+    otherwise lose its ACL silently (a file that is there but never read, a link say, is not
+    missing: it is listed as skipped)."""
+    return sorted(p for p in files
+                  if p.name.endswith(SIDECAR_SUFFIX) and not _is_entry(p.with_name(p.name[: -len(SIDECAR_SUFFIX)])))
+
+
+def _is_entry(path: Path) -> bool:
+    """A file of any kind but a folder, not followed if a link."""
+    try:
+        return not stat.S_ISDIR(path.lstat().st_mode)
+    except OSError:
+        return False
 
 
 def config_files(folder: Path) -> list[Path]:
     """The sidecars and manifests under `folder`: an ingest notices one changed between passes."""
-    return sorted(p for p in folder.rglob("*") if p.is_file() and (p.name == MANIFEST_NAME or p.name.endswith(SIDECAR_SUFFIX)))
+    return [p for p in list_folder(folder).files if p.name == MANIFEST_NAME or p.name.endswith(SIDECAR_SUFFIX)]

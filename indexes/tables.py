@@ -4,6 +4,10 @@ A table is named after its file (lower case, non-alphanumerics to `_`). Its tabl
 comes from a sidecar `<name>.acl.json` (`{"acl": [...]}`) beside the file, else the ingest
 default. A column named `acl` is a row-level ACL: each cell a JSON list (or a list column in
 Parquet) validated like a document ACL; the service filters rows by it and never returns it.
+
+Table files are found as documents are (indexes/source_files.py: no link inside a source
+folder is followed); the file and its sidecar are opened as regular files without following
+a link, and DuckDB reads the file through that open descriptor.
 """
 
 from __future__ import annotations
@@ -19,6 +23,7 @@ from typing import Sequence
 import duckdb
 import pyarrow as pa
 
+from indexes.source_files import open_regular, read_regular
 from retrieval.errors import IngestError, InvalidRequest
 from retrieval.sql.schema import ColumnInfo, TableInfo
 from retrieval.types import check_acl, valid_acl_entry
@@ -26,6 +31,7 @@ from retrieval.types import check_acl, valid_acl_entry
 _NAME_OK = re.compile(r"[a-z][a-z0-9_]{0,62}")
 _COLUMN_OK = re.compile(r'[^"\x00-\x1f\x7f]+')  # the SQL the service writes quotes column names
 SIDECAR_FIELDS = {"acl", "types", "key"}
+MAX_SIDECAR_BYTES = 1 << 20
 # Column types a sidecar may declare (so no row, readable or not, decides them by inference).
 _DECLARED_TYPE = re.compile(r"VARCHAR|TEXT|BOOLEAN|TINYINT|SMALLINT|INTEGER|BIGINT|HUGEINT|FLOAT|REAL|DOUBLE|DATE|TIMESTAMP"
                             r"|TIMESTAMPTZ|DECIMAL\(\d{1,2}, ?\d{1,2}\)", re.I)
@@ -56,10 +62,12 @@ def plan_tables(paths: Sequence[Path], default_acl: tuple[str, ...]) -> list[Tab
             raise IngestError(f"two files map to table {name!r} (also {out[name].path})", str(path))
         sidecar = path.with_name(f"{path.stem}.acl.json")
         acl = default_acl
-        if sidecar.exists():
+        if os.path.lexists(sidecar):
             try:
-                meta = json.loads(sidecar.read_text(encoding="utf-8"))
-            except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+                meta = json.loads(read_regular(sidecar, MAX_SIDECAR_BYTES).decode("utf-8"))
+            except OSError as e:
+                raise IngestError(f"unreadable ACL sidecar: {e.strerror}", str(sidecar)) from None
+            except (UnicodeDecodeError, json.JSONDecodeError) as e:
                 raise IngestError(f"unreadable ACL sidecar: {e}", str(sidecar)) from None
             if not isinstance(meta, dict) or set(meta) - SIDECAR_FIELDS or "acl" not in meta:
                 raise IngestError('a sidecar holds {"acl": [...]} and optionally "types": {column: type} and "key": column',
@@ -124,9 +132,15 @@ def load_tables(con: duckdb.DuckDBPyConnection, sources: Sequence[TableSource]) 
     for src in sources:
         reader = "read_parquet(?)" if src.path.suffix.lower() == ".parquet" else "read_csv(?, header = true, sample_size = -1)"
         try:
-            con.execute(f'CREATE TABLE data."{src.name}" AS SELECT * FROM {reader}', [str(src.path)])
-        except duckdb.Error as e:
-            raise IngestError(f"cannot load table: {str(e).splitlines()[0]}", str(src.path)) from None
+            with open_regular(src.path) as f:  # a file swapped for a link since it was found is refused
+                opened = f"/dev/fd/{f.fileno()}"
+                try:
+                    con.execute(f'CREATE TABLE data."{src.name}" AS SELECT * FROM {reader}', [opened])
+                except duckdb.Error as e:
+                    raise IngestError(f"cannot load table: {str(e).splitlines()[0].replace(opened, str(src.path))}",
+                                      str(src.path)) from None
+        except OSError as e:
+            raise IngestError(f"cannot read file: {e.strerror}", str(src.path)) from None
         columns = [ColumnInfo(n, t) for n, t, *_ in con.execute(f'DESCRIBE data."{src.name}"').fetchall()]
         names = [c.name for c in columns]
         for n in names:

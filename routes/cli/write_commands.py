@@ -9,6 +9,7 @@ operator may change any document (no read check), as `quarry ingest` may.
 from __future__ import annotations
 
 import argparse
+import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, ContextManager
 
@@ -23,11 +24,15 @@ def cmd_upsert(args: argparse.Namespace, settings: Settings) -> int:
     """Create or replace the documents of FILES (ingest's formats), in batches of at most
     write_batch_max, each applied whole; one JSON line per batch."""
     from indexes.corpus import load_documents
+    from indexes.files import FileReader
     from indexes.live import Put
 
     with _writable(settings) as service:
         acl = default_acl(settings.default_acl) if settings.default_acl else service.default_acl()  # the ingest's default
-        loaded = load_documents([Path(f) for f in args.files], acl)  # every file checked before any write
+        reader = FileReader()
+        loaded = load_documents([Path(f) for f in args.files], acl, reader)  # every file checked before any write
+        for skipped in reader.skipped.values():  # links, FIFOs and names that make no id are never content
+            print(f"skipped {skipped.path}: {skipped.reason}: {skipped.message}", file=sys.stderr)
         step = settings.write_batch_max
         for at in range(0, len(loaded), step):
             _emit(service.write_changes([Put(ld.doc, ld.origin) for ld in loaded[at : at + step]]))

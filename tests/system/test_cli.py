@@ -94,6 +94,36 @@ def test_ingest_stops_on_a_bad_pdf_naming_it_or_skips_and_lists_it(tmp_path):
     assert printed["counts"]["documents"] == 1 and [s["reason"] for s in printed["skipped_files"]] == ["no_text"]
 
 
+def test_ingest_lists_links_and_fifos_it_never_read_and_keeps_the_environment_out(tmp_path):
+    import os
+
+    from indexes.catalog import Catalog
+    from indexes.snapshot_load import current_snapshot_path
+
+    canary = "QUARRY_CANARY=Zentrolith-5521"
+    folder = tmp_path / "files"
+    folder.mkdir()
+    (folder / "Q3 report.md").write_text("# Q3\n\nThe Harlow pump is serviced in May.\n")
+    (folder / "env.txt").symlink_to("/proc/self/environ")  # the ingest's own environment, where credentials live
+    (folder / "env.txt.meta.json").write_text(json.dumps({"acl": ["public"]}))
+    os.mkfifo(folder / "pipe.md")
+    env = {**os.environ, "QUARRY_CANARY": canary.split("=", 1)[1]}
+    out = quarry("ingest", str(folder), "--index", str(tmp_path / "index"), "--default-acl", "public", "--no-progress",
+                 env=env)
+    assert out.returncode == 0, out.stderr
+    assert f"skipped {folder / 'env.txt'}: link: a symbolic link (to /proc/self/environ)" in out.stderr
+    assert f"skipped {folder / 'pipe.md'}: special_file: a FIFO" in out.stderr
+    printed = json.loads(out.stdout)
+    assert printed["counts"]["documents"] == 1
+    assert sorted(s["reason"] for s in printed["skipped_files"]) == ["link", "special_file"]
+    cat = Catalog(current_snapshot_path(tmp_path / "index") / "catalog.duckdb")
+    try:
+        docs = {d.id: d.text for d, _ in cat.documents()}
+    finally:
+        cat.close()
+    assert list(docs) == ["Q3_report"] and canary not in docs["Q3_report"] and canary not in out.stdout + out.stderr
+
+
 @pytest.mark.slow
 def test_serve_without_an_active_key_refuses_to_start_and_says_how_to_create_one(mini_index, tmp_path):
     from routes.service.keys import KeyStore
