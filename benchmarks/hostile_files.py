@@ -4,8 +4,9 @@
 nesting, Word paragraph floods, zips that lie about their sizes, zip bombs, many-entry zips,
 huge and endless-word PDFs; `hostile_markdown()` the YAML alias bomb and the heading of
 spaces, which only an ingest reads. The test tests/system/test_hostile_files.py sends them
-as PUTs while clients query; `python benchmarks/hostile_files.py` measures the same against
-a served index (see its main) and writes JSON.
+as PUTs while clients query; the benchmark measures the same against `quarry serve`:
+
+    .venv/bin/python benchmarks/hostile_files.py
 """
 
 from __future__ import annotations
@@ -190,6 +191,176 @@ def hostile_markdown() -> list[tuple[str, bytes]]:
             ("heading_spaces.md", b"#" + b" " * 100_000 + b"x\n\nBody text.\n")]
 
 
+CONTENT_TYPES = {"html": "text/html", "pdf": "application/pdf",
+                 "docx": "application/vnd.openxmlformats-officedocument.wordprocessingml.document"}
+
+
+class Clients:
+    """`n` clients of another key querying (hybrid search and the loop, alternately) and one
+    polling /healthz every 20 ms, until stopped; latencies in ms."""
+
+    def __init__(self, url: str, key: str, n: int = 4) -> None:
+        import threading
+
+        self.url, self.key, self.done = url, key, threading.Event()
+        self.query_ms: list[float] = []
+        self.health_ms: list[float] = []
+        self.statuses: list[int] = []
+        self.threads = [threading.Thread(target=self._query, args=(i,), daemon=True) for i in range(n)]
+        self.threads.append(threading.Thread(target=self._health, daemon=True))
+
+    def _query(self, i: int) -> None:
+        import time
+
+        import httpx
+
+        with httpx.Client(base_url=self.url, timeout=120, headers={"Authorization": f"Bearer {self.key}"}) as client:
+            while not self.done.is_set():
+                t0 = time.perf_counter()
+                if i % 2:
+                    r = client.post("/v1/query", json={"question": "How do I rotate the on-call pager?"})
+                else:
+                    r = client.post("/v1/search", json={"retriever": "hybrid", "query": "incident postmortem", "k": 5})
+                self.query_ms.append((time.perf_counter() - t0) * 1000)
+                self.statuses.append(r.status_code)
+
+    def _health(self) -> None:
+        import time
+
+        import httpx
+
+        with httpx.Client(base_url=self.url, timeout=120) as client:
+            while not self.done.wait(0.02):
+                t0 = time.perf_counter()
+                client.get("/healthz")
+                self.health_ms.append((time.perf_counter() - t0) * 1000)
+
+    def __enter__(self) -> Clients:
+        for t in self.threads:
+            t.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.done.set()
+        for t in self.threads:
+            t.join()
+
+
+def _tree_rss_mb(pid: int) -> tuple[float, float]:
+    """(the server's resident MB, its extraction workers' together)."""
+    from benchmarks.hostile_sql import rss_mb
+
+    children = []
+    try:
+        with open(f"/proc/{pid}/task/{pid}/children") as f:
+            children = f.read().split()
+    except OSError:
+        pass
+    workers = 0.0
+    for child in children:
+        try:
+            workers += rss_mb(child)
+        except OSError:
+            pass
+    return rss_mb(str(pid)), workers
+
+
+def _p99(values: list[float]) -> float:
+    ordered = sorted(values)
+    return round(ordered[min(len(ordered) - 1, int(0.99 * len(ordered)))], 1) if ordered else 0.0
+
+
+def main() -> None:
+    """Serve the demo corpus from `quarry serve` (a child process); measure other callers idle,
+    then each hostile file PUT by a write key while 4 clients of another key query, then 16
+    such PUTs at once; writes benchmarks/results/hostile_files.json."""
+    import os
+    import socket
+    import subprocess
+    import sys
+    import time
+    from concurrent.futures import ThreadPoolExecutor
+
+    import httpx
+
+    from benchmarks.common import CACHE, ROOT, build_or_reuse, machine, make_embedder, write_json
+    from benchmarks.hostile_sql import Peak
+    from routes.service.keys import KeyStore
+
+    index, _ = build_or_reuse("hostile-files-demo", [ROOT / "eval_data" / "demo" / "docs"], make_embedder())
+    work = CACHE / "hostile-files-server"
+    work.mkdir(parents=True, exist_ok=True)
+    (work / "keys.json").unlink(missing_ok=True)
+    store = KeyStore(work / "keys.json")
+    writer = store.add("mallory", ["sre"], ["query", "write"])[0]
+    reader = store.add("olga", ["sre"], ["query"])[0]
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    url = f"http://127.0.0.1:{port}"
+    env = {**os.environ, "QUARRY_RATE_PER_SECOND": "1000", "QUARRY_BURST": "1000"}
+    proc = subprocess.Popen([sys.executable, "-m", "routes.cli.main", "serve", "--index", str(index), "--keys",
+                             str(work / "keys.json"), "--port", str(port)], cwd=ROOT, env=env,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 300
+        while True:
+            try:
+                if httpx.get(url + "/healthz", timeout=2).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                pass
+            if proc.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError("the server did not start")
+            time.sleep(0.2)
+
+        def put(name: str, kind: str, data: bytes) -> tuple[int, float, str]:
+            t0 = time.perf_counter()
+            r = httpx.put(f"{url}/v1/documents/hostile-{name}", content=data, params={"acl": "group:sre"}, timeout=300,
+                          headers={"Authorization": f"Bearer {writer}", "Content-Type": CONTENT_TYPES[kind]})
+            detail = r.json().get("error", {}).get("message", "")[:90] if r.status_code != 200 else "stored"
+            return r.status_code, time.perf_counter() - t0, detail
+
+        put("warm", "html", _PAGE % b"<p>warm the extraction workers</p>")
+        with Clients(url, reader) as idle:
+            time.sleep(15)
+        rss_idle = _tree_rss_mb(proc.pid)
+        files = {}
+        with Clients(url, reader) as attacked, Peak(str(proc.pid)) as peak:
+            for name, kind, data in hostile_files():
+                status, seconds, detail = put(name, kind, data)
+                files[name] = {"status": status, "seconds": round(seconds, 2), "outcome": detail,
+                               "workers_rss_mb": round(_tree_rss_mb(proc.pid)[1], 1)}
+                print(f"{name:24} {status} {seconds:6.2f} s  {detail}", flush=True)
+        slow = next(data for name, _, data in hostile_files() if name == "paragraph_flood")
+        with Clients(url, reader) as flooded, Peak(str(proc.pid)) as flood_peak, ThreadPoolExecutor(16) as pool:
+            flood = list(pool.map(lambda n: put(f"flood-{n}", "docx", slow), range(16)))
+        out = {
+            "machine": machine(),
+            "idle": {"query_p99_ms": _p99(idle.query_ms), "healthz_p99_ms": _p99(idle.health_ms), "queries": len(idle.query_ms),
+                     "server_rss_mb": round(rss_idle[0], 1), "workers_rss_mb": round(rss_idle[1], 1)},
+            "files": files,
+            "during_files": {"query_p99_ms": _p99(attacked.query_ms), "healthz_p99_ms": _p99(attacked.health_ms),
+                             "queries": len(attacked.query_ms), "statuses": sorted(set(attacked.statuses)),
+                             "server_rss_growth_mb": round(peak.growth, 1)},
+            "flood_16": {"statuses": sorted(s for s, _, _ in flood), "seconds_max": round(max(t for _, t, _ in flood), 2),
+                         "query_p99_ms": _p99(flooded.query_ms), "healthz_p99_ms": _p99(flooded.health_ms),
+                         "statuses_of_others": sorted(set(flooded.statuses)),
+                         "server_rss_growth_mb": round(flood_peak.growth, 1)},
+        }
+    finally:
+        proc.terminate()
+        proc.wait(30)
+    print(f"idle: query p99 {out['idle']['query_p99_ms']} ms, /healthz p99 {out['idle']['healthz_p99_ms']} ms")
+    print(f"during the files: query p99 {out['during_files']['query_p99_ms']} ms, /healthz p99 "
+          f"{out['during_files']['healthz_p99_ms']} ms, server RSS +{out['during_files']['server_rss_growth_mb']} MB")
+    print(f"16 at once from one key: {out['flood_16']}")
+    write_json("hostile_files", out)
+
+
 if __name__ == "__main__":
-    for name, kind, data in hostile_files():
-        print(f"{name:24} {kind:5} {len(data):>9} bytes")
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+    main()
