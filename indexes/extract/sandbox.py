@@ -13,9 +13,10 @@ file is extracted in a worker process (indexes/extract/worker.py) that:
 - runs at a lower priority, and holds none of the server's locks or threads but the one
   waiting for its answer.
 
-At most `workers` files are extracted at once, and one owner (a principal, for the server)
-at most `per_owner` of them; an owner over its share, or a file that finds no free worker
-within its wait, gets a retryable `RateLimited`, decided before any work. The same pool
+At most `workers` files are extracted at once, as many more wait, and one owner (a principal,
+for the server) has at most `per_owner` of them in the pool; an owner over its share, a file
+past the waiting ones, or one that finds no free worker within its wait, gets a retryable
+`RateLimited`, decided before any work. So files hold at most 2 x `workers` request threads. The same pool
 serves a live PUT and an ingest (one worker, files in order).
 """
 
@@ -147,6 +148,7 @@ class ExtractorPool:
     _owners: dict[str, int] = field(default_factory=dict, repr=False)
     _cond: threading.Condition = field(default_factory=threading.Condition, repr=False)
     _closed: bool = field(default=False, repr=False)
+    _waiting: int = field(default=0, repr=False)
 
     def __post_init__(self) -> None:
         self._idle = [_Worker(self.budget.memory_bytes) for _ in range(self.workers)]
@@ -183,9 +185,18 @@ class ExtractorPool:
                         del self._owners[owner]
 
     def _take(self, wait_s: float) -> _Worker:
+        """A free worker; at most `workers` files wait for one (each holds a request thread),
+        more are turned away at once."""
         with self._cond:
-            if not self._cond.wait_for(lambda: self._closed or bool(self._idle), timeout=wait_s):
-                raise RateLimited(f"all {self.workers} file extraction workers are busy; retry shortly", retry_after=1)
+            if not self._idle and self._waiting >= self.workers:
+                raise RateLimited(f"all {self.workers} file extraction workers are busy and as many files wait; "
+                                  "retry shortly", retry_after=1)
+            self._waiting += 1
+            try:
+                if not self._cond.wait_for(lambda: self._closed or bool(self._idle), timeout=wait_s):
+                    raise RateLimited(f"all {self.workers} file extraction workers are busy; retry shortly", retry_after=1)
+            finally:
+                self._waiting -= 1
             if self._closed:
                 raise RateLimited("the server is shutting down", retry_after=1)
             return self._idle.pop()
