@@ -14,9 +14,14 @@
 - **Sized before converted.** Rows come as Arrow record batches, at most `max_rows + 1` of
   them; their bytes are counted as they arrive and the statement is refused past `max_bytes`
   before any Python object is made of them, so no result holds the interpreter for seconds.
-- **Slots.** At most `max_concurrent` statements run at once across the server: the runtime
-  gives every runner it opens (one per generation, and a reload overlaps two) the same
-  `slots`, as many as its watchdog threads, so no statement's watchdog waits for a thread.
+- **Slots, shared fairly.** At most `max_concurrent` statements run at once across the
+  server: the runtime gives every runner it opens (one per generation, and a reload overlaps
+  two) the same `slots`, as many as its watchdog threads, so no statement's watchdog waits
+  for a thread. They are `FairSlots` (indexes/fair_slots.py), taken for the statement's
+  `owner`, the caller's principal id: one caller holds at most all slots but one, and a freed
+  slot goes to the waiting caller holding the fewest, so a caller looping slow statements
+  queues behind its own, and another caller's simple statement waits for a slot only while
+  other callers hold them all (with the default two slots and one caller flooding, never).
   The wait for a slot counts against the statement's time limit.
 
 `interrupt_all` stops every running statement (a closing engine calls it before it waits
@@ -32,17 +37,19 @@ from concurrent.futures import Executor, wait
 from datetime import timedelta
 from decimal import Decimal
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Hashable, Protocol
 
 import duckdb
 import pyarrow as pa
 
+from indexes.fair_slots import FairSlots
 from retrieval.errors import RetrievalTimeout, RetrievalUnavailable, ServerFault, SqlRejected
 from retrieval.sql.schema import TableInfo
 
 log = logging.getLogger("quarry.sql")
 ATTACHED = "snapshot"  # the catalog's name inside the SQL route's database
 RETRY_INTERRUPT_S = 0.05
+LOCAL = ("quarry", "local")  # the owner of statements whose caller names none (a direct use of the runner)
 # DuckDB errors a statement causes (bad names, types, values, unsupported or forbidden
 # features). Everything else DuckDB raises (I/O, out of memory, internal errors) is a
 # server fault, whatever statement was running.
@@ -108,7 +115,7 @@ class SqlRunner:
 
     def __init__(self, catalog: CatalogFile, max_concurrent: int = 2, max_bytes: int = 4_000_000, memory_mb: int = 128,
                  threads: int = 1, connection: duckdb.DuckDBPyConnection | None = None, *, watchdogs: Executor,
-                 slots: threading.BoundedSemaphore | None = None) -> None:
+                 slots: FairSlots | None = None) -> None:
         """`watchdogs` runs the statements' watchdogs: at least as many threads as there are
         slots, owned by the caller, who shuts them down after `close`. `slots` are shared with
         the caller's other runners (`max_concurrent` of the runner's own by default)."""
@@ -116,7 +123,7 @@ class SqlRunner:
         self._watchdogs = watchdogs
         self._con = connection if connection is not None else statement_database(catalog.path, memory_mb, threads)
         self._use = None if connection is not None else f"USE {ATTACHED}"  # a given connection is used as it is
-        self._slots = slots if slots is not None else threading.BoundedSemaphore(max_concurrent)
+        self._slots = slots if slots is not None else FairSlots(max_concurrent)
         self._lock = threading.Condition()
         self._cursors: set[duckdb.DuckDBPyConnection] = set()
         self._closed = False
@@ -156,12 +163,15 @@ class SqlRunner:
                 return
         self._con.close()
 
-    def run(self, sql: str, timeout_s: float, max_rows: int) -> tuple[list[str], list[tuple[Any, ...]], bool]:
+    def run(self, sql: str, timeout_s: float, max_rows: int,
+            owner: Hashable = LOCAL) -> tuple[list[str], list[tuple[Any, ...]], bool]:
         """(columns, rows, truncated). A statement still running at `timeout_s` is interrupted;
-        waiting for a free slot counts against the same time limit."""
+        waiting for `owner`'s turn at a slot counts against the same time limit."""
         started = time.monotonic()
-        if not self._slots.acquire(timeout=timeout_s):
-            raise RetrievalUnavailable(f"the SQL route is busy ({self.max_concurrent} statements running); retry shortly")
+        if not self._slots.acquire(owner, timeout_s):
+            slots = self._slots
+            raise RetrievalUnavailable(f"the SQL route is busy ({slots.slots} statements at once, at most "
+                                       f"{slots.per_owner} per caller); retry shortly")
         try:
             with self._lock:
                 if self._closed:
@@ -183,7 +193,7 @@ class SqlRunner:
                     self._cursors.discard(cur)
                     self._lock.notify_all()
         finally:
-            self._slots.release()
+            self._slots.release(owner)
 
     def _run(self, cur: duckdb.DuckDBPyConnection, sql: str, timeout_s: float,
              max_rows: int) -> tuple[list[str], list[tuple[Any, ...]], bool]:

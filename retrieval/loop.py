@@ -303,12 +303,13 @@ def _submit(deps: LoopDeps, fn: Callable[..., Any], *args: Any) -> Future[Any]:
 def _dispatch(plan: Plan, question: str, principal: Principal, access: AccessScope, budget: Budget, deps: LoopDeps,
               translation: Translation | None, timeout_s: float, trace_id: str) -> tuple[list[Hit], Any, str | None]:
     """Run the plan's call(s) with a timeout; returns (hits, rows or None, error code or None).
-    Retrievers get the access scope; the reranker, a policy, the principal."""
+    Retrievers get the access scope; the reranker, a policy, the principal; the SQL route,
+    also the principal's id, as the owner its statement slots are shared by."""
     if plan.route in ROW_ROUTES:
         if translation is None or deps.tables is None:
             return [], None, None  # not linked: no rows, graded as no evidence
-        out, error = _wait(deps, _submit(deps, deps.tables.sql.retrieve, translation, plan.queries[0], access, budget.k),
-                           timeout_s, plan.route, trace_id)
+        out, error = _wait(deps, _submit(deps, deps.tables.sql.retrieve, translation, plan.queries[0], access, budget.k,
+                                         principal.id), timeout_s, plan.route, trace_id)
         if error is not None or not isinstance(out, Retrieved):
             return [], None, error
         return out.hits + _linked_passages(plan, out.rows.doc_ids, access, budget, deps), out.rows, None

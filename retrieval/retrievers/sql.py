@@ -9,6 +9,13 @@ the guarded statement, and the column profiles translation links against, all co
 that scope. Only the two calls an edge makes for a caller, `answer` (a question) and
 `run_statement` (the caller's own SQL, which needs the `sql` scope), take the `Principal`,
 and turn it into its scope once.
+
+Every statement names its **owner** to the backend, who shares its statement slots fairly
+between owners (indexes/fair_slots.py): the caller's principal id, so all keys of one
+principal count as one caller, and a caller looping slow statements queues behind its own.
+The loop passes its principal's id with a translation it runs. Table profile builds, shared
+by every caller of a scope, are one owner of their own (`PROFILES`), as is the generic
+`search`, which names no caller (`UNNAMED`, offline use only: edges search no table).
 """
 
 from __future__ import annotations
@@ -20,7 +27,7 @@ from dataclasses import dataclass
 from datetime import date, datetime
 from decimal import Decimal
 from threading import Lock
-from typing import Any, Protocol, Sequence
+from typing import Any, Hashable, Protocol, Sequence
 
 from sqlglot import exp
 
@@ -38,12 +45,19 @@ MAX_CATEGORICAL = 60
 MAX_DECIMALS = 4  # a float column whose values have at most this many decimal places is summed as decimals
 _FLOATS = frozenset({"DOUBLE", "FLOAT", "REAL", "FLOAT4", "FLOAT8"})
 Profiles = dict[tuple[str, str], ColumnProfile]  # (table, column) -> its values and id prefixes in one scope
+# Owners of statements no caller sends (tuples: no principal id, a string, is equal to one).
+PROFILES: Hashable = ("quarry", "table profiles")
+UNNAMED: Hashable = ("quarry", "unnamed caller")
 
 
 class SqlBackend(Protocol):
     def tables(self) -> dict[str, TableInfo]: ...
 
-    def run(self, sql: str, timeout_s: float, max_rows: int) -> tuple[list[str], list[tuple[Any, ...]], bool]: ...
+    def run(self, sql: str, timeout_s: float, max_rows: int,
+            owner: Hashable) -> tuple[list[str], list[tuple[Any, ...]], bool]:
+        """(columns, rows, truncated); `owner` names whom the statement runs for, who waits
+        for its own turn at a slot."""
+        ...
 
     def acl_tokens(self) -> frozenset[str]: ...
 
@@ -162,7 +176,7 @@ class SqlRetriever:
         """A caller's own SQL: needs the `sql` scope; guarded; row ACLs applied by the service."""
         if "sql" not in principal.scopes:
             raise Forbidden("sending SQL needs the 'sql' scope")
-        return self._run(self._guard(statement, principal.access_scope()))
+        return self._run(self._guard(statement, principal.access_scope()), principal.id)
 
     def translate(self, question: str, access: AccessScope, today: date | None = None) -> Translation | Decline:
         tables = self.readable_tables(access)
@@ -174,33 +188,34 @@ class SqlRetriever:
     def answer(self, question: str, principal: Principal, today: date | None = None) -> SqlResult | Decline:
         """Translate a caller's question and run it; a Decline when it cannot be linked with
         confidence."""
-        return self._answer(question, principal.access_scope(), today)
+        return self._answer(question, principal.access_scope(), principal.id, today)
 
-    def run_translation(self, translation: Translation, question: str, access: AccessScope) -> SqlResult:
-        """Run a translation made for this scope (guarded again: it is only a statement)."""
-        result = self._run(self._guard(translation.sql, access))
+    def run_translation(self, translation: Translation, question: str, access: AccessScope, owner: Hashable) -> SqlResult:
+        """Run a translation made for this scope (guarded again: it is only a statement) for
+        `owner` (the caller's principal id)."""
+        result = self._run(self._guard(translation.sql, access), owner)
         return SqlResult(result.sql, result.columns, result.rows, result.tables, result.truncated, question, result.doc_ids)
 
-    def retrieve(self, translation: Translation, question: str, access: AccessScope, k: int) -> Retrieved:
+    def retrieve(self, translation: Translation, question: str, access: AccessScope, k: int, owner: Hashable) -> Retrieved:
         """The retriever contract for rows: the rows as hits, and the rows themselves."""
-        result = self.run_translation(translation, question, access)
+        result = self.run_translation(translation, question, access, owner)
         return Retrieved(rows_as_hits(result, k), result)
 
     def search(self, query: str, access: AccessScope, k: int, filters: Filters) -> list[Hit]:
         """The shared retriever contract: translated rows as hits (none when it declines)."""
-        result = self._answer(query, access)
+        result = self._answer(query, access, UNNAMED)
         return [] if isinstance(result, Decline) else rows_as_hits(result, k)
 
-    def _answer(self, question: str, access: AccessScope, today: date | None = None) -> SqlResult | Decline:
+    def _answer(self, question: str, access: AccessScope, owner: Hashable, today: date | None = None) -> SqlResult | Decline:
         out = self.translate(question, access, today)
-        return out if isinstance(out, Decline) else self.run_translation(out, question, access)
+        return out if isinstance(out, Decline) else self.run_translation(out, question, access, owner)
 
     def _guard(self, statement: str, access: AccessScope) -> GuardedSql:
         return guard_sql(statement, self._backend.tables(), access, self.limits.value_bytes)
 
-    def _run(self, guarded: GuardedSql) -> SqlResult:
+    def _run(self, guarded: GuardedSql, owner: Hashable) -> SqlResult:
         try:
-            columns, rows, truncated = self._backend.run(guarded.sql, self.limits.timeout_s, self.limits.max_rows)
+            columns, rows, truncated = self._backend.run(guarded.sql, self.limits.timeout_s, self.limits.max_rows, owner)
         except SqlRejected as e:
             raise refusal(e) from None
         data = tuple(tuple(json_value(v) for v in r) for r in rows)
@@ -274,11 +289,12 @@ class SqlRetriever:
                     continue
                 c, table = _ident(col.name), _ident(t.name)
                 q = f"SELECT count(DISTINCT {c}), list(DISTINCT regexp_extract({c}, '^([A-Za-z]+[-_]?)[0-9]', 1)) FROM {table}"
-                n, prefixes = self._backend.run(guard_sql(q, all_tables, access).sql, self.limits.timeout_s, 1)[1][0]
+                n, prefixes = self._backend.run(guard_sql(q, all_tables, access).sql, self.limits.timeout_s, 1, PROFILES)[1][0]
                 values: tuple[str, ...] = ()
                 if n <= MAX_CATEGORICAL:
                     vq = f"SELECT DISTINCT {c} FROM {table} WHERE {c} IS NOT NULL"
-                    found = self._backend.run(guard_sql(vq, all_tables, access).sql, self.limits.timeout_s, MAX_CATEGORICAL)[1]
+                    found = self._backend.run(guard_sql(vq, all_tables, access).sql, self.limits.timeout_s, MAX_CATEGORICAL,
+                                              PROFILES)[1]
                     values = tuple(sorted(str(r[0]) for r in found))
                 out[(t.name, col.name)] = ColumnProfile(values, tuple(sorted({p.upper() for p in prefixes or () if p})))
         return out
@@ -290,7 +306,7 @@ class SqlRetriever:
         c = _ident(col.name)
         places = " ".join(f"WHEN bool_and({c} = round({c}, {d})) THEN {d}" for d in range(MAX_DECIMALS + 1))
         q = f"SELECT CASE WHEN count({c}) = 0 THEN NULL {places} ELSE NULL END FROM {_ident(t.name)}"
-        found = self._backend.run(guard_sql(q, self._backend.tables(), access).sql, self.limits.timeout_s, 1)[1][0][0]
+        found = self._backend.run(guard_sql(q, self._backend.tables(), access).sql, self.limits.timeout_s, 1, PROFILES)[1][0][0]
         return int(found) if found else None  # 0: whole numbers, whose sum is exact already
 
 

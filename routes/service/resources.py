@@ -3,12 +3,12 @@ alone), sized by the settings, shut down once; the core and the indexes only use
 
 from __future__ import annotations
 
-import threading
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 from indexes.dense_index import WALKERS
 from indexes.extract.sandbox import Budget, ExtractorPool
+from indexes.fair_slots import FairSlots
 from retrieval.calls import CallPool, threads_needed
 from retrieval.entities import key_memo
 from retrieval.lru import Lru
@@ -24,7 +24,7 @@ class Resources:
     side: ThreadPoolExecutor  # the dense half of hybrid calls, beside the BM25 half
     profiles: ThreadPoolExecutor  # table profile builds, apart from the retriever threads
     watchdogs: ThreadPoolExecutor  # one per SQL statement that may run at once
-    sql_slots: threading.BoundedSemaphore  # the SQL statements that may run at once, across every view's runner
+    sql_slots: FairSlots  # the SQL statements that may run at once across every view's runner, shared fairly by callers
     walkers: ThreadPoolExecutor  # the graph walks of one dense search
     name_keys: Lru[str, str]  # entity name keys, kept across the entity index builds of every view
     call_pool: CallPool  # at most `workers` retriever calls at once on `calls`, whichever view makes them
@@ -38,7 +38,7 @@ class Resources:
             ThreadPoolExecutor(settings.side_workers, thread_name_prefix="quarry-dense"),
             ThreadPoolExecutor(settings.profile_workers, thread_name_prefix="quarry-profile"),
             ThreadPoolExecutor(settings.sql_max_concurrent, thread_name_prefix="quarry-sql-watchdog"),
-            threading.BoundedSemaphore(settings.sql_max_concurrent),
+            FairSlots(settings.sql_max_concurrent),
             ThreadPoolExecutor(WALKERS, thread_name_prefix="quarry-dense"),
             key_memo(),
             CallPool(settings.workers, settings.spare_workers, threads=calls),

@@ -132,8 +132,9 @@ class Settings(BaseSettings):
                                 "sql", ge=1)
     sql_timeout_s: float = setting(_SQL.timeout_s, "Time limit of one SQL statement, waiting for a slot included.",
                                    "sql", gt=0)
-    sql_max_concurrent: int = setting(2, "SQL statements running at once across the server; more wait for a slot.",
-                                      "sql", ge=1)
+    sql_max_concurrent: int = setting(2, "SQL statements running at once across the server; more wait for a slot. "
+                                      "One caller runs at most all but one of them, and a freed slot goes to the "
+                                      "waiting caller holding the fewest.", "sql", ge=1)
     sql_max_result_bytes: int = setting(4_000_000, "Largest result one SQL statement may return, in bytes.", "sql", ge=1)
     sql_value_bytes: int = setting(_SQL.value_bytes, "Bytes one row of a statement may build through its function calls "
                                    "(concat, ||, regexp_replace, lpad, ...), shared by all its calls; a call past its "

@@ -257,8 +257,10 @@ def test_runners_sharing_slots_bound_statements_across_generations(tables_index)
     import threading
     from concurrent.futures import ThreadPoolExecutor
 
+    from indexes.fair_slots import FairSlots
+
     one_thread = ThreadPoolExecutor(1)
-    slots = threading.BoundedSemaphore(1)
+    slots = FairSlots(1)
     catalog, old = _runner(tables_index, one_thread, max_concurrent=1, slots=slots)
     _, new = _runner(tables_index, one_thread, max_concurrent=1, slots=slots)
     slow = "SELECT count(*) FROM data.incidents a, data.incidents b, data.incidents c, data.incidents d, data.incidents e"
