@@ -34,6 +34,16 @@ MAX_DOC_ID_CHARS = 256
 # nothing invisible (controls, bidi and zero-width format characters, unassigned, private-use
 # and surrogate code points), no whitespace, and no path separators.
 _HIDDEN_CATEGORIES = frozenset({"Cc", "Cf", "Cs", "Co", "Cn", "Zs", "Zl", "Zp"})
+# Symbols drawn like `/` or `\` that NFKC keeps (Unicode's confusables for them, less letters
+# and ideographs); the fullwidth and small forms are listed too, though NFKC maps them to `/`, `\`.
+_LOOKALIKE_SEPARATORS = frozenset(
+    "\u0337\u0338\u20e5\u20eb"  # combining short and long solidus overlays, reverse and double solidus overlays
+    "\u1735\u2041\u2044\u2215\u2216"  # Philippine single punctuation, caret insertion point, fraction, division slash, set minus
+    "\u2571\u2572\u27cb\u27cd"  # box-drawing diagonals, mathematical rising and falling diagonals
+    "\u29f5\u29f8\u29f9\u2afb\u2afd"  # reverse solidus operator, big solidus and reverse, triple and double solidus
+    "\u31d3\u31d4\ufe68\uff0f\uff3c"  # CJK strokes SP and D, small reverse solidus, fullwidth solidus and reverse
+)
+_PERCENT_OCTET = re.compile(r"%[0-9A-Fa-f]{2}")
 
 
 def valid_acl_entry(entry: object) -> bool:
@@ -58,29 +68,56 @@ def check_acl(acl: object, label: str = "acl entry", hint: str = "", keywords: b
     return tuple(dict.fromkeys(acl))
 
 
+def normal_doc_id(doc_id: str) -> str:
+    """The form an id is stored and looked up under: its NFKC normalisation, so ids that read
+    alike (fullwidth `ＩＮＣ－１`, ligatures, compatibility digits) name one document."""
+    return unicodedata.normalize("NFKC", doc_id)
+
+
 def check_doc_id(doc_id: object) -> str:
-    """The one rule for document ids, at ingest and in every write path: 1 to 256 printable
-    characters, no whitespace, no `/` or `\\`, not `.` or `..`, no leading `#`, and nothing
+    """The one rule for document ids, at ingest and in every write path; returns the id in its
+    normal form (`normal_doc_id`: NFKC), which is what is stored. That form must be 1 to 256
+    printable characters, no whitespace, no `/` or `\\` nor a look-alike of them (division,
+    fraction and big solidus, set minus, box-drawing diagonals, solidus overlays, ...), no
+    percent-encoded octet (`%2F`, `%2e%2e`: decoded once more by a proxy or a client, it would
+    become a separator or a dot segment), not `.` or `..`, no leading `#`, and nothing
     invisible (controls, bidi and zero-width characters): an id is shown to people and agents,
     where such characters hide or reorder it, and put into URLs, where separators and dot
     segments change the path."""
-    if isinstance(doc_id, str) and 0 < len(doc_id) <= MAX_DOC_ID_CHARS and doc_id not in (".", "..") \
-            and not doc_id.startswith("#") and not any(c in "/\\" or c.isspace() for c in doc_id) \
-            and not any(unicodedata.category(c) in _HIDDEN_CATEGORIES for c in doc_id):
-        return doc_id
+    # NFKC may expand an id (up to 18 times) or compose it shorter: bound the work first.
+    normal = normal_doc_id(doc_id) if isinstance(doc_id, str) and len(doc_id) <= 4 * MAX_DOC_ID_CHARS else None
+    if normal is not None and 0 < len(normal) <= MAX_DOC_ID_CHARS and normal not in (".", "..") \
+            and not normal.startswith("#") and _PERCENT_OCTET.search(normal) is None \
+            and not any(c in "/\\" or c in _LOOKALIKE_SEPARATORS or c.isspace() for c in normal) \
+            and not any(unicodedata.category(c) in _HIDDEN_CATEGORIES for c in normal):
+        return normal
     shown = doc_id.encode("unicode_escape").decode("ascii")[:100] if isinstance(doc_id, str) else repr(doc_id)
     raise InvalidRequest(f"invalid document id \"{shown}\": use 1 to {MAX_DOC_ID_CHARS} printable characters without "
-                         "spaces, '/' or '\\', not '.' or '..', not starting with '#', with no control, bidi or "
-                         "zero-width characters")
+                         "spaces, '/' or '\\' or look-alikes of them, or percent-encoded octets such as '%2F', not '.' "
+                         "or '..', not starting with '#', with no control, bidi or zero-width characters")
+
+
+def check_write_prefix(prefix: object) -> str:
+    """A write prefix of a key or token: a non-empty start of an id by `check_doc_id`'s rule, in
+    normal form (so it is compared with normal ids)."""
+    normal = check_doc_id(prefix)
+    if normal != prefix:
+        raise InvalidRequest(f"write prefix {prefix!r} is not in normal form (NFKC): use {normal!r}")
+    return normal
 
 
 @dataclass(frozen=True)
 class Principal:
-    """Who is asking. Comes from an API key or the CLI, never from a request body."""
+    """Who is asking. Comes from an API key or the CLI, never from a request body.
+
+    `write_prefixes` are the starts of the document ids it may write (`may_write`); None means
+    every id (a key made before prefixes existed, the CLI's operator). They bound the `write`
+    scope, never what it reads."""
 
     id: str
     groups: tuple[str, ...] = ()
     scopes: frozenset[str] = frozenset({"query"})
+    write_prefixes: tuple[str, ...] | None = None
 
     def __post_init__(self) -> None:
         if not _PRINCIPAL_RE.fullmatch(self.id) or self.id == PUBLIC or self.id.startswith("group:"):
@@ -91,6 +128,21 @@ class Principal:
         unknown = set(self.scopes) - set(SCOPES)
         if unknown:
             raise InvalidRequest(f"unknown scopes {sorted(unknown)}; expected some of {list(SCOPES)}")
+        if self.write_prefixes is not None:
+            if not isinstance(self.write_prefixes, tuple):
+                raise InvalidRequest("write prefixes are a tuple of id prefixes")
+            for prefix in self.write_prefixes:
+                check_write_prefix(prefix)
+
+    @property
+    def is_admin(self) -> bool:
+        """Holds the `admin` scope: may manage every document, one it cannot read included."""
+        return "admin" in self.scopes
+
+    def may_write(self, doc_id: str) -> bool:
+        """Is `doc_id` (in normal form) among the ids this principal may write? The one prefix
+        rule of every write path, for keys and any later credential alike."""
+        return self.write_prefixes is None or doc_id.startswith(self.write_prefixes)
 
     def access_tokens(self) -> frozenset[str]:
         """ACL entries this principal matches: `public`, its id and `group:<g>` per group."""

@@ -212,7 +212,7 @@ def cmd_keys(args: argparse.Namespace, settings: Settings) -> int:
         raise InvalidRequest(f"--keys is required (or set {settings.env_name('keys_file')})")
     store = KeyStore(settings.keys_file)
     if args.keys_command == "add":
-        token, rec = store.add(args.principal, args.groups or [], args.scopes or ["query"])
+        token, rec = store.add(args.principal, args.groups or [], args.scopes or ["query"], args.write_prefixes)
         _emit({"key": token, **rec.public(), "note": "store this key now: it is not shown again"})
     elif args.keys_command == "list":
         _emit({"keys": [r.public() for r in store.records()]})

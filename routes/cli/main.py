@@ -193,6 +193,8 @@ def build_parser() -> argparse.ArgumentParser:
     add.add_argument("--principal", required=True)
     add.add_argument("--groups", nargs="*", default=[])
     add.add_argument("--scopes", nargs="*", default=["query"], help="some of: query sql write admin")
+    add.add_argument("--write-prefix", action="append", default=None, dest="write_prefixes", metavar="P",
+                     help="the key writes only document ids starting with P (repeatable; default: every id)")
     add.add_argument("--keys", default=None, help=keys_help)
     lst = ks.add_parser("list", help="list keys (never the secrets)", parents=[overrides])
     lst.add_argument("--keys", default=None, help=keys_help)

@@ -29,6 +29,7 @@ from routes.http.api import _body, current_caller, needs
 from routes.service.auth import Caller
 from routes.service.schemas import AclIn, DocumentIn, batch_model, error_responses
 from routes.service.service import AclWrite, DeleteWrite, FileBody, PutWrite, Service, Write
+from routes.service.write_access import check_target
 
 ERRORS = error_responses(400, 401, 403, 404, 409, 413, 422, 429, 503)
 IDEMPOTENCY_HEADER = "idempotency-key"
@@ -95,6 +96,7 @@ def build_write_routers(max_batch: int) -> list[APIRouter]:
         metadata: str | None = Query(None, max_length=16_384, description="a file body's metadata, a flat JSON object "
                                      "merged over the file's own"),
     ) -> JSONResponse:
+        check_target(caller.principal, doc_id)  # an id outside the key's prefixes: 403 before the body is read
         media = _media_type(request)
         raw = await request.body()
         given = _file_fields(acl, title, source, date, metadata)

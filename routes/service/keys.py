@@ -4,6 +4,14 @@ A key reads `qk_<key id>_<secret>`. Only SHA-256 of the whole key is stored (key
 random bits, so a slow hash adds nothing). Lookup goes by key id, then the hashes are
 compared in constant time. The file is re-read whenever it changes on disk, so a revocation
 by `quarry keys revoke` takes effect on the next request of a running server.
+
+A key may carry `write_prefixes` (`quarry keys add --write-prefix P`, repeatable): the starts
+of the document ids its `write` scope may change (routes/service/write_access.py). A record
+without the field (every key made before it existed, and a key made without the flag) may
+write every id, as it always could: making old keys write nothing would stop every running
+content pipeline at the upgrade, and a file the server re-reads at any moment cannot be
+migrated in place. Such keys still write only documents they can read; an operator narrows
+a key by adding one with prefixes and revoking the old one.
 """
 
 from __future__ import annotations
@@ -16,13 +24,13 @@ import os
 import secrets
 import threading
 from contextlib import contextmanager
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Iterator, Sequence, TypeGuard
 
 from retrieval.errors import InvalidRequest, ServerFault, Unauthenticated
-from retrieval.types import Principal
+from retrieval.types import Principal, check_doc_id
 
 PREFIX = "qk_"
 
@@ -36,15 +44,17 @@ class KeyRecord:
     scopes: tuple[str, ...]
     created_at: str
     revoked_at: str | None = None
+    write_prefixes: tuple[str, ...] | None = None  # None: every id (see the module docstring)
 
     def to_principal(self) -> Principal:
-        return Principal(self.principal, self.groups, frozenset(self.scopes))
+        return Principal(self.principal, self.groups, frozenset(self.scopes), self.write_prefixes)
 
     def public(self) -> dict:
         """What `keys list` shows: never the hash."""
         d = asdict(self)
         d.pop("sha256")
         d["groups"], d["scopes"] = list(self.groups), list(self.scopes)
+        d["write_prefixes"] = list(self.write_prefixes) if self.write_prefixes is not None else None
         return d
 
 
@@ -86,8 +96,12 @@ class KeyStore:
             raw = json.loads(self.path.read_text())
             out = {}
             for r in raw.get("keys", []):
+                prefixes = r.get("write_prefixes")
+                if prefixes is not None and not isinstance(prefixes, list):
+                    raise TypeError(f"write_prefixes of key {r.get('key_id')!r} is not a list")
                 rec = KeyRecord(r["key_id"], r["sha256"], r["principal"], tuple(r.get("groups", ())),
-                                tuple(r.get("scopes", ("query",))), r["created_at"], r.get("revoked_at"))
+                                tuple(r.get("scopes", ("query",))), r["created_at"], r.get("revoked_at"),
+                                tuple(prefixes) if prefixes is not None else None)
                 out[rec.key_id] = rec
             return out
         except (OSError, ValueError, KeyError, TypeError, AttributeError) as e:
@@ -135,13 +149,20 @@ class KeyStore:
                 os.fsync(f.fileno())
             os.replace(tmp, self.path)
 
-    def add(self, principal: str, groups: Sequence[str] = (), scopes: Sequence[str] = ("query",)) -> tuple[str, KeyRecord]:
-        """Create a key; the plaintext is returned once and never stored."""
-        Principal(principal, tuple(groups), frozenset(scopes))  # validates names and scopes
+    def add(self, principal: str, groups: Sequence[str] = (), scopes: Sequence[str] = ("query",),
+            write_prefixes: Sequence[str] | None = None) -> tuple[str, KeyRecord]:
+        """Create a key; the plaintext is returned once and never stored. `write_prefixes`
+        (given in any form; stored in normal form) bound the ids it may write; None: every id."""
+        prefixes = None
+        if write_prefixes is not None:
+            if not {"write", "admin"} & set(scopes):
+                raise InvalidRequest("write prefixes bound the 'write' scope: give the key 'write' (or 'admin') too")
+            prefixes = tuple(dict.fromkeys(check_doc_id(p) for p in write_prefixes))
+        Principal(principal, tuple(groups), frozenset(scopes), prefixes)  # validates names, scopes and prefixes
         key_id = secrets.token_hex(5)
         token = f"{PREFIX}{key_id}_{secrets.token_urlsafe(24)}"
         rec = KeyRecord(key_id, _digest(token), principal, tuple(groups), tuple(dict.fromkeys(scopes)),
-                        datetime.now(timezone.utc).isoformat(timespec="seconds"))
+                        datetime.now(timezone.utc).isoformat(timespec="seconds"), write_prefixes=prefixes)
         with self._locked_write() as records:
             records[key_id] = rec
         return token, rec
@@ -152,6 +173,5 @@ class KeyStore:
             if rec is None:
                 raise InvalidRequest(f"no key with id {key_id!r}")
             if not rec.revoked_at:
-                rec = records[key_id] = KeyRecord(**{**asdict(rec), "groups": rec.groups, "scopes": rec.scopes,
-                                                     "revoked_at": datetime.now(timezone.utc).isoformat(timespec="seconds")})
+                rec = records[key_id] = replace(rec, revoked_at=datetime.now(timezone.utc).isoformat(timespec="seconds"))
         return rec

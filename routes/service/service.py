@@ -30,17 +30,26 @@ from retrieval.retrievers.sql import SqlResult
 from retrieval.search import search
 from retrieval.sql.schema import TableInfo
 from retrieval.sql.translate import Decline
-from retrieval.types import Document, Filters, Hit, Principal, check_acl, check_doc_id
+from retrieval.types import Document, Filters, Hit, Principal, check_acl, check_doc_id, normal_doc_id
 from routes.service.runtime import Runtime, open_runtime
 from routes.service.schemas import DocumentIn
 from routes.service.settings import Settings
 from routes.service.generations import View
 from routes.service.sharded import ShardedView
 from routes.service.view import IndexView
+from routes.service.write_access import check_target
 from routes.service.tuned import Policies
 
 READINESS_PROBE = Principal("quarry-readiness").access_scope()
 MAX_DOC_ID_CHARS = 256  # a longer id names no document (ids are checked at write time)
+
+
+def lookup_ids(doc_id: str) -> list[str]:
+    """The ids a read of `doc_id` tries, in order: its normal form (what every write stores), then
+    the id as given (a document written before ids were normalised). Too long: none."""
+    if len(doc_id) > 4 * MAX_DOC_ID_CHARS:
+        return []
+    return [i for i in dict.fromkeys((normal_doc_id(doc_id), doc_id)) if len(i) <= MAX_DOC_ID_CHARS]
 
 
 @dataclass(frozen=True)
@@ -156,7 +165,11 @@ class Service:
     def document(self, principal: Principal, doc_id: str) -> Document:
         """One document the principal may read; NotFound otherwise, exactly as for a missing id."""
         with self.runtime.lease() as view:
-            doc = view.document(doc_id, principal.access_scope()) if len(doc_id) <= MAX_DOC_ID_CHARS else None
+            doc = None
+            for key in lookup_ids(doc_id):
+                doc = view.document(key, principal.access_scope())
+                if doc is not None:
+                    break
         if doc is None:
             raise NotFound(f"no document {doc_id[:80]!r}")
         return doc
@@ -249,7 +262,7 @@ class Service:
             doc = make_document({**record, "id": write.doc_id, "text": got.text}, default_source=None, default_acl=acl)
             return Put(replace(doc, regions=got.regions), write.origin)
         fields = body.model_dump(exclude_none=True)
-        if fields.pop("id", write.doc_id) != write.doc_id:
+        if normal_doc_id(fields.pop("id", write.doc_id)) != write.doc_id:
             raise InvalidRequest(f"the body's id differs from the path's {write.doc_id[:80]!r}")
         return Put(make_document({**fields, "id": write.doc_id}, default_source=None, default_acl=acl), write.origin)
 
@@ -257,6 +270,7 @@ class Service:
               ) -> JSONObject:
         """Apply the writes as one durable record, visible to every request that starts
         after it returns. `principal` None is the local operator (the CLI)."""
+        writes = [replace(w, doc_id=check_target(principal, w.doc_id)) for w in writes]  # before a body is parsed
         writer = self.runtime.writable()
         owner = principal.id if principal is not None else None
         raw = sum(len(w.body.data) for w in writes if isinstance(w, PutWrite) and isinstance(w.body, FileBody))

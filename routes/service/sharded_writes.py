@@ -1,7 +1,8 @@
 """Writing to a sharded index through a front: each write goes to the shard that owns its ids.
 
 A front holds no log. It checks a write whole (routes/service/writes.py `check_batch`, the
-per-key byte bound of routes/service/write_quota.py), embeds its puts once with the cluster's
+writer's prefixes and ACL of routes/service/write_access.py, the per-key byte bound of
+routes/service/write_quota.py), embeds its puts once with the cluster's
 model and chunking, and sends one record to the owning shard (`Shard.write`), which checks it
 by the read rule against its own live state, appends it to its own write-ahead log and fsyncs
 it before it answers (indexes/shard_log.py). Every replica and front catches up with that log
@@ -35,6 +36,7 @@ from retrieval.types import Principal
 from routes.service.generations import Generations
 from routes.service.sharded import ShardedView
 from routes.service.write_quota import WriteQuota, change_bytes
+from routes.service.write_access import check_changes, read_scope
 from routes.service.writes import MAX_BATCH, MAX_KEY_BYTES, check_batch
 
 log = logging.getLogger("quarry.cluster")
@@ -55,6 +57,7 @@ class ShardedWriter:
         """Apply `changes` as one record of the shard owning their ids (`Writer.write`'s
         arguments; `engine` is unused: a front writes to the view it serves)."""
         ids = check_batch(changes, self.max_batch)
+        check_changes(principal, changes)
         with self.quota.admit(key, change_bytes(changes)), self.generations.lease() as generation:
             view = generation.engine
             if not isinstance(view, ShardedView):
@@ -69,7 +72,7 @@ class ShardedWriter:
             payload = record_payload([(c, next(vectors) if isinstance(c, Put) else None) for c in changes],
                                      view.embedder.model_id, view.max_chars)
             scoped, request = idempotency if idempotency is not None else (f"front:{uuid.uuid4()}", b"")
-            out = send(payload, principal.access_scope() if principal is not None else None, scoped, request)
+            out = send(payload, read_scope(principal), scoped, request)
         log.info("shard %02d generation %d: %s", owner, out["generation"],
                  ", ".join(f"{d['op']} {d['doc_id']}" for d in out["documents"]))
         return {**out, "shard": owner}

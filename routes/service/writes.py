@@ -4,9 +4,13 @@ One `Writer` per index and process owns the write-ahead log (indexes/wal.py: a s
 process gets `Conflict` at once, naming the holder; it does not wait). A write:
 
 1. is checked whole (a batch too; nothing is written if one change fails): every id and ACL
-   by the one rule of retrieval/types.py, and against the served view, by the read rule of
-   DELETE: a delete, an ACL change *or a put* of an existing document the caller cannot read
-   is `NotFound`, exactly like a missing id, and changes nothing;
+   by the one rule of retrieval/types.py (ids are stored in NFKC form); then, from the
+   principal and the request alone, by routes/service/write_access.py: each id within the
+   key's write prefixes (outside them: one fixed 403, before any lookup, so it tells nothing
+   about the id), and each put or ACL change leaving an ACL the writer can read (unless it
+   holds the `admin` scope); only then against the served view, by the read rule of DELETE:
+   a delete, an ACL change *or a put* of an existing document the caller cannot read is
+   `NotFound`, exactly like a missing id, and changes nothing (the `admin` scope passes it);
 2. is embedded, outside the writer's lock, on its own request thread: a large document (a
    1 MiB put is about 600 chunks) delays no other write. A key's writes queued or running at
    once are bounded in bytes (routes/service/write_quota.py: 429 past `write_max_key_bytes`);
@@ -22,11 +26,24 @@ A write with an idempotency key that was already applied returns the first resul
 changes nothing; the same key with another request is `Conflict`. The generation a write
 answers with is its log seq: it grows by one per write, survives restarts and compaction.
 
-A put of a new id creates it and a put of a readable one replaces it; the answer is the same
-for both and for nothing else, so it reveals nothing about documents the key cannot read. A
-write key may give a document ACL entries it does not hold itself (a content pipeline
-publishes for its readers); it can then change that document again only while it can read
-it. A key that can read and write a document can make it public or remove its other readers.
+A put of a new id creates it and a put of a readable one replaces it. Within a key's
+prefixes, a put of an existing id it cannot read is 404 where a new id is 200, so a key learns
+whether an id inside its prefixes exists: prefixes are what keeps that oracle, and any write,
+off the rest of the index. A write key may give a document ACL entries it does not hold
+itself (a content pipeline publishes for its readers) only while it stays among the readers:
+otherwise a key could make a document no one but an admin may manage (`["nobody-xyz"]`), or
+plant text into a group's scope that the group reads and the writer then cannot see or
+remove. A key that can read and write a document can make it public or remove its other
+readers (but not itself). An admin (`admin` scope) may change or delete any document,
+readable or not, and give it any ACL: someone must be able to clean up.
+
+Considered and not done: (a) answering 403 instead of 404 for an existing unreadable id
+inside the prefixes: a new id's 200 would still tell them apart, unless every put of an
+unseen id were refused; (b) making the writer's own id part of every ACL it writes (silent
+rewriting of what the caller sent; refusing says what to fix); (c) keeping the old rule and
+letting admins delete unreadable documents only: that would still let any write key plant
+content into any group's scope; within its prefixes a key can now only plant content it can
+itself read and remove, and outside them nothing.
 """
 
 from __future__ import annotations
@@ -45,6 +62,7 @@ from indexes.wal import JSONObject, WriteAheadLog
 from retrieval.errors import Conflict, InvalidRequest
 from retrieval.types import Principal, check_acl, check_doc_id
 from routes.service.view import IndexView
+from routes.service.write_access import check_changes, read_rule
 from routes.service.generations import Generations
 from routes.service.write_quota import WriteQuota, change_bytes
 
@@ -131,6 +149,7 @@ class Writer:
         flight are counted against (the caller's principal id, so its keys share the bound;
         None: not bounded)."""
         check_batch(changes, self.max_batch)
+        check_changes(principal, changes)
         with self.quota.admit(key, change_bytes(changes)):
             if idempotency is not None:
                 with self.lock:
@@ -193,7 +212,7 @@ class Writer:
 
     @staticmethod
     def _authorize(engine: IndexView, changes: Sequence[Change], principal: Principal | None) -> None:
-        authorize(engine.snapshot.catalog.document_acl, changes, principal.can_read if principal is not None else None)
+        authorize(engine.snapshot.catalog.document_acl, changes, read_rule(principal))
 
     @staticmethod
     def _embed(engine: IndexView, changes: Sequence[Change]) -> Embedded:

@@ -146,10 +146,26 @@ def test_a_keyword_like_acl_entry_stops_ingest_naming_the_line(tmp_path, word):
 
 
 @pytest.mark.parametrize("doc_id", ["../admin/report", "a/b", "a\\b", ".", "..", "\u202eabc", "a\u0000b", "a\u200bb",
-                                    "a\u2066b", "\ufeffa", "a\u00a0b"])
+                                    "a\u2066b", "\ufeffa", "a\u00a0b",
+                                    # look-alike separators, those NFKC maps to '/', '\\' or '..' included
+                                    "a\uff0fb", "a\uff3cb", "a\u2215b", "a\u2044b", "a\u2216b", "a\u29f8b", "a\u29f9b",
+                                    "a\u2571b", "a\u0338b", "\uff0e\uff0e", "\u2025", "1\u00bd",
+                                    # percent-encoded octets, which another decoding turns into separators or dots
+                                    "%2e%2e", "..%2Fadmin", "a%2fb", "a%5Cb", "%2E", "a\uff052fb"])
 def test_an_id_with_separators_dot_segments_or_hidden_characters_stops_ingest(tmp_path, doc_id):
     path = write(tmp_path / "a.jsonl", line(id=doc_id, text="t"))
     with pytest.raises(IngestError, match=r"a.jsonl:1: invalid document id"):
+        load_documents([path])
+
+
+def test_ids_are_stored_in_nfkc_form_so_look_alike_spellings_are_one_id(tmp_path):
+    from retrieval.types import check_doc_id
+
+    assert check_doc_id("\uff29\uff2e\uff23\uff0d\uff12\uff10\uff14\uff11") == "INC-2041"  # fullwidth
+    assert check_doc_id("\ufb01le-\u2460") == "file-1"  # a ligature, a circled digit
+    assert check_doc_id("rate-50%") == "rate-50%" and check_doc_id("a?b%zz") == "a?b%zz"  # '%' without two hex digits
+    path = write(tmp_path / "a.jsonl", line(id="\uff29\uff2e\uff23-1", text="t") + line(id="INC-1", text="u"))
+    with pytest.raises(IngestError, match=r"a.jsonl:2: duplicate document id 'INC-1'"):
         load_documents([path])
 
 

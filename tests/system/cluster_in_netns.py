@@ -574,12 +574,15 @@ def test_a_write_through_one_front_is_in_effect_on_the_next_request_through_anot
             return [h["doc_id"] for h in got.json()["hits"]]
 
         assert "inc-2013" in context_ids(fb) and "inc-2013" in search_ids(fb)
-        revoked = call(fa, "PATCH", "/v1/documents/inc-2013/acl", wendy, json={"acl": ["group:admin"]})
+        # A write keeps its writer among the readers: refused by the front, before any shard is asked.
+        assert call(fa, "PATCH", "/v1/documents/inc-2013/acl", wendy, json={"acl": ["group:admin"]}).status_code == 403
+        revoked = call(fa, "PATCH", "/v1/documents/inc-2013/acl", wendy, json={"acl": ["wendy", "group:admin"]})
         assert revoked.status_code == 200, revoked.text
         assert revoked.json()["shard"] == shard_of("inc-2013", 2) and revoked.json()["generation"] == 1
         assert call(fb, "GET", "/v1/documents/inc-2013", keys["alice"]).status_code == 404  # the next request through B
         assert "inc-2013" not in search_ids(fb) and "inc-2013" not in context_ids(fb)
-        assert call(fb, "PATCH", "/v1/documents/inc-2013/acl", wendy, json={"acl": ["group:sre"]}).status_code == 404
+        # The shard's read rule: wendy cannot read faq-017 (group:finance), so changing it is a 404.
+        assert call(fb, "PATCH", "/v1/documents/faq-017/acl", wendy, json={"acl": ["group:sre"]}).status_code == 404
 
         body = {"title": "INC-2999: JWKS cache expired during the key rotation",
                 "text": "Token validation failed because the JWKS endpoint was unreachable and the cached keys expired.",

@@ -125,7 +125,7 @@ def test_writes_and_their_errors(writable):
                         source="manuals", date="2026-11-01", metadata={"plant": "north"}, acl=["public"],
                         idempotency_key="k-1") == again  # replayed: the first answer, no new generation
         with pytest.raises(qe.Conflict):
-            q.upsert("client-doc", "other text", idempotency_key="k-1")
+            q.upsert("client-doc", "other text", acl=["public"], idempotency_key="k-1")
         acl = q.set_acl("client-doc", ["group:content"])
         assert acl.generation == again.generation + 1
         with pytest.raises(qe.NotFound):

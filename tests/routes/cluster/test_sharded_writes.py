@@ -19,7 +19,7 @@ import pytest
 from indexes.live import Delete, Put, SetAcl
 from indexes.shards import build_shards, load_cluster, read_cluster, shard_of
 from indexes.snapshot_build import BuildOptions, build_snapshot
-from retrieval.errors import Conflict, InvalidRequest, NotFound
+from retrieval.errors import Conflict, Forbidden, InvalidRequest, NotFound
 from retrieval.shard import LocalShard
 from retrieval.types import Document, Principal
 from routes.cluster.replica import ShardReplica
@@ -35,6 +35,8 @@ from tests.routes.service.test_sharded import LIMITS, PRINCIPALS, TODAY, outcome
 
 SHARDS = 2
 ROOT, ALICE, BOB = PRINCIPALS[3], PRINCIPALS[0], PRINCIPALS[1]
+SAM = Principal("sam", ("sre",))  # alice's group, not alice
+OPS = Principal("ops", scopes=frozenset({"admin"}))  # the admin scope: writes any ACL, passes the read rule
 
 
 @pytest.fixture(scope="module")
@@ -147,7 +149,7 @@ def test_writes_through_a_front_answer_what_one_node_answers_after_the_same_writ
         writes.append([Put(doc(i, f"Batch document {i} about {claims[1]}", ("public",)), "test") for i in same_shard])
         for changes in writes:
             expected = writer.write(changes, None)
-            got = a.write(changes)
+            got = a.write(changes, OPS)
             assert got["documents"] == expected["documents"]
             assert got["shard"] == shard_of(changes[0].doc.id if isinstance(changes[0], Put) else changes[0].doc_id, SHARDS)
         c = fronts()  # opened after the writes: it replays the logs
@@ -178,17 +180,19 @@ def test_writes_through_a_front_answer_what_one_node_answers_after_the_same_writ
 def test_a_revocation_through_one_front_is_in_effect_on_the_next_request_through_another(indexes, fronts):
     claims = indexes[0]
     a, b = fronts(), fronts()
-    claim, doc_id = top_doc(b, claims, ALICE)
+    claim, doc_id = top_doc(b, claims, SAM)
     assert b.view.document(doc_id, ALICE.access_scope()) is not None
-    a.write([SetAcl(doc_id, ("group:admin",))], ALICE)  # a reader may revoke its own access
-    after = b.query(claim, ALICE)
+    with pytest.raises(Forbidden):  # a writer may not leave itself out of the readers
+        a.write([SetAcl(doc_id, ("group:admin",))], ALICE)
+    a.write([SetAcl(doc_id, ("alice", "group:admin"))], ALICE)  # a reader may revoke the others' access
+    after = b.query(claim, SAM)
     assert doc_id not in {h.doc_id for h in after.context}
     for attempt in after.attempts:
         assert doc_id not in {h.doc_id for h in attempt.hits}
-    assert b.view.document(doc_id, ALICE.access_scope()) is None
-    assert b.view.document(doc_id, ROOT.access_scope()).acl == ("group:admin",)
-    with pytest.raises(NotFound):  # and it cannot change it back
-        b.write([SetAcl(doc_id, ("group:sre",))], ALICE)
+    assert b.view.document(doc_id, SAM.access_scope()) is None
+    assert b.view.document(doc_id, ROOT.access_scope()).acl == ("alice", "group:admin")
+    with pytest.raises(NotFound):  # and one who lost it cannot change it back
+        b.write([SetAcl(doc_id, ("group:sre",))], SAM)
 
 
 def test_a_write_may_not_touch_what_the_caller_cannot_read_and_says_no_more_than_for_a_missing_id(indexes, fronts):

@@ -190,7 +190,7 @@ def test_a_write_checks_the_whole_batch_and_applies_nothing_on_a_bad_change(tmp_
     generations = Generations(open_view(index, embedder, plugins=False), owned=True)
     writer = Writer(index, generations)
     try:
-        new = _doc(_record(rng, "fresh"))
+        new = _doc({**_record(rng, "fresh"), "acl": ["wes", "group:alpha"]})  # wes stays among the readers
         with pytest.raises(NotFound):  # wes cannot read d0: deleting it looks like deleting a missing id
             writer.write([Put(new, "t"), Delete("d0")], Principal("wes"))
         with pytest.raises(NotFound):
