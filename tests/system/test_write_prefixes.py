@@ -88,7 +88,7 @@ def test_outside_its_prefixes_a_key_gets_one_answer_for_every_id_and_no_lookup_i
 
     parsed: list[str] = []
     real_change = Service.change
-    monkeypatch.setattr(Service, "change", lambda self, w: parsed.append(w.doc_id) or real_change(self, w))
+    monkeypatch.setattr(Service, "change", lambda self, w, *rest: parsed.append(w.doc_id) or real_change(self, w, *rest))
     before = _generation(server)
     with StatementLog(_base_catalog(server)) as statements:
         answers = {doc_id: _attempts(server, "team-a", doc_id) for doc_id in HIDDEN + MISSING}
