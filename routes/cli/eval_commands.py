@@ -99,12 +99,15 @@ def _run_with(service: Service, policies: Any, test: Sequence[Any], k: int, prog
 
 def judgement_lines(verdict: Any) -> list[str]:
     """The keep rule's verdict as a few readable lines (stderr of `quarry tune`)."""
+    from retrieval.keep_rule import MIN_QUESTIONS
+
     lines = [f"held-out judgement: fit {'KEPT' if verdict.keep else 'REFUSED'}",
-             f"  {'figure':<12} {'before':>6} {'after':>6} {'of':>4} {'harm':>7} {'90% upper':>10}"]
+             f"  {'figure':<12} {'before':>6} {'after':>6} {'of':>4} {'harm':>7} {'90% upper':>10} {'sign p':>7}"]
     for f in verdict.figures:
-        mark = "worse" if f.worse else "better" if f.better else "within noise" if f.questions else "no questions"
+        mark = "worse" if f.worse else "better" if f.better else \
+            f"too few (< {MIN_QUESTIONS})" if f.questions < MIN_QUESTIONS else "within noise"
         lines.append(f"  {f.name.replace('_', ' '):<12} {f.before:>6} {f.after:>6} {f.questions:>4} {f.harm:>+7.3f} "
-                     f"{f.harm_upper:>+10.3f}  {mark}")
+                     f"{f.harm_upper:>+10.3f} {f.sign_p:>7.3f}  {mark}")
     return lines + [f"  {verdict.reason}"]
 
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from retrieval.keep_rule import HeldOut, judge
+from retrieval.keep_rule import MIN_QUESTIONS, HeldOut, judge
 
 
 def _questions(answerable: int, false_before: int, false_after: int, unanswerable: int, caught_before: int,
@@ -35,18 +35,31 @@ def test_a_fit_that_catches_fewer_gaps_is_refused_and_the_reason_names_that_figu
 
 
 def test_a_tie_is_not_better():
-    verdict = judge(_questions(24, 4, 4, 8, 5, 5))
+    verdict = judge(_questions(24, 4, 4, 10, 5, 5))
     assert not verdict.keep and not verdict.worse
     assert "neither figure got better" in verdict.reason
 
 
 def test_a_gain_of_one_question_is_within_the_noise():
-    verdict = judge(_questions(24, 4, 3, 8, 5, 5))
+    verdict = judge(_questions(24, 4, 3, 10, 5, 5))
     assert not verdict.keep and not verdict.worse
 
 
+def test_three_better_and_none_worse_of_ten_is_within_the_noise_of_the_sign_test():
+    verdict = judge(_questions(10, 3, 0, 10, 5, 5))
+    false_gaps = verdict.figures[0]
+    assert false_gaps.harm_upper < 0 and false_gaps.sign_p == 0.125  # the bootstrap alone would call it better
+    assert not verdict.keep and not false_gaps.better
+
+
+def test_a_figure_with_too_few_held_out_questions_refuses_even_a_clear_gain_on_the_other():
+    verdict = judge(_questions(24, 8, 0, MIN_QUESTIONS - 1, 2, 2))
+    assert not verdict.keep and not verdict.worse
+    assert "too few held-out questions" in verdict.reason and f"{MIN_QUESTIONS - 1} unanswerable" in verdict.reason
+
+
 def test_a_clear_improvement_is_kept():
-    verdict = judge(_questions(24, 8, 2, 8, 5, 5))
+    verdict = judge(_questions(24, 8, 2, 10, 5, 5))
     assert verdict.keep, verdict.reason
     assert verdict.to_json()["figures"]["false_gaps"]["better"] and verdict.to_json()["kept"]
 
@@ -54,7 +67,7 @@ def test_a_clear_improvement_is_kept():
 def test_the_questions_that_change_both_ways_count_against_each_other():
     # 6 answerable questions newly answered, 5 newly called gaps: +1 net, no clear gain
     held = [HeldOut(True, True, False)] * 6 + [HeldOut(True, False, True)] * 5 + [HeldOut(True, False, False)] * 13
-    verdict = judge(held)
+    verdict = judge(held + _questions(0, 0, 0, 10, 5, 5))
     assert not verdict.keep and verdict.figures[0].before == 6 and verdict.figures[0].after == 5
 
 

@@ -241,9 +241,9 @@ def test_tune_cli_warns_on_a_small_training_set_and_refuses_a_fit_that_is_not_be
     assert re.search(r"WARNING: only 6 training questions \(fewer than 50\)", out.stderr)
     report = json.loads(out.stdout)
     assert report["notes"]["warnings"]
-    # the 6 held-out questions end the same with the fit as without: a tie is not better
+    # 4 answerable and 2 unanswerable held-out questions cannot show a fit is no worse
     assert report["kept"] is False and report["saved"] is None
-    assert report["judgement"]["reason"].startswith("neither figure got better beyond the noise of 6 held-out questions")
+    assert report["judgement"]["reason"].startswith("too few held-out questions to show the fit is no worse: 4 answerable")
     assert "held-out judgement: fit REFUSED" in out.stderr
     assert (index_copy / TUNED_CONFIG).read_text() == previous and not (index_copy / "tuned.json.bak").exists()
     refused = json.loads((index_copy / TUNED_REFUSED).read_text())
@@ -359,7 +359,7 @@ def test_serve_refuses_a_tuned_json_marked_not_kept(index_copy, embedder):
 def test_a_kept_fit_is_saved_marked_kept_and_loaded(index_copy, embedder):
     from retrieval.keep_rule import HeldOut, judge
 
-    kept = judge([HeldOut(True, True, False)] * 6 + [HeldOut(True, False, False)] * 18)
+    kept = judge([HeldOut(True, True, False)] * 6 + [HeldOut(True, False, False)] * 18 + [HeldOut(False, True, True)] * 10)
     assert kept.keep
     tuned = Policies(fusion=replace(Policies().fusion, rrf_k=10))
     data = json.loads(save_policies(index_copy, tuned, {}, seed=1, verdict=kept).read_text())
