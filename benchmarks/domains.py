@@ -54,6 +54,11 @@ PREVIOUS = GraderConfig(bias=-3.0, weights={
     "top_bm25": 1.7, "top_qcov": 0.0, "qcov_dense": 3.5, "literal_share": 3.0}, threshold=0.55, source="previous")
 
 
+def sources_of(folder: Path) -> list[Path]:
+    """A domain folder's documents, and its tables when it has any."""
+    return [folder / "docs"] + ([folder / "tables"] if (folder / "tables").is_dir() else [])
+
+
 def kind(label: Label) -> str:
     if "bait" in label.tags:
         return "bait"
@@ -137,8 +142,7 @@ def main() -> None:
     indexes, labels, rows, graded = {}, {}, {}, {}
     for name in names:
         folder = ROOT / "eval_data" / name
-        sources = [folder / "docs"] + ([folder / "tables"] if (folder / "tables").is_dir() else [])
-        indexes[name] = build_or_reuse(name, sources, embedder)[0]
+        indexes[name] = build_or_reuse(name, sources_of(folder), embedder)[0]
         labels[name] = load_label_file(folder / "questions.jsonl")
         engine = open_view(indexes[name], embedder, LIMITS, TODAY, Policies(grader=PREVIOUS))
         try:

@@ -89,19 +89,34 @@ def cmd_eval(args: argparse.Namespace, settings: Settings) -> int:
     return 0
 
 
-def _evaluate_with(service: Service, policies: Any, test: Sequence[Any], k: int, progress: Any,
-                   pick: Callable[[dict[str, Any]], dict[str, Any]]) -> dict[str, Any]:
-    """The held-out questions through a service with `policies` over the same index."""
-    from routes.eval.evaluation import evaluate
+def _run_with(service: Service, policies: Any, test: Sequence[Any], k: int, progress: Any) -> list[Any]:
+    """The held-out questions' records through a service with `policies` over the same index."""
+    from routes.eval.evaluation import run_labels
 
     with service.sibling(policies=policies) as tuned:
-        return pick(evaluate(tuned, test, k, _questions_progress(progress, len(test))))
+        return run_labels(tuned, test, k, _questions_progress(progress, len(test)))
+
+
+def judgement_lines(verdict: Any) -> list[str]:
+    """The keep rule's verdict as a few readable lines (stderr of `quarry tune`)."""
+    from retrieval.keep_rule import MIN_QUESTIONS
+
+    lines = [f"held-out judgement: fit {'KEPT' if verdict.keep else 'REFUSED'}",
+             f"  {'figure':<12} {'before':>6} {'after':>6} {'of':>4} {'harm':>7} {'90% upper':>10} {'sign p':>7}"]
+    for f in verdict.figures:
+        mark = "worse" if f.worse else "better" if f.better else \
+            f"too few (< {MIN_QUESTIONS})" if f.questions < MIN_QUESTIONS else "within noise"
+        lines.append(f"  {f.name.replace('_', ' '):<12} {f.before:>6} {f.after:>6} {f.questions:>4} {f.harm:>+7.3f} "
+                     f"{f.harm_upper:>+10.3f} {f.sign_p:>7.3f}  {mark}")
+    return lines + [f"  {verdict.reason}"]
 
 
 def cmd_tune(args: argparse.Namespace, settings: Settings) -> int:
-    """Fit fusion, router and grader on the train split; report the test split before and after."""
-    from routes.eval.evaluation import (TOP, ablate, ablated_index, beir_labels, evaluate, fit_policies, gap_accuracy,
-                                   grader_got_worse, keep_grader, save_policies, split_labels, unambiguous)
+    """Fit fusion, router and grader on the train split; report the test split before and after;
+    save the fit only if the keep rule (retrieval.keep_rule) keeps it."""
+    from retrieval.keep_rule import HeldOut, judge
+    from routes.eval.evaluation import (TOP, ablate, ablated_index, beir_labels, fit_policies, gap_accuracy, run_labels,
+                                        save_policies, save_refused, score_records, split_labels, unambiguous)
 
     from routes.policies.answer_policy import DEFAULT_PASSAGES, configured
 
@@ -118,13 +133,12 @@ def cmd_tune(args: argparse.Namespace, settings: Settings) -> int:
         answer |= {"rerank": scores}
     pick = lambda r: {m: r.get(m) for m in TOP if r.get(m) is not None}  # noqa: E731
     try:
+        train, test = split_labels(labels) if beir_root is None else (beir_labels(beir_root, "train"), labels)
+        before = run_labels(service, test, k, _questions_progress(progress, len(test)))
+        report["before"] = pick(score_records(service, before, k))
         if beir_root is None:
-            train, test = split_labels(labels)
-            report["before"] = pick(evaluate(service, test, k, _questions_progress(progress, len(test))))
             policies, notes = fit_policies(service, train, args.seed, **answer)
         else:
-            train, test = beir_labels(beir_root, "train"), labels
-            report["before"] = pick(evaluate(service, test, k, _questions_progress(progress, len(test))))
             hidden_train, hidden_docs = ablate(train, args.seed)
             ab_index = ablated_index(beir_root, hidden_docs, service.embedder,
                                      Path(args.cache) / f"{beir_root.name}-train-ablation", index, progress)
@@ -132,23 +146,37 @@ def cmd_tune(args: argparse.Namespace, settings: Settings) -> int:
                 policies, notes = fit_policies(service, train, args.seed, tune_router=False, grader_service=ablated,
                                                sufficient_of=lambda lb, docs: lb.id not in hidden_train,
                                                grader_labels=unambiguous(train, hidden_train, hidden_docs), **answer)
+        for warning in notes.get("warnings", ()):
+            print(f"WARNING: {warning}", file=sys.stderr)
+        after = _run_with(service, policies, test, k, progress)
+        report["after"] = pick(score_records(service, after, k))
+        if beir_root is None:  # each held-out question, with the policies in use and with the fit
+            held = [HeldOut(b.label.answerable, b.status == "evidence_gap", a.status == "evidence_gap")
+                    for b, a in zip(before, after, strict=True)]
+        else:  # BEIR labels are all answerable: test claims with their gold documents hidden are the gaps
             hidden_test, hidden_test_docs = ablate(test, args.seed + 1)
             te_index = ablated_index(beir_root, hidden_test_docs, service.embedder,
                                      Path(args.cache) / f"{beir_root.name}-test-ablation", index, progress)
+            outcomes: dict[str, list[tuple[bool, bool]]] = {}
             for name, pol in (("gaps_before", service.policies), ("gaps_after", policies)):
                 with service.sibling(te_index, policies=pol) as ablated:
-                    report[name] = gap_accuracy(ablated, unambiguous(test, hidden_test, hidden_test_docs), hidden_test)
-        for warning in notes.get("warnings", ()):
-            print(f"WARNING: {warning}", file=sys.stderr)
-        report["after"] = _evaluate_with(service, policies, test, k, progress, pick)
-        if grader_got_worse(report):  # a grader fitted on few labels must not undo the default's
-            policies = keep_grader(policies, service.policies)
-            notes["grader_kept"] = ("the tuned grader separated answerable from unanswerable held-out questions less "
-                                    "well than the one in use; it was kept, the rest of the fit saved")
-            print(f"WARNING: {notes['grader_kept']}", file=sys.stderr)
-            report["after"] = _evaluate_with(service, policies, test, k, progress, pick)
+                    report[name] = gap_accuracy(ablated, unambiguous(test, hidden_test, hidden_test_docs), hidden_test,
+                                                outcomes=outcomes.setdefault(name, []))
+            held = [HeldOut(a, gb, ga) for (a, gb), (_, ga) in zip(outcomes["gaps_before"], outcomes["gaps_after"],
+                                                                   strict=True)]
+        verdict = judge(held)
+        report["kept"] = verdict.keep
+        report["judgement"] = verdict.to_json()
         report["notes"] = notes
-        report["saved"] = str(save_policies(index, policies, notes, args.seed))
+        for line in judgement_lines(verdict):
+            print(line, file=sys.stderr)
+        if verdict.keep:
+            report["saved"] = str(save_policies(index, policies, notes, args.seed, verdict))
+        else:
+            report["saved"] = None
+            report["refused"] = str(save_refused(index, policies, notes, args.seed, verdict))
+            print(f"WARNING: the fit was not kept; the policies in use stay (the refused fit is in {report['refused']}, "
+                  "which serve never loads)", file=sys.stderr)
     finally:
         service.close()
     _emit(report)

@@ -46,14 +46,23 @@ def ablated_index(root: Path, hidden_docs: set[str], embedder: Embedder, work: P
     return index
 
 
-def gap_accuracy(service: Service, labels: Sequence[Label], hidden_ids: set[str], k: int = 8,
-                 max_attempts: int | None = None) -> dict[str, float]:
-    """Share of evidence gaps on hidden-gold questions and of answers on the others."""
-    kept = [lb for lb in labels if lb.id not in hidden_ids]  # pass unambiguous() labels
-    hidden = [lb for lb in labels if lb.id in hidden_ids]
+def gap_outcomes(service: Service, labels: Sequence[Label], hidden_ids: set[str], k: int = 8,
+                 max_attempts: int | None = None) -> list[tuple[bool, bool]]:
+    """(answerable, ended as a gap) per label, in order: a hidden-gold label is unanswerable."""
     ask = lambda lb: service.query(lb.principal_obj(), lb.question, k=k, max_attempts=max_attempts,  # noqa: E731
                                    today=lb.today, wait_for_tables=True).status
-    gap_hidden = mean(ask(lb) == "evidence_gap" for lb in hidden)
-    ans_kept = mean(ask(lb) == "answer_context" for lb in kept)
+    return [(lb.id not in hidden_ids, ask(lb) == "evidence_gap") for lb in labels]
+
+
+def gap_accuracy(service: Service, labels: Sequence[Label], hidden_ids: set[str], k: int = 8,
+                 max_attempts: int | None = None, outcomes: list[tuple[bool, bool]] | None = None) -> dict[str, float]:
+    """Share of evidence gaps on hidden-gold questions and of answers on the others (pass
+    unambiguous() labels); `outcomes`, when given, receives each label's gap_outcomes()."""
+    got = gap_outcomes(service, labels, hidden_ids, k, max_attempts)
+    if outcomes is not None:
+        outcomes.extend(got)
+    gap_hidden = mean(gap for answerable, gap in got if not answerable)
+    ans_kept = mean(not gap for answerable, gap in got if answerable)
     return {"gap_on_ablated": round(gap_hidden, 4), "answer_on_rest": round(ans_kept, 4),
-            "balanced_accuracy": round((gap_hidden + ans_kept) / 2, 4), "ablated": len(hidden), "rest": len(kept)}
+            "balanced_accuracy": round((gap_hidden + ans_kept) / 2, 4), "ablated": len(got) - sum(a for a, _ in got),
+            "rest": sum(a for a, _ in got)}

@@ -16,18 +16,18 @@ from typing import Any, Callable, Sequence
 from retrieval.evaluate import (TOP, Label, Record, breakdown, confusion, error_record, parse_labels, plot_grouping, record_for,
                                 summarize, wrong_questions)
 from retrieval.retrievers.sql import compare_rows
-from routes.eval.ablation import ablate, ablated_index, gap_accuracy, unambiguous
+from routes.eval.ablation import ablate, ablated_index, gap_accuracy, gap_outcomes, unambiguous
 from routes.eval.beir_eval import READER, beir_index, beir_labels, ensure_beir_index
 from routes.service.service import Service
 from routes.eval.reports import failure_lines, report_markdown, write_report
 from routes.eval.tuning import (FUSION_GRID, MIN_TRAIN_QUESTIONS, TUNED_BACKUP, first_attempt_evidence, fit_policies,
-                           grader_got_worse, keep_grader, question_features, save_policies, split_labels)
+                           question_features, save_policies, save_refused, split_labels)
 
 __all__ = [
     "FUSION_GRID", "MIN_TRAIN_QUESTIONS", "READER", "TOP", "TUNED_BACKUP", "ablate", "ablated_index", "beir_index",
     "beir_labels", "ensure_beir_index", "evaluate", "failure_lines", "first_attempt_evidence", "fit_policies",
-    "gap_accuracy", "grader_got_worse", "keep_grader", "load_label_file", "plot_grouping", "question_features",
-    "report_markdown", "run_labels", "save_policies", "split_labels", "unambiguous", "write_report",
+    "gap_accuracy", "gap_outcomes", "load_label_file", "plot_grouping", "question_features", "report_markdown",
+    "run_labels", "save_policies", "save_refused", "score_records", "split_labels", "unambiguous", "write_report",
 ]
 
 
@@ -59,7 +59,11 @@ def run_labels(service: Service, labels: Sequence[Label], k: int, progress: Call
 
 def evaluate(service: Service, labels: Sequence[Label], k: int, progress: Callable[[int], None] | None = None
              ) -> dict[str, Any]:
-    records = run_labels(service, labels, k, progress)
+    return score_records(service, run_labels(service, labels, k, progress), k)
+
+
+def score_records(service: Service, records: Sequence[Record], k: int) -> dict[str, Any]:
+    """evaluate()'s figures of records that `service` produced."""
     out = summarize(records, k)
     out["confusion"] = confusion(records)
     out.update(breakdown(records, k))

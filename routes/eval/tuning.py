@@ -1,5 +1,7 @@
 """`quarry tune`: fit fusion, router and grader on labeled questions, read through the
-loop's own first step, and save them as the index's tuned.json."""
+loop's own first step, judge the fit on the held-out split (retrieval.keep_rule) and save
+it as the index's tuned.json only when it is kept; a refused fit goes to tuned.refused.json,
+which nothing loads."""
 
 from __future__ import annotations
 
@@ -9,11 +11,11 @@ import shutil
 from dataclasses import dataclass, field, replace
 from datetime import date
 from pathlib import Path
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any, Callable, Sequence
 
 from retrieval.answer_level import AnswerConfig, AnswerReranker, AnswerScores, RerankConfig
 from retrieval.constraints import Constraints
-from retrieval.evaluate import Label, gap_balance
+from retrieval.evaluate import Label
 from retrieval.fusion import DEFAULT_RRF_K, fuse_hits
 from retrieval.grader import GraderConfig, evidence_features, relevance, unmet_constraints
 from retrieval.metrics import doc_ranking, mean, ndcg_at_k
@@ -22,7 +24,8 @@ from retrieval.router import features
 from retrieval.tune import best_fusion, fit_answer_grader, fit_grader, fit_router
 from retrieval.types import Hit, Principal
 from routes.service.service import Service
-from routes.service.tuned import TUNED_CONFIG, Policies
+from retrieval.keep_rule import Verdict
+from routes.service.tuned import TUNED_CONFIG, TUNED_REFUSED, Policies
 from routes.service.settings import Settings
 
 TUNED_BACKUP = TUNED_CONFIG + ".bak"
@@ -177,7 +180,8 @@ def fit_policies(service: Service, train: Sequence[Label], seed: int, tune_route
     notes: dict[str, Any] = {}
     if len(train) < MIN_TRAIN_QUESTIONS:
         notes["warnings"] = [f"only {len(train)} training questions (fewer than {MIN_TRAIN_QUESTIONS}): "
-                             "the tuned parameters may fit noise; label more questions before trusting them"]
+                             "the tuned parameters may fit noise; the fit is kept only if the held-out split shows "
+                             "it better beyond the noise; label more questions before trusting it"]
     scores = _fusion_scores(service, train)
     method, rrf_k, w = best_fusion(scores)
     fusion = fusion_params(method, rrf_k, w)
@@ -209,44 +213,48 @@ def fit_policies(service: Service, train: Sequence[Label], seed: int, tune_route
     return fitted, notes
 
 
-def grader_got_worse(report: Mapping[str, Any]) -> bool:
-    """Whether the tuned policies separate answerable from unanswerable held-out questions
-    less well than the ones in use (`report` as `quarry tune` builds it: before/after
-    summaries of the test split, and for a BEIR folder the ablation's gap accuracy).
-    With few labels a refitted grader mostly fits noise; this is what keeps it from undoing
-    a default fitted on many domains. Undefined figures (no held-out questions) never count."""
-    if "gaps_before" in report and "gaps_after" in report:
-        return float(report["gaps_after"]["balanced_accuracy"]) < float(report["gaps_before"]["balanced_accuracy"])
-    before, after = gap_balance(dict(report.get("before") or {})), gap_balance(dict(report.get("after") or {}))
-    return before is not None and after is not None and after < before
-
-
-def keep_grader(fitted: Policies, current: Policies) -> Policies:
-    """The fitted policies with the grader (and answer grader) in use kept."""
-    return replace(fitted, grader=current.grader, answer=current.answer, answer_model=current.answer_model)
-
-
-def save_policies(index_dir: Path, policies: Policies, notes: dict[str, Any], seed: int) -> Path:
-    """Write tuned.json atomically; serve, query and mcp load it from the index directory.
-    A previous tuned.json is kept as tuned.json.bak (copy it back to undo a tuning run)."""
+def _policies_json(policies: Policies, notes: dict[str, Any], seed: int, verdict: Verdict | None) -> dict[str, Any]:
     data: dict[str, Any] = {
         "router": policies.router.to_json(), "grader": policies.grader.to_json(),
         "fusion": {"method": policies.fusion.method, "rrf_k": policies.fusion.rrf_k, "depth": policies.fusion.depth,
                    "weights": dict(policies.fusion.weights)},
         "seed": seed, "notes": notes}
+    if verdict is not None:
+        data["kept"] = verdict.keep
+        data["judgement"] = verdict.to_json()
     if policies.answer_model is not None:
         data["answer"] = {"config": policies.answer.to_json(), "model_sha256": policies.answer_model}
     if policies.rerank is not None:
         data["rerank"] = {"config": policies.rerank.to_json(), "model_sha256": policies.rerank_model}
+    return data
+
+
+def _write_atomically(path: Path, data: dict[str, Any]) -> Path:
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(data, indent=2))
+    os.replace(tmp, path)
+    return path
+
+
+def save_policies(index_dir: Path, policies: Policies, notes: dict[str, Any], seed: int, verdict: Verdict | None = None
+                  ) -> Path:
+    """Write tuned.json atomically; serve, query and mcp load it from the index directory.
+    A previous tuned.json is kept as tuned.json.bak (copy it back to undo a tuning run).
+    A refused `verdict` is never written here: it goes through save_refused."""
+    if verdict is not None and not verdict.keep:
+        raise ValueError("a refused fit is not saved where serve reads it; use save_refused")
     path = index_dir / TUNED_CONFIG
     if path.is_file():  # tuned.json stays in place until the new one replaces it
         backup = path.with_name(TUNED_BACKUP)
         shutil.copyfile(path, backup.with_suffix(".tmp"))
         os.replace(backup.with_suffix(".tmp"), backup)
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(data, indent=2))
-    os.replace(tmp, path)
-    return path
+    return _write_atomically(path, _policies_json(policies, notes, seed, verdict))
+
+
+def save_refused(index_dir: Path, policies: Policies, notes: dict[str, Any], seed: int, verdict: Verdict) -> Path:
+    """Write a refused fit, marked `"kept": false` with its judgement, to tuned.refused.json
+    for reading; tuned.json (what serve loads) is left as it was."""
+    return _write_atomically(index_dir / TUNED_REFUSED, _policies_json(policies, notes, seed, verdict))
 
 
 def split_labels(labels: Sequence[Label]) -> tuple[list[Label], list[Label]]:

@@ -1,5 +1,10 @@
 """The policies an index is served with: router, grader and fusion parameters, the defaults or
-what `quarry tune` fitted and saved beside the snapshots (tuned.json)."""
+what `quarry tune` fitted, kept and saved beside the snapshots (tuned.json).
+
+A fit that `quarry tune` refused (worse, or not better beyond the noise, on the held-out
+split) is written to tuned.refused.json, which nothing loads; a tuned.json marked
+`"kept": false` (one copied over by hand) is refused at load with a clear error rather than
+served."""
 
 from __future__ import annotations
 
@@ -8,11 +13,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from retrieval.answer_level import AnswerConfig, RerankConfig
+from retrieval.errors import SnapshotError
 from retrieval.grader import GraderConfig
 from retrieval.retrievers.hybrid import FusionParams
 from retrieval.router import RouterConfig
 
-TUNED_CONFIG = "tuned.json"  # written by `quarry tune` into the index directory
+TUNED_CONFIG = "tuned.json"  # written by `quarry tune` into the index directory, only for a kept fit
+TUNED_REFUSED = "tuned.refused.json"  # a fit `quarry tune` refused, for reading; never loaded
 
 
 @dataclass(frozen=True)
@@ -34,6 +41,10 @@ class Policies:
         if not path.is_file():
             return cls(fusion=fusion)
         data = json.loads(path.read_text())
+        if data.get("kept", True) is not True:  # files from before the keep rule carry no mark
+            reason = (data.get("judgement") or {}).get("reason", "no reason recorded")
+            raise SnapshotError(f"{TUNED_CONFIG} in the index directory holds a fit that `quarry tune` refused ({reason}); "
+                                f"remove it (or restore {TUNED_CONFIG}.bak) to serve the policies in use")
         tuned = data.get("fusion") or {}
         answer, rerank = data.get("answer"), data.get("rerank")
         return cls(RouterConfig.from_json(data["router"]), GraderConfig.from_json(data["grader"]),

@@ -15,7 +15,7 @@ from datetime import date
 import pytest
 
 from routes.service.view import open_view
-from routes.service.tuned import TUNED_CONFIG, Policies
+from routes.service.tuned import TUNED_CONFIG, TUNED_REFUSED, Policies
 from routes.eval.evaluation import (evaluate, fit_policies, load_label_file, question_features, save_policies, split_labels,
                                write_report)
 from tests.conftest import PATIENCE_S, ROOT
@@ -234,14 +234,20 @@ def test_plots_say_whether_they_group_by_labeled_or_chosen_route(engine, labels_
 
 
 @pytest.mark.slow
-def test_tune_cli_warns_on_a_small_training_set_and_keeps_the_previous_tuned_json(index_copy, labels_file):
+def test_tune_cli_warns_on_a_small_training_set_and_refuses_a_fit_that_is_not_better(index_copy, labels_file):
     previous = save_policies(index_copy, Policies(), {"run": "previous"}, seed=1).read_text()
     out = _cli("tune", labels_file, "--index", index_copy, "--no-progress")
     assert out.returncode == 0, out.stderr
     assert re.search(r"WARNING: only 6 training questions \(fewer than 50\)", out.stderr)
-    assert json.loads(out.stdout)["notes"]["warnings"]
-    assert (index_copy / "tuned.json.bak").read_text() == previous
-    assert json.loads((index_copy / TUNED_CONFIG).read_text())["notes"]["warnings"]
+    report = json.loads(out.stdout)
+    assert report["notes"]["warnings"]
+    # 4 answerable and 2 unanswerable held-out questions cannot show a fit is no worse
+    assert report["kept"] is False and report["saved"] is None
+    assert report["judgement"]["reason"].startswith("too few held-out questions to show the fit is no worse: 4 answerable")
+    assert "held-out judgement: fit REFUSED" in out.stderr
+    assert (index_copy / TUNED_CONFIG).read_text() == previous and not (index_copy / "tuned.json.bak").exists()
+    refused = json.loads((index_copy / TUNED_REFUSED).read_text())
+    assert refused["kept"] is False and refused["notes"]["warnings"]
 
 
 @pytest.fixture(scope="module")
@@ -287,26 +293,20 @@ def test_tune_features_resolve_relative_dates_against_the_labels_today(dated_tab
     assert [(d.start, d.end) for d in default.dates] == [(date(2025, 10, 1), date(2025, 12, 31))]
 
 
-def test_gap_balance_and_grader_got_worse_compare_held_out_separation():
+def test_gap_balance_is_the_mean_of_gap_recall_and_the_answered_share():
     from retrieval.evaluate import gap_balance
-    from routes.eval.evaluation import grader_got_worse
 
     assert gap_balance({"gap_recall": 0.8, "false_gap_rate": 0.2}) == pytest.approx(0.8)
     assert gap_balance({"gap_recall": None, "false_gap_rate": 0.25}) == pytest.approx(0.75)
     assert gap_balance({}) is None
-    assert grader_got_worse({"before": {"gap_recall": 0.5, "false_gap_rate": 0.1},
-                             "after": {"gap_recall": 0.6, "false_gap_rate": 0.3}})
-    assert not grader_got_worse({"before": {"gap_recall": 0.5, "false_gap_rate": 0.1},
-                                 "after": {"gap_recall": 0.5, "false_gap_rate": 0.1}})
-    assert not grader_got_worse({"before": {}, "after": {"gap_recall": 0.1}})  # nothing held out to judge by
-    assert grader_got_worse({"gaps_before": {"balanced_accuracy": 0.7}, "gaps_after": {"balanced_accuracy": 0.6}})
 
 
 @pytest.mark.slow
-def test_tune_keeps_the_grader_in_use_when_its_fit_is_worse_on_the_held_out_split(index_copy, tmp_path):
+def test_tune_refuses_a_fit_worse_on_the_held_out_split_and_serve_keeps_the_policies_in_use(index_copy, embedder, tmp_path):
     """A few training labels that say the opposite of the truth (every answerable question
-    marked unanswerable and the other way round) fit a grader that undoes the default: the
-    held-out split shows it, and tune keeps the grader in use while saving the rest."""
+    marked unanswerable and the other way round) fit a grader that calls answerable held-out
+    questions gaps: tune refuses the whole fit, says which figure would have got worse and by
+    how much, and leaves tuned.json (what serve loads) exactly as it was."""
     from tests.conftest import MINI
 
     public = [d["id"] for d in map(json.loads, (MINI / "docs.jsonl").read_text().splitlines()) if d.get("acl") == ["public"]]
@@ -315,13 +315,60 @@ def test_tune_keeps_the_grader_in_use_when_its_fit_is_worse_on_the_held_out_spli
         "id": i, "question": q, "principal": p, "groups": g, "route": r,
         "relevant": ([] if a else public) if s == "train" else rel,
         "answerable": (not a) if s == "train" else a, "tags": ["t"], "split": s}) for i, q, p, g, r, rel, a, s in LABELS) + "\n")
+    in_use = Policies(fusion=replace(Policies().fusion, rrf_k=30))  # a previous run's policies, not the defaults
+    previous = save_policies(index_copy, in_use, {"run": "previous"}, seed=1).read_text()
     out = _cli("tune", flipped, "--index", index_copy, "--no-progress")
     assert out.returncode == 0, out.stderr
     report = json.loads(out.stdout)
-    assert "grader_kept" in report["notes"] and "WARNING: the tuned grader" in out.stderr
-    saved = json.loads((index_copy / TUNED_CONFIG).read_text())
-    assert saved["grader"] == Policies().grader.to_json()
-    assert report["after"]["false_gap_rate"] == report["before"]["false_gap_rate"]
+    assert report["kept"] is False and report["saved"] is None
+    figures = report["judgement"]["figures"]
+    assert figures["false_gaps"]["worse"] and figures["false_gaps"]["after"] > figures["false_gaps"]["before"]
+    fg = figures["false_gaps"]
+    assert f"false gaps {fg['before']} -> {fg['after']} of 4" in report["judgement"]["reason"]
+    assert report["after"]["false_gap_rate"] > report["before"]["false_gap_rate"]
+    assert re.search(r"false gaps +0 +4 +4 .* worse", out.stderr), out.stderr
+    assert (index_copy / TUNED_CONFIG).read_text() == previous
+    served = open_view(index_copy, embedder)
+    try:
+        assert served.policies == in_use
+    finally:
+        served.close()
+
+
+def test_serve_refuses_a_tuned_json_marked_not_kept(index_copy, embedder):
+    from retrieval.errors import SnapshotError
+    from retrieval.keep_rule import HeldOut, judge
+    from routes.eval.tuning import save_refused
+
+    refused = judge([HeldOut(True, False, True)] * 3 + [HeldOut(True, False, False)] * 5)
+    path = save_refused(index_copy, Policies(), {}, seed=1, verdict=refused)
+    assert not (index_copy / TUNED_CONFIG).exists()
+    with pytest.raises(ValueError):
+        save_policies(index_copy, Policies(), {}, seed=1, verdict=refused)
+    assert not (index_copy / TUNED_CONFIG).exists()
+    served = open_view(index_copy, embedder)  # tuned.refused.json is never loaded
+    try:
+        assert served.policies == Policies(fusion=served.policies.fusion) and served.policies.router.source != "tuned"
+    finally:
+        served.close()
+    shutil.copyfile(path, index_copy / TUNED_CONFIG)  # copied over by hand
+    with pytest.raises(SnapshotError, match="refused"):
+        open_view(index_copy, embedder)
+
+
+def test_a_kept_fit_is_saved_marked_kept_and_loaded(index_copy, embedder):
+    from retrieval.keep_rule import HeldOut, judge
+
+    kept = judge([HeldOut(True, True, False)] * 6 + [HeldOut(True, False, False)] * 18 + [HeldOut(False, True, True)] * 10)
+    assert kept.keep
+    tuned = Policies(fusion=replace(Policies().fusion, rrf_k=10))
+    data = json.loads(save_policies(index_copy, tuned, {}, seed=1, verdict=kept).read_text())
+    assert data["kept"] is True and data["judgement"]["figures"]["false_gaps"]["better"]
+    served = open_view(index_copy, embedder)
+    try:
+        assert served.policies.fusion.rrf_k == 10
+    finally:
+        served.close()
 
 
 def test_a_reports_title_names_the_labels_as_people_know_them_not_by_absolute_path(tmp_path):
