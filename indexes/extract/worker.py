@@ -2,9 +2,9 @@
 
 Started by indexes/extract/sandbox.py as `python -m indexes.extract.worker MEMORY_BYTES`, it
 lowers its own limits before it reads anything: its data segment to MEMORY_BYTES (a zip bomb
-or a paragraph flood ends in MemoryError here, not in the server), its priority (a file being
-extracted yields the cores to queries), and, per file, its CPU time (a worker whose parent is
-gone cannot spin on a hostile file for ever).
+or a paragraph flood ends in MemoryError here, not in the server), its priority (the lowest:
+a file being extracted yields the cores to queries), and, per file, its CPU time (a worker
+whose parent is gone cannot spin on a hostile file for ever).
 
 Frames on stdin: `>II` (header length, data length), a JSON header `{"kind", "max_chars",
 "cpu_s"}`, the file's bytes. Frames on stdout: `>I` length and a JSON body, `{"ok": record}`
@@ -64,7 +64,7 @@ def serve(memory_bytes: int, stdin: BinaryIO, stdout: BinaryIO) -> None:
     from indexes.files import extract
 
     resource.setrlimit(resource.RLIMIT_DATA, (memory_bytes, memory_bytes))
-    os.nice(10)
+    os.nice(19)
     while True:
         head = _read_exact(stdin, HEADER.size)
         if head is None:

@@ -95,7 +95,7 @@ class Settings(BaseSettings):
     extract_workers: int = setting(2, "Worker processes that extract PUT file bodies (PDF, DOCX, HTML), each alone; "
                                    "a file that finds none free within its time budget gets a retryable 429.",
                                    "server", ge=1, le=64)
-    extract_per_key: int = setting(2, "Files one principal may have being extracted at once (its keys share them); "
+    extract_per_key: int = setting(1, "Files one principal may have being extracted at once (its keys share them); "
                                    "more get a retryable 429 before any work.", "server", ge=1)
     extract_timeout_s: float = setting(_EXTRACT.seconds, "Time one file's extraction may take (PUT and ingest); past "
                                        "it the worker is killed and the file is refused as too_slow.", "server", gt=0)
