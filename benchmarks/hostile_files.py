@@ -258,12 +258,15 @@ def _tree_rss_mb(pid: int) -> tuple[float, float]:
     """(the server's resident MB, its extraction workers' together)."""
     from benchmarks.hostile_sql import rss_mb
 
+    import glob
+
     children = []
-    try:
-        with open(f"/proc/{pid}/task/{pid}/children") as f:
-            children = f.read().split()
-    except OSError:
-        pass
+    for listing in glob.glob(f"/proc/{pid}/task/*/children"):  # workers are started by request threads
+        try:
+            with open(listing) as f:
+                children += f.read().split()
+        except OSError:
+            pass
     workers = 0.0
     for child in children:
         try:
@@ -297,7 +300,7 @@ def flood(url: str, key: str) -> list[tuple[int, float, str]]:
         return [answer for _ in range(FLOOD_ROUNDS) for answer in pool.map(put, range(16))]
 
 
-def main() -> None:
+def main(attacker_nice: int = 0) -> None:
     """Serve the demo corpus from `quarry serve` (a child process); measure other callers idle,
     then each hostile file PUT by a write key while 4 clients of another key query, then
     FLOOD_ROUNDS bursts of 16 such PUTs at once; writes benchmarks/results/hostile_files.json."""
@@ -363,7 +366,7 @@ def main() -> None:
         with Clients(url, reader) as flooded, Peak(str(proc.pid)) as flood_peak:
             # From a process of its own, as an attacker is: its threads do not slow the measuring clients.
             raw = subprocess.run([sys.executable, __file__, "--flood", url, writer], capture_output=True, check=True,
-                                 cwd=ROOT, timeout=1200).stdout
+                                 cwd=ROOT, timeout=1200, preexec_fn=lambda: os.nice(attacker_nice)).stdout
             flood = [tuple(answer) for answer in json.loads(raw)]
         out = {
             "machine": machine(),
@@ -373,7 +376,8 @@ def main() -> None:
             "during_files": {"query_p99_ms": _p99(attacked.query_ms), "healthz_p99_ms": _p99(attacked.health_ms),
                              "queries": len(attacked.query_ms), "statuses": sorted(set(attacked.statuses)),
                              "server_rss_growth_mb": round(peak.growth, 1)},
-            "flood_16": {"rounds": FLOOD_ROUNDS, "statuses": dict(Counter(s for s, _, _ in flood)),
+            "flood_16": {"rounds": FLOOD_ROUNDS, "attacker_nice": attacker_nice,
+                         "statuses": dict(Counter(s for s, _, _ in flood)),
                          "seconds_max": round(max(t for _, t, _ in flood), 2),
                          "query_p99_ms": _p99(flooded.query_ms), "healthz_p99_ms": _p99(flooded.health_ms),
                          "statuses_of_others": sorted(set(flooded.statuses)),
@@ -386,7 +390,7 @@ def main() -> None:
     print(f"during the files: query p99 {out['during_files']['query_p99_ms']} ms, /healthz p99 "
           f"{out['during_files']['healthz_p99_ms']} ms, server RSS +{out['during_files']['server_rss_growth_mb']} MB")
     print(f"16 at once from one key: {out['flood_16']}")
-    write_json("hostile_files", out)
+    write_json("hostile_files" + (f"-attacker-nice{attacker_nice}" if attacker_nice else ""), out)
 
 
 if __name__ == "__main__":
@@ -399,4 +403,6 @@ if __name__ == "__main__":
 
         print(json.dumps(flood(sys.argv[2], sys.argv[3])))
     else:
-        main()
+        # --attacker-nice N: the flooding process at a lower priority, standing in for an attacker on
+        # another machine (on one 2-core machine its own threads otherwise take a core from the server).
+        main(int(sys.argv[sys.argv.index("--attacker-nice") + 1]) if "--attacker-nice" in sys.argv else 0)

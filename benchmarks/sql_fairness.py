@@ -32,6 +32,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import argparse
+import os
 import json
 import subprocess
 import threading
@@ -115,12 +116,13 @@ class FloodProcess:
     """A `Flood` of mallory's statements against the server from a child process, until its
     stdin closes; then it writes its outcomes as JSON."""
 
-    def __init__(self, url: str, key: str, loops: int) -> None:
-        self.args, self.outcomes = [url, key, str(loops)], Counter()
+    def __init__(self, url: str, key: str, loops: int, nice: int = 0) -> None:
+        self.args, self.outcomes, self.nice = [url, key, str(loops)], Counter(), nice
 
     def __enter__(self) -> FloodProcess:
         self._proc = subprocess.Popen([sys.executable, __file__, "--flood", *self.args], cwd=ROOT,
-                                      stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+                                      stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+                                      preexec_fn=lambda: os.nice(self.nice))
         assert self._proc.stdout is not None
         if self._proc.stdout.readline().strip() != "flooding":
             raise RuntimeError("the flood process did not start")
@@ -172,7 +174,7 @@ class Phase:
                 "olga_outcomes": dict(self.outcomes), "mallory_outcomes": dict(self.mallory)}
 
 
-def served(index: Path, rounds: int, n: int) -> dict:
+def served(index: Path, rounds: int, n: int, attacker_nice: int = 0) -> dict:
     server = Server(index, CACHE / "sql-fairness-server")
     simple = http_sender(server.url, server.other, SIMPLE)
     phases = {"idle": Phase(), "one loop": Phase(), f"{LOOPS} loops": Phase()}
@@ -182,7 +184,7 @@ def served(index: Path, rounds: int, n: int) -> dict:
             phases["idle"].run(simple, n)
             for loops in (1, LOOPS):
                 phase = phases["one loop" if loops == 1 else f"{LOOPS} loops"]
-                with FloodProcess(server.url, server.attacker, loops) as flood:
+                with FloodProcess(server.url, server.attacker, loops, attacker_nice) as flood:
                     phase.run(simple, n)
                 phase.mallory += flood.outcomes
     finally:
@@ -238,6 +240,9 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=10, help="rounds of the three phases against the server")
     parser.add_argument("--statements", type=int, default=45, help="olga's statements per server phase and round")
     parser.add_argument("--in-process", type=int, default=30, help="olga's statements per in-process phase")
+    parser.add_argument("--attacker-nice", type=int, default=0, help="the flooding process's nice value: a lower "
+                        "priority stands in for an attacker on another machine (on one 2-core machine its threads "
+                        "otherwise take a core from the server)")
     parser.add_argument("--flood", nargs=3, metavar=("URL", "KEY", "LOOPS"), help=argparse.SUPPRESS)  # its own process
     args = parser.parse_args()
     if args.flood:
@@ -245,14 +250,15 @@ def main() -> None:
         return
     index = CACHE / "demo-tables"
     build_snapshot([ROOT / "eval_data" / "demo" / "tables"], index, make_embedder())
-    http = served(index, args.rounds, args.statements)
+    http = served(index, args.rounds, args.statements, args.attacker_nice)
     print_phases("quarry serve, fair slots (olga's latency):", http, http["idle"])
     local = in_process(index, args.in_process)
     for name, r in local.items():
         print_phases(f"in process, {name}:", r, r["idle"])
-    write_json("sql_fairness", {"machine": machine(), "loops": LOOPS, "pace_s": PACE_S, "timeout_s": TIMEOUT_S,
-                                "hostile": HOSTILE, "simple": SIMPLE, "rounds": args.rounds,
-                                "statements": args.statements, "served": http, "in_process": local})
+    write_json("sql_fairness" + (f"-attacker-nice{args.attacker_nice}" if args.attacker_nice else ""),
+               {"machine": machine(), "attacker_nice": args.attacker_nice, "loops": LOOPS, "pace_s": PACE_S,
+                "timeout_s": TIMEOUT_S, "hostile": HOSTILE, "simple": SIMPLE, "rounds": args.rounds,
+                "statements": args.statements, "served": http, "in_process": local})
 
 
 if __name__ == "__main__":

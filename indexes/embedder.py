@@ -8,7 +8,7 @@ from __future__ import annotations
 from pathlib import Path
 from threading import Lock
 import json
-from typing import Any, Callable, Iterator, Sequence
+from typing import Any, Callable, Sequence
 
 import numpy as np
 
@@ -104,7 +104,8 @@ class Embedder:
         out = np.zeros((len(texts), self.dimension()), dtype=np.float32)
         # Sort by length so each batch pads little; this is most of ingest time.
         order = sorted(range(len(texts)), key=lambda i: len(texts[i]))
-        for idx in _batches(order, [len(t) for t in texts], self.batch_size, self.batch_size * BATCH_CHARS_PER_TEXT):
+        for start in range(0, len(order), self.batch_size):
+            idx = order[start : start + self.batch_size]
             vecs = model.encode(
                 [texts[i] for i in idx], batch_size=self.batch_size, normalize_embeddings=True,
                 convert_to_numpy=True, show_progress_bar=False,
@@ -153,23 +154,3 @@ def _pooling_dim(path: Path) -> int | None:
         return int(json.loads((path / "1_Pooling" / "config.json").read_text())["word_embedding_dimension"])
     except (OSError, ValueError, KeyError):
         return None
-
-
-# A batch of long passages holds fewer of them: the attention's memory grows with the batch
-# times the square of its longest sequence (64 passages of 1,500 characters of punctuation
-# peaked at +320 MB; 16 at +134 MB, and ran faster).
-BATCH_CHARS_PER_TEXT = 384
-
-
-def _batches(order: list[int], lengths: list[int], size: int, max_chars: int) -> Iterator[list[int]]:
-    """`order` cut into batches of at most `size` texts whose characters, counted at the longest
-    one's length (the batch is padded to it), stay within `max_chars` (a batch holds one text
-    at least)."""
-    batch: list[int] = []
-    for i in order:
-        if batch and (len(batch) == size or (len(batch) + 1) * lengths[i] > max_chars):
-            yield batch
-            batch = []
-        batch.append(i)
-    if batch:
-        yield batch
