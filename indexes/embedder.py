@@ -99,15 +99,18 @@ class Embedder:
         return "onnxruntime" if self._query_encoder() is not None else "torch"
 
     def encode(self, texts: Sequence[str], progress: Callable[[int], None] | None = None) -> np.ndarray:
-        """Embed many passages in batches; `progress(n)` is called after each batch."""
+        """Embed many passages; `progress(n)` is called after each batch.
+
+        A batch holds texts of one token length only, so nothing is padded and each vector is
+        a function of its own text (bit for bit the vector it gets alone): which other passages
+        are embedded beside it, forbidden ones included, cannot move its scores. A batch holds
+        at most `batch_size` texts and `MAX_BATCH_TOKENS` tokens, which bounds the memory a
+        batch of long passages takes (attention grows with the square of the length)."""
         model = self.load()._model
         out = np.zeros((len(texts), self.dimension()), dtype=np.float32)
-        # Sort by length so each batch pads little; this is most of ingest time.
-        order = sorted(range(len(texts)), key=lambda i: len(texts[i]))
-        for start in range(0, len(order), self.batch_size):
-            idx = order[start : start + self.batch_size]
+        for idx in _same_length_batches(_token_lengths(model, texts), self.batch_size):
             vecs = model.encode(
-                [texts[i] for i in idx], batch_size=self.batch_size, normalize_embeddings=True,
+                [texts[i] for i in idx], batch_size=len(idx), normalize_embeddings=True,
                 convert_to_numpy=True, show_progress_bar=False,
             )
             out[idx] = vecs
@@ -146,6 +149,33 @@ class Embedder:
             out = model.forward(model.preprocess(texts))["sentence_embedding"].float().numpy()
         out /= np.maximum(np.linalg.norm(out, axis=1, keepdims=True), 1e-12)
         return np.ascontiguousarray(out, dtype=np.float32)
+
+
+MAX_BATCH_TOKENS = 4096  # 16 passages of 256 tokens: about 100 MB of attention scores at once
+
+
+def _token_lengths(model: Any, texts: Sequence[str], slab: int = 512) -> list[int]:
+    """Each text's token count exactly as the model sees it: from the attention mask of the
+    model's own preprocessing (stripping, special tokens, truncation), a slab at a time."""
+    lengths: list[int] = []
+    for start in range(0, len(texts), slab):
+        features = model.preprocess(list(texts[start : start + slab]))
+        lengths += [int(n) for n in features["attention_mask"].sum(dim=1).tolist()]
+    return lengths
+
+
+def _same_length_batches(lengths: Sequence[int], batch_size: int) -> list[list[int]]:
+    """Indices grouped by equal length, shortest first, each group cut at `batch_size`
+    texts and `MAX_BATCH_TOKENS` tokens."""
+    groups: dict[int, list[int]] = {}
+    for i, n in enumerate(lengths):
+        groups.setdefault(n, []).append(i)
+    batches = []
+    for n in sorted(groups):
+        step = max(1, min(batch_size, MAX_BATCH_TOKENS // max(n, 1)))
+        members = groups[n]
+        batches += [members[i : i + step] for i in range(0, len(members), step)]
+    return batches
 
 
 def _pooling_dim(path: Path) -> int | None:

@@ -50,3 +50,24 @@ def test_settings_choose_the_query_runtime(tmp_path):
     settings = Settings.load({"QUARRY_ONNX": "0", "QUARRY_CACHE_DIR": str(tmp_path)})
     assert settings.onnx is False and settings.cache_dir == tmp_path
     assert settings.embedder().query_backend == "torch"
+
+
+def test_a_passage_vector_does_not_depend_on_its_neighbours(embedder):
+    """Batches hold one token length each, so a passage's vector is the one it gets alone:
+    the passages embedded beside it (forbidden ones included) cannot move its scores."""
+    words = "the ledger holds north south amounts shipped open held orders calendar notes".split()
+    texts = [" ".join(words[(i * 7 + j) % len(words)] for j in range(3 + i * 11)) for i in range(40)] + ["  spaced  ", ""]
+    model = embedder.load()._model
+    alone = np.stack([model.encode([t], batch_size=1, normalize_embeddings=True, convert_to_numpy=True) for t in texts])[:, 0]
+    together = embedder.encode(texts)
+    assert np.array_equal(together, alone)
+    assert np.array_equal(embedder.encode(texts[::3]), alone[::3])
+
+
+def test_a_batch_of_long_passages_is_cut_by_tokens():
+    from indexes.embedder import MAX_BATCH_TOKENS, _same_length_batches
+
+    batches = _same_length_batches([256] * 100 + [8] * 100 + [256], batch_size=64)
+    assert sorted(i for b in batches for i in b) == list(range(201))
+    assert all(len(b) * n <= MAX_BATCH_TOKENS for b, n in ((b, 256 if b[0] < 100 or b[0] == 200 else 8) for b in batches))
+    assert max(len(b) for b in batches) == 64  # short passages still go 64 at a time
