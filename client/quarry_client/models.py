@@ -156,5 +156,12 @@ class WriteOut(BaseModel):
                                                 "then that shard's log seq")
 
 
-__all__ = ["Answer", "ContextItem", "DocumentOut", "ErrorDetail", "ErrorOut", "Gap", "Offsets", "RouteOut", "Rows",
-           "SearchOut", "SqlOut", "ToolCallOut", "ToolErrorOut", "WriteOut", "WrittenDocument"]
+class FeedbackOut(BaseModel):
+    trace_id: str
+    verdict: Literal["answered", "wrong_context", "wrong_gap"]
+    doc_ids: list[str] | None = Field(description="the documents named as answering the question, in their stored form")
+    replaced: bool = Field(description="whether this replaced the caller's earlier feedback on the same answer")
+
+
+__all__ = ["Answer", "ContextItem", "DocumentOut", "ErrorDetail", "ErrorOut", "FeedbackOut", "Gap", "Offsets", "RouteOut",
+           "Rows", "SearchOut", "SqlOut", "ToolCallOut", "ToolErrorOut", "WriteOut", "WrittenDocument"]

@@ -29,6 +29,7 @@ from retrieval.errors import PayloadTooLarge, RetrievalUnavailable
 from starlette.routing import Route
 
 from routes.http.api import BEARER, build_routers, build_tools_router, current_caller, needs
+from routes.http.feedback_api import build_feedback_router
 from routes.mcp.endpoint import McpHttp
 from routes.service.audit import AuditLog, AuditRecord
 from routes.http.docs import install_docs
@@ -160,7 +161,7 @@ class Observe:
             key_id=caller.key_id if caller else None, principal=caller.principal.id if caller else None,
             outcome="client_disconnected" if status == CLIENT_CLOSED else info.get("outcome"), route=info.get("route"),
             attempts=info.get("attempts"), stop_reason=info.get("stop_reason"), latency_ms=round(seconds * 1000, 3),
-            question=info.get("question"),
+            question=info.get("question"), doc_ids=info.get("doc_ids"),
         )
 
     async def _write_now(self, scope: Scope, status: int, seconds: float, trace: str) -> bool:
@@ -245,9 +246,10 @@ def create_app(settings: Settings, engine: IndexView | None = None, keys: KeySto
     if served is not None and served.limits != settings.limits:
         raise ValueError(f"the view's limits {served.limits} differ from the settings' {settings.limits}")
     runtime = runtime or Runtime(settings, engine, own_view=own_engine)
+    tools = Toolset(settings.limits, feedback=lambda: state.audit.feedback if state.audit is not None else None)
     state = AppState(settings, Service(runtime),
                      keys if keys is not None else (KeyStore(settings.keys_file) if settings.keys_file else None),
-                     Gate(settings.rate_per_second, settings.burst, settings.max_concurrent_per_key), Toolset(settings.limits))
+                     Gate(settings.rate_per_second, settings.burst, settings.max_concurrent_per_key), tools)
     state.metrics.watch_shards(state.service.shard_stats)  # a sharded front's per-shard counts (none on one node)
 
     @asynccontextmanager
@@ -275,6 +277,7 @@ def create_app(settings: Settings, engine: IndexView | None = None, keys: KeySto
     for router in (*build_routers(request_models(settings.limits)), *build_write_routers(settings.write_batch_max)):
         app.include_router(router)
     app.include_router(build_tools_router())
+    app.include_router(build_feedback_router(tools))
     _add_ops_routes(app, state)
     install_docs(app)
     install_console(app, settings.report_dir or settings.index_dir / "report")

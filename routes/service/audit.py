@@ -2,8 +2,9 @@
 
 Snapshot catalogs are immutable and replaced on every ingest, so the audit log lives beside
 them (`<index>/audit.duckdb`) and survives switches. Rows are written by one background
-thread in batches; question text is stored only when configured (otherwise its length). Keys
-and secrets are never written.
+thread in batches; question text and the documents of an answer's context are stored only when
+configured (otherwise the question's length). Keys and secrets are never written. The app's
+feedback on answers lives in the same database (routes/service/feedback.py).
 
 A row that cannot be written (a full disk, a failing file, a full queue) is dropped, logged
 and counted through `on_drop`. Whether its request is still answered is the app's choice
@@ -12,6 +13,7 @@ and counted through `on_drop`. Whether its request is still answered is the app'
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import queue
@@ -23,6 +25,7 @@ from typing import Any, Callable, Mapping
 
 import duckdb
 
+from routes.service.feedback import FEEDBACK_TOOL, FeedbackStore
 from routes.service.tools import ToolCall
 
 log = logging.getLogger("quarry.audit")
@@ -31,9 +34,14 @@ SCHEMA = """
 CREATE TABLE IF NOT EXISTS audit (
     ts TIMESTAMPTZ NOT NULL, trace_id VARCHAR NOT NULL, key_id VARCHAR, principal VARCHAR,
     endpoint VARCHAR NOT NULL, http_status INTEGER NOT NULL, outcome VARCHAR, route VARCHAR,
-    attempts INTEGER, stop_reason VARCHAR, latency_ms DOUBLE, question_chars INTEGER, question VARCHAR
+    attempts INTEGER, stop_reason VARCHAR, latency_ms DOUBLE, question_chars INTEGER, question VARCHAR,
+    doc_ids VARCHAR
 )
 """
+# A database an earlier version wrote lacks the columns added since.
+MIGRATE = "ALTER TABLE audit ADD COLUMN IF NOT EXISTS doc_ids VARCHAR"
+COLUMNS = ("ts, trace_id, key_id, principal, endpoint, http_status, outcome, route, attempts, stop_reason, latency_ms, "
+           "question_chars, question, doc_ids")
 
 
 @dataclass(frozen=True)
@@ -49,6 +57,7 @@ class AuditRecord:
     stop_reason: str | None = None
     latency_ms: float | None = None
     question: str | None = None
+    doc_ids: tuple[str, ...] | None = None  # the documents of an answer's context, in rank order
 
 
 def answer_fields(answer: Mapping[str, Any], question: str | None) -> dict[str, Any]:
@@ -56,7 +65,7 @@ def answer_fields(answer: Mapping[str, Any], question: str | None) -> dict[str, 
     gap = answer.get("gap")
     return {"outcome": f"gap:{gap['reason']}" if gap else answer["status"], "route": answer["route"]["chosen"],
             "attempts": len(answer["attempts"]), "stop_reason": answer["stop_reason"], "question": question,
-            "trace_id": answer["trace_id"]}
+            "trace_id": answer["trace_id"], "doc_ids": tuple(dict.fromkeys(c["doc_id"] for c in answer["context"]))}
 
 
 def tool_fields(call: ToolCall) -> dict[str, Any]:
@@ -71,7 +80,14 @@ def tool_fields(call: ToolCall) -> dict[str, Any]:
         return {"outcome": "hits", "route": args.retriever, "question": args.query}
     if call.name == "sql_query":
         return {"outcome": "rows", "route": "sql"}
+    if call.name == FEEDBACK_TOOL:
+        return feedback_fields(args)
     return {"outcome": "document"}
+
+
+def feedback_fields(args: Any) -> dict[str, Any]:
+    """Audit fields of a feedback request (its own trace id; the answer's is in the feedback row)."""
+    return {"outcome": f"feedback:{args.verdict}", "route": "feedback"}
 
 
 Done = Callable[[bool], None]  # told, from the writer thread, whether a record was written
@@ -90,6 +106,8 @@ class AuditLog:
             self._con = duckdb.connect(str(path))
         self.path = path
         self._con.execute(SCHEMA)
+        self._con.execute(MIGRATE)
+        self.feedback = FeedbackStore(self._con, self.flush)
         self._queue: queue.Queue[tuple[AuditRecord, Done | None] | threading.Event | None] = queue.Queue(maxsize=10_000)
         self._thread = threading.Thread(target=self._run, name="quarry-audit", daemon=True)
         self._thread.start()
@@ -137,11 +155,13 @@ class AuditLog:
         if not batch:
             return True
         now = datetime.now(timezone.utc)
+        keep = self.keep_questions
         rows = [(now, r.trace_id, r.key_id, r.principal, r.endpoint, r.http_status, r.outcome, r.route, r.attempts,
                  r.stop_reason, r.latency_ms, len(r.question) if r.question is not None else None,
-                 r.question if self.keep_questions else None) for r in batch]
+                 r.question if keep else None, json.dumps(list(r.doc_ids)) if keep and r.doc_ids is not None else None)
+                for r in batch]
         try:
-            self._con.executemany("INSERT INTO audit VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", rows)
+            self._con.executemany(f"INSERT INTO audit ({COLUMNS}) VALUES ({', '.join('?' * 14)})", rows)
             return True
         except duckdb.Error as e:  # the detail names the file: the log only
             log.error("could not write %d audit rows: %s", len(rows), e)

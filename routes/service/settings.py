@@ -106,7 +106,8 @@ class Settings(BaseSettings):
                                     "calls the loop gave up on before it is closed.", "server", ge=0)
 
     # -- audit ------------------------------------------------------------------------------
-    audit_questions: bool = setting(False, "Store question text in the audit log (off: only its length).", "audit")
+    audit_questions: bool = setting(False, "Store question text and the documents of each answer's context in the audit "
+                                    "log, which `quarry tune --feedback` needs (off: only the question's length).", "audit")
     audit_path: Path | None = setting(None, "Audit database (default: <index_dir>/audit.duckdb).", "audit")
     audit_fail_closed: bool = setting(False, "Answer a /v1 or /mcp request only once its audit row is written "
                                       "(else a retryable 503); off: answer anyway and count the dropped row.", "audit")

@@ -27,6 +27,7 @@ from retrieval.limits import Limits
 from retrieval.registry import SEARCH_ROUTES
 from retrieval.sql.guard import MAX_SQL_CHARS
 from retrieval.types import Filters, Principal
+from routes.service.feedback import FEEDBACK_TOOL, FeedbackStore, feedback_args, give_feedback
 from routes.service.schemas import MAX_NAME_CHARS, DocumentFields, DocumentIn, FilterValue, Strict
 from routes.service.service import AclWrite, DeleteWrite, PutWrite, Service
 
@@ -87,7 +88,7 @@ class SetAclArgs(_Args):
 class ToolSpec:
     name: str
     description: str
-    args: type[_Args]
+    args: type[Strict]  # tool arguments: strict, no unknown fields, text only
     scope: str
     run: Callable[[Service, Principal, Any], dict[str, Any]]
 
@@ -107,7 +108,7 @@ class ToolSpec:
                 "required": list(props) if strict else list(required)}
 
 
-def model_schema(model: type[_Args]) -> tuple[dict[str, Any], tuple[str, ...]]:
+def model_schema(model: type[Strict]) -> tuple[dict[str, Any], tuple[str, ...]]:
     """(properties, required) of a model's JSON schema in the plain form tool callers read:
     references inlined, an optional field as its own type (absent, not null), no titles or
     defaults."""
@@ -276,20 +277,40 @@ def _allowed(spec: ToolSpec, principal: Principal) -> bool:
     return spec.scope in principal.scopes or (spec.scope == "write" and "admin" in principal.scopes)
 
 
+FeedbackOf = Callable[[], FeedbackStore | None]  # the feedback store, once the audit log is open
+
+
+def feedback_spec(limits: Limits, store: FeedbackOf) -> ToolSpec:
+    """The feedback tool over the store `store()` gives (the same handler as POST /v1/feedback)."""
+    return ToolSpec(
+        FEEDBACK_TOOL,
+        "Report whether an answer of retrieve_context served the user, by its trace_id: 'answered' (the context "
+        "answered the question), 'wrong_context' (it did not) or 'wrong_gap' (it was an evidence gap, yet the "
+        "documents do answer it), optionally with the doc_ids that answer it. Only for answers given to this caller; "
+        "a later report on the same trace_id replaces the earlier one.",
+        feedback_args(limits), "query", lambda service, principal, a: give_feedback(service, store(), principal, a))
+
+
 class Toolset:
     """The tools of one app or stdio server, bounded by its runtime limits: listed per
-    principal, dispatched by name."""
+    principal, dispatched by name. With `feedback` (where answers are audited) the feedback
+    tool too."""
 
-    def __init__(self, limits: Limits) -> None:
+    def __init__(self, limits: Limits, feedback: FeedbackOf | None = None) -> None:
         self.limits = limits
         self.specs: dict[str, ToolSpec] = {t.name: t for t in _tool_specs(limits)}
+        self._feedback = feedback
+        if feedback is not None:
+            self.specs[FEEDBACK_TOOL] = feedback_spec(limits, feedback)
 
     def available(self, service: Service, principal: Principal) -> list[tuple[ToolSpec, str]]:
         """The tools this principal may call, with their descriptions (write tools only where
-        this process writes the index)."""
+        this process writes the index, feedback only where answers are audited)."""
         out = []
         for spec in self.specs.values():
             if not _allowed(spec, principal) or (spec.name in WRITE_TOOLS and not service.writable):
+                continue
+            if spec.name == FEEDBACK_TOOL and (self._feedback is None or self._feedback() is None):
                 continue
             description = spec.description + (describe_tables(service, principal) if spec.name == "sql_query" else "")
             out.append((spec, description))
@@ -349,7 +370,7 @@ def describe_tables(service: Service, principal: Principal) -> str:
     return " Tables: " + "; ".join(parts) + "."
 
 
-def parse_arguments(spec: ToolSpec, raw: Any) -> _Args:
+def parse_arguments(spec: ToolSpec, raw: Any) -> Strict:
     """Arguments as a JSON string or an object -> the validated model (or invalid_arguments)."""
     if isinstance(raw, str):
         if len(raw.encode("utf-8", "surrogatepass")) > MAX_ARGUMENT_BYTES:
@@ -380,7 +401,7 @@ class ToolCall:
     its result or its error. HTTP and MCP audit and count calls from this record alike."""
 
     name: str
-    args: _Args | None
+    args: Strict | None
     result: dict[str, Any] | None = None
     error: ToolError | None = None
 

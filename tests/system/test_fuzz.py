@@ -19,7 +19,7 @@ TEXT = st.lists(st.characters(codec=None) | st.sampled_from(["\ud800", "\udfff",
 SCALARS = st.none() | st.booleans() | st.integers(-2**70, 2**70) | st.floats(allow_nan=False, allow_infinity=False) | TEXT
 JSON = st.recursive(SCALARS, lambda inner: st.lists(inner, max_size=4) | st.dictionaries(TEXT, inner, max_size=4), max_leaves=12)
 FIELDS = ["question", "query", "retriever", "k", "max_attempts", "deadline_ms", "filters", "today", "sql", "call_id",
-          "name", "arguments", "sources", "doc_ids", "date_from", "date_to"]
+          "name", "arguments", "sources", "doc_ids", "date_from", "date_to", "trace_id", "verdict"]
 FILTERS = st.fixed_dictionaries({}, optional={"sources": st.lists(TEXT, max_size=3), "doc_ids": st.lists(TEXT, max_size=3),
                                               "date_from": st.sampled_from(["2024-01-01", "2025-02-30"]) | JSON,
                                               "date_to": st.sampled_from(["2025-12-31", "2025-06-01"]) | TEXT})
@@ -37,12 +37,16 @@ SHAPED = {
                                          "filters": FILTERS}, optional={"k": OPTIONAL["k"]}),
     "/v1/sql": st.fixed_dictionaries({"question": WORDS}, optional={"today": OPTIONAL["today"]})
     | st.fixed_dictionaries({"sql": st.sampled_from(["SELECT 1", "SELECT count(*) FROM tickets"]) | TEXT}),
+    "/v1/feedback": st.fixed_dictionaries({"trace_id": st.sampled_from(["0" * 32, "generation-1"]) | TEXT,
+                                           "verdict": st.sampled_from(["answered", "wrong_context", "wrong_gap"]) | TEXT},
+                                          optional={"doc_ids": st.lists(st.just("faq-001") | TEXT, max_size=3) | JSON}),
 }
 BODIES = st.dictionaries(st.sampled_from(FIELDS) | TEXT, JSON, max_size=5) | JSON
-TOOLS = st.sampled_from(["retrieve_context", "search", "sql_query", "get_document", "nope"]) | TEXT
+TOOLS = st.sampled_from(["retrieve_context", "search", "sql_query", "get_document", "submit_feedback", "nope"]) | TEXT
 TOOL_CALLS = st.fixed_dictionaries({"call_id": TEXT, "name": TOOLS,
                                     "arguments": JSON | st.dictionaries(st.sampled_from(FIELDS), JSON, max_size=4)
                                     | SHAPED["/v1/query"] | SHAPED["/v1/search"].map(lambda a: {**a, "retriever": "bm25"})
+                                    | SHAPED["/v1/feedback"]
                                     | JSON.map(lambda v: json.dumps(v))})
 
 
@@ -67,7 +71,7 @@ def client(live):
         yield c
 
 
-@given(data=st.data(), path=st.sampled_from(["/v1/query", "/v1/search", "/v1/sql"]))
+@given(data=st.data(), path=st.sampled_from(["/v1/query", "/v1/search", "/v1/sql", "/v1/feedback"]))
 @settings(max_examples=200, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
 def test_arbitrary_bodies_never_get_a_server_error(live, client, data, path):
     _check(client, live.url, path, data.draw(BODIES | SHAPED[path], label="body"))

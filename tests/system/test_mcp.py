@@ -39,8 +39,8 @@ def test_http_lists_tools_by_scope(live):
     async def names(client):
         return sorted(t.name for t in (await client.list_tools()).tools)
 
-    assert over_http(live, "alice", names) == ["get_document", "retrieve_context", "search", "sql_query"]
-    assert over_http(live, "bob", names) == ["get_document", "retrieve_context", "search"]  # no sql scope
+    assert over_http(live, "alice", names) == ["get_document", "retrieve_context", "search", "sql_query", "submit_feedback"]
+    assert over_http(live, "bob", names) == ["get_document", "retrieve_context", "search", "submit_feedback"]  # no sql scope
 
 
 def test_http_calls_each_tool(live):
@@ -218,7 +218,7 @@ def test_tool_schemas_in_openai_and_anthropic_shapes(live):
     openai = httpx.get(live.url + "/v1/tools?format=openai", headers=headers).json()["tools"]
     anthropic = httpx.get(live.url + "/v1/tools?format=anthropic", headers=headers).json()["tools"]
     assert {t["function"]["name"] for t in openai} == {t["name"] for t in anthropic} == {
-        "retrieve_context", "search", "sql_query", "get_document"}
+        "retrieve_context", "search", "sql_query", "get_document", "submit_feedback"}
     for t in openai:
         params = t["function"]["parameters"]
         assert t["function"]["strict"] is True and params["additionalProperties"] is False

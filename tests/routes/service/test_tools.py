@@ -10,9 +10,9 @@ import pytest
 from pydantic import ValidationError
 
 from retrieval.limits import Limits
-from routes.service.tools import _tool_specs
+from routes.service.tools import Toolset
 
-SPECS = _tool_specs(Limits())
+SPECS = tuple(Toolset(Limits(), feedback=lambda: None).specs.values())  # every tool, the feedback tool included
 
 
 def _valid(prop: dict[str, Any]) -> Any:
