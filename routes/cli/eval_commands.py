@@ -111,6 +111,24 @@ def judgement_lines(verdict: Any) -> list[str]:
     return lines + [f"  {verdict.reason}"]
 
 
+def _with_feedback(args: argparse.Namespace, settings: Settings, labels: list[Any], beir_root: Path | None, index: Path,
+                   report: dict[str, Any]) -> list[Any]:
+    """The labels with those of the apps' feedback (routes/eval/feedback_labels.py); what was
+    read goes into `report["feedback"]`."""
+    from routes.eval.feedback_labels import with_feedback
+
+    if beir_root is not None:
+        raise InvalidRequest("--feedback adds to a labels file; a BEIR folder's labels are its qrels")
+    out, report["feedback"] = with_feedback(labels, settings.audit_path or index / "audit.duckdb", args.split)
+    summary = report["feedback"]
+    print(f"feedback: {summary['labels']} labeled questions from {summary['rows']} feedback rows "
+          f"({summary['train']} train, {summary['test']} held out)", file=sys.stderr)
+    if summary["without_question"]:
+        print(f"WARNING: {summary['without_question']} feedback rows were left out: the audit log kept no question text "
+              "for their answers (set audit_questions on the server)", file=sys.stderr)
+    return out
+
+
 def cmd_tune(args: argparse.Namespace, settings: Settings) -> int:
     """Fit fusion, router and grader on the train split; report the test split before and after;
     save the fit only if the keep rule (retrieval.keep_rule) keeps it."""
@@ -133,6 +151,8 @@ def cmd_tune(args: argparse.Namespace, settings: Settings) -> int:
         answer |= {"rerank": scores}
     pick = lambda r: {m: r.get(m) for m in TOP if r.get(m) is not None}  # noqa: E731
     try:
+        if args.feedback:
+            labels = _with_feedback(args, settings, labels, beir_root, index, report)
         train, test = split_labels(labels) if beir_root is None else (beir_labels(beir_root, "train"), labels)
         before = run_labels(service, test, k, _questions_progress(progress, len(test)))
         report["before"] = pick(score_records(service, before, k))

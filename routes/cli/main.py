@@ -184,6 +184,9 @@ def build_parser() -> argparse.ArgumentParser:
             sp.add_argument("--full", action="store_true", help="print every metric (per route, per tag) on stdout")
         else:
             sp.add_argument("--seed", type=int, default=0, help="seed of the deterministic fits and ablations")
+            sp.add_argument("--feedback", action="store_true",
+                            help="also learn from the apps' feedback on answers, read from the audit database "
+                                 "(the audit_path setting; default <index>/audit.duckdb); needs audit_questions")
         sp.set_defaults(func=fn)
 
     sp = command("keys", "manage API keys (stored hashed)")

@@ -135,6 +135,8 @@ def grade_rows(service: Service, labels: Sequence[Label], sufficient_of: Callabl
     for lb in labels:
         if lb.route == "sql" or lb.answer_rows is not None:
             continue
+        if lb.answerable and not lb.relevant:  # no document to tell a sufficient first attempt by (feedback on a gap)
+            continue
         constraints, hits = first_attempt_evidence(service, lb.question, lb.principal_obj(), today=lb.today)
         if not hits:
             continue
