@@ -282,7 +282,8 @@ def demo_engine(demo_index, embedder):
 class LiveServer:
     """A real uvicorn server on a free loopback port, in a thread of the test process."""
 
-    def __init__(self, app) -> None:
+    def __init__(self, app, graceful_s: float | None = None) -> None:
+        """`graceful_s` bounds how long shutdown waits for requests still in flight."""
         import socket
         import threading
 
@@ -292,7 +293,8 @@ class LiveServer:
             s.bind(("127.0.0.1", 0))
             self.port = s.getsockname()[1]
         self.url = f"http://127.0.0.1:{self.port}"
-        self.server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=self.port, log_level="warning", lifespan="on"))
+        self.server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=self.port, log_level="warning", lifespan="on",
+                                                   timeout_graceful_shutdown=graceful_s))
         self.thread = threading.Thread(target=self.server.run, daemon=True)
 
     def __enter__(self) -> "LiveServer":

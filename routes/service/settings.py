@@ -162,7 +162,8 @@ class Settings(BaseSettings):
                                      "'group:NAME' or principal ids; empty: private to admins).", "build")
     chunk_max_chars: int = setting(1500, "Longest passage, in characters, when documents are split into chunks.",
                                    "build", ge=50)
-    embed_batch_size: int = setting(64, "Passages embedded per batch.", "build", ge=1)
+    embed_batch_size: int = setting(64, "Most passages embedded per batch (one token length, at most 4,096 tokens, each).",
+                                    "build", ge=1)
     ingest_journal_batch: int = setting(4096, "Passages per journaled ingest batch: a killed ingest resumes after "
                                         "the last finished one.", "build", ge=1)
     reuse_embeddings: bool = setting(True, "Reuse the vectors of unchanged chunk texts from the current snapshot.",

@@ -27,7 +27,7 @@ ANSWERED = "What is the Q3 2025 budget for the payments platform?"
 @pytest.fixture(scope="module")
 def judge_server():
     state: dict = {"requests": []}
-    with LiveServer(stand_in(state)) as server:
+    with LiveServer(stand_in(state), graceful_s=1.0) as server:  # a judge left asleep need not be waited for
         server.state = state
         yield server
 
