@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Sequence
 
+from retrieval.table_decline import decline_json
 from retrieval.types import Document, Gap, Hit
 
 if TYPE_CHECKING:
@@ -61,6 +62,7 @@ def result_json(result: LoopResult) -> dict[str, Any]:
         "route": result.decision.to_json(),
         "attempts": [a.to_json() for a in result.attempts],
         "stop_reason": result.stop_reason,
+        "declined": decline_json(result.declined) if result.declined is not None else None,
         "trace_id": result.trace_id,
         "elapsed_ms": round(result.elapsed_ms, 2),
     }

@@ -22,7 +22,7 @@ from retrieval.errors import RetrievalError
 from retrieval.policy import LinkedDoc
 from retrieval.retrievers.sql import SqlRetriever
 from retrieval.signals import StoredVectors, best_cosines
-from retrieval.sql.translate import Translation
+from retrieval.sql.translate import Decline, Translation
 from retrieval.types import AccessScope, Filters, Hit
 
 log = logging.getLogger("quarry.linking")
@@ -87,9 +87,12 @@ class TableLinker:
     def readable(self, access: AccessScope) -> bool:
         return bool(self.sql.readable_tables(access))
 
-    def link(self, question: str, access: AccessScope, today: date | None, seconds: float | None = None) -> Translation | None:
-        """The translation, or None when no table links with confidence. A translator failure
-        (a profile query timing out, say) means "not linked": the text routes still answer.
+    def link(self, question: str, access: AccessScope, today: date | None,
+             seconds: float | None = None) -> Translation | Decline | None:
+        """The translation; or the translator's decline when the question is about a readable
+        table (it names the table, a row's key or its columns: `Decline.table`); or None when
+        no table links. A translator failure (a profile query timing out, say) means "not
+        linked": the text routes still answer.
         The first link for an access scope profiles its tables, which can be slow: given
         `seconds`, profiles not ready by then mean "not linked" (their build goes on, on the
         SQL route's own threads, for the questions after this one)."""
@@ -101,4 +104,4 @@ class TableLinker:
         except RetrievalError as e:
             log.warning("sql linking failed (%s); routing without tables", e.code)
             return None
-        return out if isinstance(out, Translation) else None
+        return out if isinstance(out, Translation) or out.table is not None else None

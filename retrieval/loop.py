@@ -41,7 +41,8 @@ from retrieval.retrievers import Retrieved, Retriever
 from retrieval.rewrite import EXTENSIONS, Plan, PlanKey, RewriteContext, Tried, plan_problems
 from retrieval.router import RouteDecision
 from retrieval.signals import Signals
-from retrieval.sql.translate import Translation
+from retrieval.sql.translate import Decline, Translation
+from retrieval.table_decline import checked, labels, sentence
 from retrieval.types import AccessScope, Filters, Gap, GapReason, Hit, Principal, Status, StopReason
 
 log = logging.getLogger("quarry.loop")
@@ -91,6 +92,7 @@ class Understood:
     decision: RouteDecision
     translation: Translation | None
     absent: tuple[str, ...] = ()  # names the question gives that no readable chunk holds (entity constraints)
+    declined: Decline | None = None  # the question is about a readable table, but translating it was declined
 
 
 @dataclass
@@ -135,6 +137,7 @@ class LoopResult:
     elapsed_ms: float
     loop_overhead_ms: float = 0.0
     extra: dict[str, Any] = field(default_factory=dict)
+    declined: Decline | None = None  # the table the question is about, and why translating it was declined
 
 
 def _evidence(plan: Plan, new_hits: list[Hit], previous: Tried | None, k: int) -> list[Hit]:
@@ -170,15 +173,19 @@ def _understand(question: str, access: AccessScope, deps: LoopDeps, filters: Fil
     # sees routing exactly as if the index had none.
     tables = deps.tables if deps.tables is not None and filters == Filters() and deps.tables.readable(access) else None
     available = [r for r in deps.retrievers if r not in ROW_ROUTES] + (list(ROW_ROUTES) if tables else [])
-    translation = tables.link(question, access, today, table_seconds) if tables else None
+    link = tables.link(question, access, today, table_seconds) if tables else None
+    translation = link if isinstance(link, Translation) else None
+    declined = link if isinstance(link, Decline) else None
     inputs = RouteInputs(question, constraints, translation is not None, deps.signals.term_stats(question, access))
     decision = deps.policy.router.route(inputs, available)
     if decision.chosen in ROW_ROUTES and translation is None:
         rest = tuple(r for r in decision.ranked if r not in ROW_ROUTES)
         decision = RouteDecision(rest[0], decision.scores, rest, decision.reason)
+    if declined is not None:  # the trace says why the table the question is about was not queried
+        decision = replace(decision, reason=f"{decision.reason}; sql not used: {sentence(declined)}")
     if absent:
         constraints = replace(constraints, entities=(*constraints.entities, *absent))
-    return Understood(constraints, inputs, decision, translation, absent)
+    return Understood(constraints, inputs, decision, translation, absent, declined)
 
 
 def run_loop(question: str, principal: Principal, budget: Budget, deps: LoopDeps, filters: Filters = Filters(),
@@ -247,6 +254,8 @@ def run_loop(question: str, principal: Principal, budget: Budget, deps: LoopDeps
                 question, constraints, evidence, today, rows_sql=rows.sql if rows is not None else None,
                 linked=(lambda top: deps.linker.linked_docs(top, question, access)) if follow else (lambda top: ()),
                 rescore=rescore, time_left=lambda: deadline - clock()))
+            if rows is None:  # passages for a question about a declined table must hold what it could not link
+                verdict = checked(verdict, read.declined, evidence)
             hits = evidence
         attempts.append(Attempt(len(attempts) + 1, plan, tuple(hits), verdict, (clock() - t0) * 1000, error, rows))
         history.append(Tried(plan, tuple(hits), verdict))
@@ -268,7 +277,8 @@ def run_loop(question: str, principal: Principal, budget: Budget, deps: LoopDeps
         plan = policy.rewriter.next(ctx, history, tried)
 
     elapsed = (clock() - started) * 1000
-    return _result(question, constraints, decision, attempts, stop, elapsed, elapsed - in_calls * 1000, trace_id)
+    return _result(question, constraints, decision, attempts, stop, elapsed, elapsed - in_calls * 1000, trace_id,
+                   read.declined)
 
 
 def _rescorer(deps: LoopDeps, hits: Sequence[Hit], access: AccessScope) -> Callable[[str], Sequence[Hit]]:
@@ -361,7 +371,7 @@ def _linked_passages(plan: Plan, doc_ids: Sequence[str], access: AccessScope, bu
 
 
 def _result(question: str, constraints: Constraints, decision: RouteDecision, attempts: list[Attempt], stop: StopReason,
-            elapsed_ms: float, overhead_ms: float, trace_id: str) -> LoopResult:
+            elapsed_ms: float, overhead_ms: float, trace_id: str, declined: Decline | None = None) -> LoopResult:
     dispatched = [a for a in attempts if not a.rejected]
     succeeded = [a for a in dispatched if a.error is None]
     if dispatched and not succeeded:
@@ -372,7 +382,7 @@ def _result(question: str, constraints: Constraints, decision: RouteDecision, at
     final = next((a for a in reversed(succeeded) if a.grade and a.grade.sufficient), None)
     if final is not None:
         return LoopResult(question, "answer_context", _passages(final), _rows(final), None,
-                          constraints, decision, attempts, stop, trace_id, elapsed_ms, overhead_ms)
+                          constraints, decision, attempts, stop, trace_id, elapsed_ms, overhead_ms, declined=declined)
     # Best partial evidence: fewest unmet constraints, then the earliest attempt (the router's
     # own choice). Relevance scores are not compared across routes: a dense-only set always
     # looks closer to the question than a fused one, without being better evidence.
@@ -390,6 +400,8 @@ def _result(question: str, constraints: Constraints, decision: RouteDecision, at
     else:
         reason = "insufficient_evidence"
     missing = list(best.grade.missing) if best and best.grade else list(constraints.labels())
+    if declined is not None:  # the gap names the table the question is about and the words it could not link
+        missing = list(dict.fromkeys([*missing, *labels(declined)]))
     details: dict[GapReason, str] = {
         "no_authorized_evidence": "no passage or row the caller may read matched the question",
         "constraint_unmet": "no authorized evidence satisfies: " + ", ".join(missing),
@@ -398,9 +410,10 @@ def _result(question: str, constraints: Constraints, decision: RouteDecision, at
         "deadline_exceeded": "the deadline ran out before sufficient evidence was found",
     }
     partial = _passages(best) if best is not None else ()
-    gap = Gap(reason, tuple(missing), details[reason], bool(partial))
+    detail = details[reason] + (f"; {sentence(declined)}" if declined is not None else "")
+    gap = Gap(reason, tuple(missing), detail, bool(partial))
     return LoopResult(question, "evidence_gap", partial, _rows(best) if best else None, gap, constraints, decision,
-                      attempts, stop, trace_id, elapsed_ms, overhead_ms)
+                      attempts, stop, trace_id, elapsed_ms, overhead_ms, declined=declined)
 
 
 def _passages(attempt: Attempt) -> tuple[Hit, ...]:

@@ -63,6 +63,19 @@ class Gap(BaseModel):
     partial_context: bool
 
 
+class Declined(BaseModel):
+    """The table a question is about, when translating the question to SQL was declined: the
+    rows were not evidence, and an answer context came from passages that hold the words the
+    table could not link."""
+
+    table: str | None = Field(description="the readable table the question names (its noun, a row's key or its "
+                                          "columns); null on /v1/sql when the question names none")
+    reason: str = Field(description="why the translator declined")
+    unlinked: list[str] = Field(description="the question's words the table's schema could not link")
+    missing: list[str] = Field(default_factory=list, description="the same as `missing` labels: `table:NAME`, "
+                                                                 "then `unlinked:WORD` per word")
+
+
 class RouteOut(BaseModel):
     chosen: str
     scores: dict[str, float]
@@ -78,6 +91,8 @@ class Answer(BaseModel):
     route: RouteOut
     attempts: list[dict[str, Any]]
     stop_reason: Literal["sufficient", "attempts_exhausted", "deadline", "no_strategy_left"]
+    declined: Declined | None = Field(default=None, description="the table the question is about when its SQL "
+                                      "translation was declined (answers from earlier servers leave it out)")
     trace_id: str
     elapsed_ms: float
 
@@ -163,5 +178,5 @@ class FeedbackOut(BaseModel):
     replaced: bool = Field(description="whether this replaced the caller's earlier feedback on the same answer")
 
 
-__all__ = ["Answer", "ContextItem", "DocumentOut", "ErrorDetail", "ErrorOut", "FeedbackOut", "Gap", "Offsets", "RouteOut",
-           "Rows", "SearchOut", "SqlOut", "ToolCallOut", "ToolErrorOut", "WriteOut", "WrittenDocument"]
+__all__ = ["Answer", "ContextItem", "Declined", "DocumentOut", "ErrorDetail", "ErrorOut", "FeedbackOut", "Gap", "Offsets",
+           "RouteOut", "Rows", "SearchOut", "SqlOut", "ToolCallOut", "ToolErrorOut", "WriteOut", "WrittenDocument"]

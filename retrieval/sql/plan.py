@@ -16,10 +16,18 @@ PlanKind = Literal["count", "avg", "sum", "max", "min", "grouped", "grouped top"
 
 @dataclass(frozen=True)
 class Decline:
-    """The translator will not guess: why, and the question's words it could not link."""
+    """The translator will not guess: why, and the question's words it could not link.
+
+    `table` is the readable table the question is about, when it names one (its noun, one of
+    its rows' keys, or its columns, by name or by meaning); then `unlinked` holds every
+    content word its schema could not explain and `explained` the ones it could, so a caller
+    can tell how much of the question the table accounts for. A table the caller may not read
+    is never named: the translator sees only the readable ones."""
 
     reason: str
     unlinked: tuple[str, ...] = ()
+    table: str | None = None
+    explained: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)

@@ -82,13 +82,20 @@ class SchemaLinker:
         t = self.pick_table(text, idents)
         if t is None:
             return Decline("no readable table matches the question")
+        link, decline = self.link_table(t, text, idents, today)
+        return link if decline is None else decline
+
+    def link_table(self, t: TableInfo, text: str, idents: Sequence[str], today: date) -> tuple[Link, Decline | None]:
+        """The filters of a normalised question over table `t`, and the first reason to
+        decline, if any. Every step runs even after one declines, so the link still records
+        every word the schema explains: what is left is what a decline reports."""
         link = Link(t, text, words_in(text))
         table_words = self.table_words(t)
         link.consumed |= {w for w in link.words if w in table_words or stem(w) in table_words}
         # values first: an identifier that is also a categorical value is linked as the value
-        decline = (self._link_values(link) or self._link_identifiers(link, idents)
-                   or self._link_dates(link, idents, today) or self._link_comparisons(link))
-        return link if decline is None else decline
+        declines = (self._link_values(link), self._link_identifiers(link, idents), self._link_dates(link, idents, today),
+                    self._link_comparisons(link))
+        return link, next((d for d in declines if d is not None), None)
 
     def _link_values(self, link: Link) -> Decline | None:
         """Categorical values present in the readable rows, where the question uses them as values."""
@@ -112,6 +119,7 @@ class SchemaLinker:
     def _link_identifiers(self, link: Link, idents: Sequence[str]) -> Decline | None:
         """Identifiers -> equality on the column whose values have that shape."""
         t = link.table
+        unmatched = []
         for ident in idents:
             if ident.lower() in link.value_forms:
                 continue
@@ -120,12 +128,15 @@ class SchemaLinker:
                 continue
             cols = self.id_columns(t, ident)
             if not cols:
-                return Decline(f"identifier {ident} does not match any column of {t.name}", (ident,))
+                unmatched.append(ident)
+                continue
             col = t.id_column if t.id_column in cols else cols[0]
             link.filters.append(Equals(col, ident))
             link.consumed.add(ident.lower())
             if col == t.id_column:
                 link.lookup_column = col
+        if unmatched:
+            return Decline(f"identifier {unmatched[0]} does not match any column of {t.name}", tuple(unmatched))
         return None
 
     def _link_dates(self, link: Link, idents: Sequence[str], today: date) -> Decline | None:
@@ -137,7 +148,8 @@ class SchemaLinker:
         if ranges:
             dcol = self.date_column(t, text)
             if dcol is None:
-                return Decline(f"{t.name} has no date column for {ranges[0].text!r}")
+                return Decline(f"{t.name} has no date column for {ranges[0].text!r}",
+                               tuple(WORD.findall(ranges[0].text.lower())))
             for r in ranges:
                 if r.start is not None or r.end is not None:
                     link.filters.append(DateWithin(dcol.name, r.start, r.end))
@@ -158,11 +170,32 @@ class SchemaLinker:
             near = words_in(text[m.end() : m.end() + 40]) | words_in(text[max(0, m.start() - 40) : m.start()])
             col = self.column_mentioned(t, ("number",), near) or self.column_meant(link, ("number",), near)
             if col is None:
-                return Decline(f"cannot tell which column {m.group(0)!r} compares")
+                return Decline(f"cannot tell which column {m.group(0)!r} compares", tuple(WORD.findall(m.group(0))))
             link.filters.append(Compare(col.name, OPS[m.group(1)], value))
             link.consumed |= set(WORD.findall(m.group(0)))
             link.consume_column(col)
         return None
+
+    def mentions(self, link: Link, idents: Sequence[str], left: set[str], by_meaning: bool = True) -> tuple[str, ...]:
+        """The question's words that name `link.table` itself: its noun, one of its rows' keys
+        (an identifier of the key's shape, or a value of the key) or its columns by name;
+        failing those (and given `by_meaning`), a word of `left` (words nothing explained)
+        that means one of its columns (`meaning`, an embedding per word). Empty when the
+        question only shares a categorical value with the table ("the kiln room"): that does
+        not make it a question about the table's records."""
+        t = link.table
+        nouns = self.table_words(t)
+        named = {w for w in link.words if w in nouns or stem(w) in nouns}
+        named |= {i.lower() for i in idents if t.id_column and t.id_column in self.id_columns(t, i)}
+        named |= {w for f in link.filters if isinstance(f, Equals) and f.column == t.id_column
+                  for w in WORD.findall(f.value.lower())}
+        columns = [c for c in t.visible_columns() if c.name != t.doc_column]
+        named |= {w for w in link.words - FILLER if any(matches(w, c) for c in columns)}
+        if not named and by_meaning and self.meaning is not None:
+            meant = self.meaning.column_for(left, [c for c in columns if c.name != t.id_column])
+            if meant is not None:
+                named.add(meant.word)
+        return tuple(sorted(named))
 
     # -- what the schema and the profiles say ---------------------------------------------
     def table_words(self, t: TableInfo) -> set[str]:

@@ -6,8 +6,11 @@ the table (its name, or the noun of its key column: `release_id` -> "release"), 
 identifier found in a column, a number with a comparison, a date or range, or a cue word
 for an aggregate, grouping, ordering or limit; failing a name, a word may link to the column
 it means (`meaning`: "spending" for `amount_usd`, by embedding similarity). A question with an unexplained word is
-declined with the words it could not link, so the loop can route elsewhere. The SQL it
-writes still goes through the guard like any caller's statement.
+declined with the words it could not link, so the loop can route elsewhere; when the
+question is about a readable table (it names the table, a row's key or its columns), the
+decline names that table and every word its schema left unexplained (`about`), so the answer
+can say why the table was not used. The SQL it writes still goes through the guard like any
+caller's statement.
 
 Three steps, one module each: `schema_linking` finds the table and the filters the question
 names, `shape` reads the cue words into a typed `QueryPlan` (`plan`), and `render` writes
@@ -22,6 +25,7 @@ from datetime import date
 from typing import Mapping, Sequence
 
 from retrieval.constraints import identifiers
+from retrieval.sql.about import about_table
 from retrieval.sql.meaning import ColumnMeaning
 from retrieval.sql.plan import Decline, QueryPlan
 from retrieval.sql.render import render_sql
@@ -53,16 +57,21 @@ class Translator:
         self._linker = SchemaLinker(tables, profiles, meaning)
 
     def translate(self, question: str) -> Translation | Decline:
-        link = self._linker.link(normalise_question(question), identifiers(question), self.today)
-        if isinstance(link, Decline):
-            return link
-        plan = shape_select(self._linker, link)
-        if isinstance(plan, Decline):
-            return plan
-        left = unlinked_words(link, plan)
-        if left:
-            return Decline("could not link every word of the question to the schema", tuple(left))
-        return Translation(render_sql(plan), plan.table, plan.kind, ordered=plan.ordered)
+        text, idents = normalise_question(question), identifiers(question)
+        t = self._linker.pick_table(text, idents)
+        if t is None:
+            return Decline("no readable table matches the question")
+        link, decline = self._linker.link_table(t, text, idents, self.today)
+        plan = shape_select(self._linker, link)  # after a decline too: the cue words it reads are explained
+        if decline is None:
+            if isinstance(plan, Decline):
+                decline = plan
+            else:
+                left = unlinked_words(link, plan)
+                if not left:
+                    return Translation(render_sql(plan), plan.table, plan.kind, ordered=plan.ordered)
+                decline = Decline("could not link every word of the question to the schema", tuple(left))
+        return about_table(self._linker, decline, link, idents)
 
 
 def unlinked_words(link: Link, plan: QueryPlan) -> list[str]:
@@ -74,3 +83,4 @@ def unlinked_words(link: Link, plan: QueryPlan) -> list[str]:
     left = sorted(w for w in link.words - link.consumed - FILLER
                   if not w.isdigit() and not any(matches(w, c) for c in columns))
     return [w for w in left if not re.fullmatch(r"[\d.:-]+", w)]
+

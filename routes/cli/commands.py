@@ -137,6 +137,9 @@ def _print_answer(payload: dict, table: bool) -> None:
             print(f"  {item['rank']:>2}. {item['doc_id']:<36} {(item['title'] or '')[:70]}")
         if payload["gap"]:
             print(f"  gap: {payload['gap']['reason']}: {payload['gap']['detail']}")
+        if payload.get("declined"):
+            d = payload["declined"]
+            print(f"  table {d['table']} not used: {d['reason']} (could not link: {', '.join(d['unlinked']) or '-'})")
     else:
         _emit(payload)
     sys.stdout.flush()
@@ -145,6 +148,7 @@ def _print_answer(payload: dict, table: bool) -> None:
 def cmd_sql(args: argparse.Namespace, settings: Settings) -> int:
     """Run SQL (the CLI caller holds the `sql` scope), or translate a question with --question."""
     from retrieval.sql.translate import Decline
+    from retrieval.table_decline import decline_json
     from routes.service.service import open_service
 
     principal = _principal(args, scopes=("query", "sql"))
@@ -152,7 +156,7 @@ def cmd_sql(args: argparse.Namespace, settings: Settings) -> int:
         if args.question:
             out = service.sql_question(principal, args.statement)
             if isinstance(out, Decline):
-                _emit({"declined": {"reason": out.reason, "unlinked": list(out.unlinked)}})
+                _emit({"declined": decline_json(out)})
                 return 3
             _emit({"question": args.statement, "rows": out.to_json()})
         else:

@@ -19,6 +19,7 @@ from quarry_client.models import Answer, DocumentOut, SearchOut, SqlOut, ToolCal
 from retrieval.answer import document_json, hits_json, result_json
 from retrieval.retrievers.sql import SqlResult
 from retrieval.sql.translate import Decline
+from retrieval.table_decline import decline_json
 from retrieval.errors import Forbidden
 from retrieval.types import Filters
 from routes.service.audit import answer_fields, tool_fields
@@ -123,8 +124,7 @@ def build_routers(models: RequestModels) -> list[APIRouter]:
         request.state.audit = {"route": "sql", "question": body.question, "trace_id": trace,
                                "outcome": "declined" if isinstance(result, Decline) else "rows"}
         if isinstance(result, Decline):
-            return {"status": "declined", "rows": None, "trace_id": trace,
-                    "declined": {"reason": result.reason, "unlinked": list(result.unlinked)}}
+            return {"status": "declined", "rows": None, "trace_id": trace, "declined": decline_json(result)}
         return {"status": "rows", "rows": result.to_json(), "declined": None, "trace_id": trace}
 
     @router.get("/documents/{doc_id:path}", response_model=DocumentOut, responses=error_responses(401, 403, 404, 429),

@@ -60,8 +60,8 @@ def test_query_answers_with_the_answer_shape(mini_index):
     out = quarry("query", "carrier webhook retries", "--index", str(mini_index), "--principal", "erin")
     assert out.returncode == 0, out.stderr
     answer = json.loads(out.stdout)
-    assert set(answer) == {"status", "context", "rows", "gap", "constraints", "route", "attempts", "stop_reason", "trace_id",
-                           "elapsed_ms"}
+    assert set(answer) == {"status", "context", "rows", "gap", "constraints", "route", "attempts", "stop_reason", "declined",
+                           "trace_id", "elapsed_ms"}
     assert answer["status"] in {"answer_context", "evidence_gap"} and answer["attempts"]
 
 
