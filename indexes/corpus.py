@@ -7,8 +7,9 @@ A document without `acl` gets the ingest default, which fails closed (admins onl
 Defaults: `source` is the JSONL file's stem, or a file's folder name; a Markdown document's
 `id` is its path relative to the source folder, folders joined by ':', without extension
 (a PDF, DOCX or HTML file's keeps its extension: `q3.pdf` and `q3.docx` are two documents);
-its `title` is the first `# heading` when the front matter has none. Files' metadata,
-sidecars and folder manifests: indexes/files.py.
+its `title` is the first `# heading` when the front matter has none, and its `date`, when
+nothing gives it one, the full day its title or first lines state (indexes/stated_date.py).
+Files' metadata, sidecars and folder manifests: indexes/files.py.
 
 A folder's contents are untrusted: nothing outside it is read (links are not followed, FIFOs
 and devices never opened, each listed as skipped: indexes/source_files.py), front matter is
@@ -30,6 +31,7 @@ from indexes.extract.record import MAX_TEXT_CHARS
 from indexes.files import FileReader, Skipped, merge_fields, orphan_sidecars
 from indexes.front_matter import EXCERPT_CHARS, excerpt, first_heading, split_front_matter
 from indexes.path_ids import path_id
+from indexes.stated_date import headings_of, with_stated_date
 from indexes.source_files import FileTooLarge, check_source, list_folder, open_regular, read_regular, shown
 from retrieval.errors import IngestError, InvalidRequest
 from retrieval.types import Document, check_acl, check_doc_id
@@ -164,7 +166,8 @@ def _load_extracted(path: Path, root: Path, default_acl: tuple[str, ...], reader
     got = reader.extract(path)
     if got is None:
         return None
-    record = merge_fields(merge_fields({"id": doc_id, **got.fields()}, manifest), sidecar)
+    record = with_stated_date(merge_fields(merge_fields({"id": doc_id, **got.fields()}, manifest), sidecar), got.text,
+                              headings_of(got.regions))
     record["text"] = got.text
     try:
         doc = make_document(record, default_source=path.parent.name, default_acl=default_acl)
@@ -227,9 +230,10 @@ def _load_markdown(path: Path, root: Path, text: str, default_acl: tuple[str, ..
         if doc_id is None:
             return None
         record["id"] = doc_id
-    record["text"] = body
     if "title" not in record:
         record["title"] = first_heading(body)
+    record = with_stated_date(record, body)
+    record["text"] = body
     try:
         doc = make_document(record, default_source=path.parent.name, default_acl=default_acl)
     except InvalidRequest as e:

@@ -63,6 +63,7 @@ def result_json(result: LoopResult) -> dict[str, Any]:
         "attempts": [a.to_json() for a in result.attempts],
         "stop_reason": result.stop_reason,
         "declined": decline_json(result.declined) if result.declined is not None else None,
+        "listing": result.listing.to_json() if result.listing is not None else None,
         "trace_id": result.trace_id,
         "elapsed_ms": round(result.elapsed_ms, 2),
     }

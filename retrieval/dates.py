@@ -204,3 +204,42 @@ def dated_first(hits: Sequence[D], ranges: Sequence[DateRange]) -> list[D]:
         return list(hits)
     inside = [h for h in hits if in_ranges(h.date, ranges)]
     return inside + [h for h in hits if not in_ranges(h.date, ranges)] if inside else list(hits)
+
+
+# "in March": a month named without its year, after a word that places something in time.
+_BARE_MONTH = re.compile(r"\b(?:in|during|for|over|throughout)\s+(?:the\s+month\s+of\s+)?(january|february|march|april|may|"
+                         r"june|july|august|september|october|november|december)\b(?!\.?,?\s+(?:of\s+)?\d)", re.I)
+
+
+def bare_month(text: str, today: date) -> DateRange | None:
+    """The month a phrase like "in March" names, read as the latest such month that has begun
+    by `today` (March of this year in November; March of last year in February). None unless
+    exactly one month is named so. Read only where the question's structure asks for it (a
+    list over a period): as a general date constraint, "the tree she bought in March" would
+    demand a document dated in March."""
+    found = {m.group(1).lower() for m in _BARE_MONTH.finditer(text)}
+    if len(found) != 1:
+        return None
+    (name,) = found
+    month = MONTHS[name]
+    year = today.year if month <= today.month else today.year - 1
+    start, end = _month_range(year, month)
+    m = _BARE_MONTH.search(text)
+    assert m is not None
+    return DateRange(start, end, m.group(0)[m.start(1) - m.start():])
+
+
+_FULL_DAYS = tuple(p for p, kind in _POINTS if kind in _CALENDAR_DAYS)
+
+
+def stated_days(text: str) -> tuple[date, ...]:
+    """The calendar days `text` writes in full (ISO, "14 March 2025", "March 14, 2025"), in
+    order, each once; a day under an operator or inside a range ("before 3 May 2025", "from 1
+    to 3 March 2025") is no stated day. Months, years, quarters, relative words and numeric
+    forms such as 03/04/2025 (day or month first?) are never read as one."""
+    days: list[date] = []
+    for r in find_dates(text, date(2000, 1, 1)):  # any day: relative words are never a stated day
+        if r.start is not None and r.start == r.end and any(p.fullmatch(r.text) for p in _FULL_DAYS) \
+                and r.start not in days:
+            days.append(r.start)
+    return tuple(days)

@@ -49,7 +49,7 @@ from retrieval.constraints import Constraints, literal_share
 from retrieval.dates import dates_in
 from retrieval.parts import question_parts
 from retrieval.text import normalize, term_set
-from retrieval.types import Hit
+from retrieval.types import Hit, Listing
 
 GRADE_FEATURES = ("top_dense", "dense_margin", "mean_dense_top3", "top_coverage", "agreement", "top_bm25",
                   "top_qcov", "qcov_dense", "literal_share", "z_top", "nqc", "z_spread")
@@ -100,6 +100,7 @@ class Grade:
     links: tuple[str, ...] = ()  # readable documents the top passages name that the set lacks: to follow, not missing
     source: str = ""  # which grader decided, when not the built-in one (a judge, a fallback after its failure)
     p_sufficient: float | None = None  # calibrated P(the set answers); None from a grader that gives none
+    listing: Listing | None = None  # a list question's plan: what it gathered (retrieval/listing.py)
 
     def to_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {"sufficient": self.sufficient, "reason": self.reason, "missing": list(self.missing),
@@ -107,6 +108,8 @@ class Grade:
                                "p_sufficient": None if self.p_sufficient is None else round(self.p_sufficient, 4)}
         if self.source:
             out["source"] = self.source
+        if self.listing is not None:
+            out["listing"] = self.listing.to_json()
         return out
 
 

@@ -20,6 +20,7 @@ class Limits:
     max_deadline_ms: int = 30000
     call_timeout_ms: int = 1500
     max_filter_values: int = 100
+    list_max_passages: int = 500  # a list question's plan asks its route for this many passages at most
 
 
 def check_query(query: object, limits: Limits, field: str = "query") -> str:

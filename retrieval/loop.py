@@ -35,6 +35,7 @@ from retrieval.fusion import rrf
 from retrieval.grader import Grade
 from retrieval.limits import Limits, check_k
 from retrieval.linking import Linker, TableLinker
+from retrieval.listing import construction_grade, gather
 from retrieval.policy import Evidence, Policy, RouteInputs
 from retrieval.registry import ROW_ROUTES
 from retrieval.retrievers import Retrieved, Retriever
@@ -43,7 +44,7 @@ from retrieval.router import RouteDecision
 from retrieval.signals import Signals
 from retrieval.sql.translate import Decline, Translation
 from retrieval.table_decline import checked, labels, sentence
-from retrieval.types import AccessScope, Filters, Gap, GapReason, Hit, Principal, Status, StopReason
+from retrieval.types import AccessScope, Filters, Gap, GapReason, Hit, Listing, Principal, Status, StopReason
 
 log = logging.getLogger("quarry.loop")
 
@@ -54,6 +55,7 @@ class Budget:
     deadline_ms: int = 2000
     call_timeout_ms: int = 1500
     k: int = 8
+    list_bound: int = 500  # passages a list question's plan gathers at most (retrieval/listing.py)
 
     @classmethod
     def checked(cls, limits: Limits, k: int | None, max_attempts: int | None, deadline_ms: int | None) -> Budget:
@@ -64,7 +66,8 @@ class Budget:
         deadline = limits.default_deadline_ms if deadline_ms is None else deadline_ms
         if isinstance(deadline, bool) or not isinstance(deadline, int) or not 1 <= deadline <= limits.max_deadline_ms:
             raise InvalidRequest(f"deadline_ms must be an integer from 1 to {limits.max_deadline_ms}")
-        return cls(attempts, deadline, min(limits.call_timeout_ms, deadline), check_k(k, limits))
+        return cls(attempts, deadline, min(limits.call_timeout_ms, deadline), check_k(k, limits),
+                   limits.list_max_passages)
 
 
 @dataclass(frozen=True)
@@ -138,6 +141,7 @@ class LoopResult:
     loop_overhead_ms: float = 0.0
     extra: dict[str, Any] = field(default_factory=dict)
     declined: Decline | None = None  # the table the question is about, and why translating it was declined
+    listing: Listing | None = None  # a list question's: what its plan gathered, and whether the context holds all of it
 
 
 def _evidence(plan: Plan, new_hits: list[Hit], previous: Tried | None, k: int) -> list[Hit]:
@@ -203,7 +207,7 @@ def run_loop(question: str, principal: Principal, budget: Budget, deps: LoopDeps
     read = _understand(question, access, deps, filters, today, max(0.0, deadline - clock()) / 2)
     constraints, decision = read.constraints, read.decision
     ctx = RewriteContext(question, constraints, decision, read.translation is not None, filters,
-                         lambda hits, q: deps.linker.bridge_docs(hits, q, access))
+                         lambda hits, q: deps.linker.bridge_docs(hits, q, access), today)
 
     attempts: list[Attempt] = []
     history: list[Tried] = []
@@ -241,7 +245,10 @@ def run_loop(question: str, principal: Principal, budget: Budget, deps: LoopDeps
         previous = (history[-1] if plan.strategy in EXTENSIONS
                     else next((t for t in history if t.grade is not None and t.hits), None))
         verdict: Grade | None = None
-        if error is None:
+        if error is None and plan.listing is not None:  # graded by how it was gathered, not by relevance
+            hits, listing = gather(hits, budget.k, budget.list_bound)
+            verdict = construction_grade(listing, plan.listing)
+        elif error is None:
             evidence = _evidence(plan, hits, previous, budget.k)
             if rows is None and not plan.merge_previous:
                 evidence = dated_first(evidence, constraints.dates)
@@ -261,6 +268,9 @@ def run_loop(question: str, principal: Principal, budget: Budget, deps: LoopDeps
         history.append(Tried(plan, tuple(hits), verdict))
         if plan.strategy in EXTENSIONS:  # the attempt it extended was sufficient already
             stop = "sufficient"
+            break
+        if plan.listing is not None and verdict is not None:  # the whole list, or nothing readable in the period
+            stop = "sufficient" if verdict.sufficient else "no_strategy_left"
             break
         if verdict is not None and verdict.missing and set(verdict.missing) <= {f"entity:{n}" for n in read.absent}:
             stop = "no_strategy_left"  # no rewrite finds a name that no readable document holds
@@ -325,7 +335,8 @@ def _dispatch(plan: Plan, question: str, principal: Principal, access: AccessSco
         return out.hits + _linked_passages(plan, out.rows.doc_ids, access, budget, deps), out.rows, None
     retriever = deps.retrievers[plan.route]
     reranker = deps.policy.reranker
-    depth = max(budget.k, reranker.candidates(budget.k))
+    # a list asks for the bound and keeps the route's order: no policy may drop a document from it
+    depth = budget.list_bound if plan.listing is not None else max(budget.k, reranker.candidates(budget.k))
     futures = [_submit(deps, retriever.search, q, access, depth, plan.filters) for q in plan.queries]
     results: dict[str, list[Hit]] = {}
     errors: list[str] = []
@@ -339,6 +350,8 @@ def _dispatch(plan: Plan, question: str, principal: Principal, access: AccessSco
     if not results:
         return [], None, errors[0] if errors else "retrieval_unavailable"
     hits = results[plan.queries[0]] if len(plan.queries) == 1 else rrf(results, limit=depth)
+    if plan.listing is not None:
+        return hits, None, None
     return _reranked(question, hits, principal, deps)[: budget.k], None, None
 
 
@@ -382,7 +395,8 @@ def _result(question: str, constraints: Constraints, decision: RouteDecision, at
     final = next((a for a in reversed(succeeded) if a.grade and a.grade.sufficient), None)
     if final is not None:
         return LoopResult(question, "answer_context", _passages(final), _rows(final), None,
-                          constraints, decision, attempts, stop, trace_id, elapsed_ms, overhead_ms, declined=declined)
+                          constraints, decision, attempts, stop, trace_id, elapsed_ms, overhead_ms, declined=declined,
+                          listing=final.grade.listing if final.grade else None)
     # Best partial evidence: fewest unmet constraints, then the earliest attempt (the router's
     # own choice). Relevance scores are not compared across routes: a dense-only set always
     # looks closer to the question than a fused one, without being better evidence.
@@ -409,11 +423,15 @@ def _result(question: str, constraints: Constraints, decision: RouteDecision, at
                                  else "no plan kept the question's constraints, so nothing was searched",
         "deadline_exceeded": "the deadline ran out before sufficient evidence was found",
     }
+    listed = best.grade.listing if best is not None and best.grade is not None else None
+    if listed is not None and best is not None and reason == "no_authorized_evidence":
+        details[reason] = (f"no document the caller may read is dated {best.plan.listing}" if best.plan.listing
+                           else "no document the caller may read is within the filters")
     partial = _passages(best) if best is not None else ()
     detail = details[reason] + (f"; {sentence(declined)}" if declined is not None else "")
     gap = Gap(reason, tuple(missing), detail, bool(partial))
     return LoopResult(question, "evidence_gap", partial, _rows(best) if best else None, gap, constraints, decision,
-                      attempts, stop, trace_id, elapsed_ms, overhead_ms, declined=declined)
+                      attempts, stop, trace_id, elapsed_ms, overhead_ms, declined=declined, listing=listed)
 
 
 def _passages(attempt: Attempt) -> tuple[Hit, ...]:

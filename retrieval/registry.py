@@ -145,13 +145,16 @@ class Route:
     scatter: Callable[[ShardParts], Retriever] | None = None  # over a sharded index's shards (None: not served there)
     fuses: frozenset[str] = frozenset()  # text routes whose evidence this one already covers
     literal: bool = False  # finds literal items (identifiers, phrases, patterns), not topics
+    # asked for at least as many passages as the scope may read within the filters, it returns every one of them
+    # (dense scans its allowed rows; bm25 returns only passages with a positive score): a list question's route
+    enumerates: bool = False
 
 
 REGISTRY: tuple[Route, ...] = (
     Route("exact", "text", _exact, _scatter_exact, literal=True),
     Route("bm25", "text", _bm25, _scatter_bm25),
-    Route("dense", "text", _dense, _scatter_dense),
-    Route("hybrid", "text", _hybrid, _scatter_hybrid, fuses=frozenset({"bm25", "dense"})),
+    Route("dense", "text", _dense, _scatter_dense, enumerates=True),
+    Route("hybrid", "text", _hybrid, _scatter_hybrid, fuses=frozenset({"bm25", "dense"}), enumerates=True),
     Route("sql", "rows", _sql),  # tables are not sharded: a front serves them from shard 00 (indexes/shards.py)
 )
 
@@ -160,6 +163,7 @@ TEXT_ROUTES: tuple[str, ...] = tuple(r.name for r in REGISTRY if r.kind == "text
 SEARCH_ROUTES = TEXT_ROUTES  # what `search` (HTTP, tool, CLI) accepts by name
 TOPIC_ROUTES: tuple[str, ...] = tuple(r.name for r in REGISTRY if r.kind == "text" and not r.literal)
 ROW_ROUTES: tuple[str, ...] = tuple(r.name for r in REGISTRY if r.kind == "rows")
+ENUMERATING_ROUTES: tuple[str, ...] = tuple(r.name for r in REGISTRY if r.enumerates)
 FUSES: dict[str, frozenset[str]] = {r.name: r.fuses for r in REGISTRY if r.fuses}
 
 

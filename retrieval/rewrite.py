@@ -13,7 +13,9 @@ filters. Strategies, each applicable only in some states:
 - date_filter: a date constraint becomes a document-date filter (a tightening, never a
   loosening); a question that lists the documents of a period ("Which incidents happened in
   March 2025?") starts with that filter (`first_plan`'s `period` plan), and if nothing dated
-  in the period answers, the question as asked goes to the routes next (switch_route);
+  in the period answers, the question as asked goes to the routes next (switch_route); a
+  question that asks for nothing but that list is a `listing` plan instead, graded by how it
+  was gathered (retrieval/listing.py);
 - expand: add terms that recur in the top authorized passages (pseudo-relevance feedback);
 - relax: drop words that matched nothing so far (constraint words are never dropped);
 - fill: exact found the literal items of a question that is not a lookup (a long question
@@ -28,16 +30,17 @@ filters) key must not have been tried.
 
 from __future__ import annotations
 
-import re
 from collections import Counter
 from dataclasses import dataclass, field, replace
+from datetime import date
 from typing import Callable, Iterator, Sequence
 
 from retrieval.constraints import Constraints, is_lookup, missing_from_queries
 from retrieval.dates import DateRange
 from retrieval.grader import Grade
+from retrieval.listing import lists_a_period, listing_period, only_lists
 from retrieval.parts import split_question
-from retrieval.registry import FUSES, ROW_ROUTES, TEXT_ROUTES, TOPIC_ROUTES
+from retrieval.registry import ENUMERATING_ROUTES, FUSES, ROW_ROUTES, TEXT_ROUTES, TOPIC_ROUTES
 from retrieval.router import RouteDecision
 from retrieval.text import STOPWORDS, content_terms, normalize, stem, term_set
 from retrieval.types import Filters, Hit
@@ -66,6 +69,9 @@ class Plan:
     filters: Filters = field(default_factory=Filters)
     merge_previous: bool = False  # bridge: the evidence is the previous set plus the new hits
     reason: str = ""
+    # a list question's plan (retrieval/listing.py): every readable passage within the filters, graded by
+    # that construction; the period's phrase ("" when the caller's filters alone bound it). None: any other plan
+    listing: str | None = None
 
     def key(self) -> PlanKey:
         return (self.route, tuple(sorted(normalize(q) for q in self.queries)), self.filters)
@@ -92,6 +98,7 @@ class RewriteContext:
     sql_linked: bool
     base_filters: Filters
     bridge_docs: BridgeFinder
+    today: date | None = None  # resolves a month a list question names without its year (None: not read)
 
 
 def plan_problems(plan: Plan, constraints: Constraints, tried_keys: set[PlanKey]) -> list[str]:
@@ -118,8 +125,13 @@ def next_plan(ctx: RewriteContext, history: Sequence[Tried], tried_keys: set[Pla
 
 
 def first_plan(ctx: RewriteContext) -> Plan:
-    """The question on the chosen route; a question that lists the documents of a period
-    ("Which incidents happened in March 2025?") searches the documents dated in it."""
+    """The question on the chosen route. A question that asks for nothing but the list of a
+    period's documents ("Which incidents happened in March 2025?") gathers every readable one
+    (`listing_plan`); one that lists a period's documents on some topic ("Which releases
+    changed the VAT rounding in Q3 2025?") searches the documents dated in it."""
+    listing = listing_plan(ctx)
+    if listing is not None:
+        return listing
     period = _period_filters(ctx)
     if period is not None and ctx.decision.chosen in TOPIC_ROUTES:
         return Plan("period", ctx.decision.chosen, (ctx.question,), period,
@@ -127,31 +139,25 @@ def first_plan(ctx: RewriteContext) -> Plan:
     return Plan("initial", ctx.decision.chosen, (ctx.question,), ctx.base_filters, reason=ctx.decision.reason)
 
 
-# "Which incidents ...", "What changes were ...", "List the outages ...", "Show me all p1 tickets":
-# a question asking for things (a plural noun, at most two words after the question word).
-_LISTING = re.compile(r"^\s*(?:which|what|list|show(?: me)?|name|give me|find|enumerate)\s+"
-                      r"(?:(?:all|the|of|every|any)\s+)*([\w-]+)(?:\s+([\w-]+))?", re.I)
-
-
-def lists_a_period(question: str, constraints: Constraints) -> bool:
-    """Does the question ask for the documents of a period: a plural noun after its question
-    word and a bounded date range? Such a question wants every readable document dated in
-    the range, which similarity alone ranks no higher than the same kind of document dated
-    elsewhere (one of two March incidents outside the top k)."""
-    if not any(d.start and d.end for d in constraints.dates):
-        return False
-    m = _LISTING.match(question)
-    return m is not None and any(_plural_noun(w) for w in m.groups() if w)
-
-
-# "Which dates ..." or "what hours ..." ask about times, not for the documents of a period.
-_TIME_NOUNS = frozenset("dates days times hours minutes weeks months quarters years periods".split())
-
-
-def _plural_noun(word: str) -> bool:
-    w = word.lower()
-    return (len(w) > 3 and w.isalpha() and w not in STOPWORDS and w not in _TIME_NOUNS and w.endswith("s")
-            and not w.endswith(("ss", "us", "is")))
+def listing_plan(ctx: RewriteContext) -> Plan | None:
+    """The `listing` plan of a question that asks only for a list (retrieval/listing.py), on
+    the best-ranked route that returns every readable passage within its filters; None for
+    any other question, or one the router sends to a table or to exact search."""
+    if ctx.decision.chosen not in TOPIC_ROUTES:
+        return None
+    period = listing_period(ctx.question, ctx.constraints, ctx.today)
+    if not only_lists(ctx.question, ctx.constraints, period):
+        return None
+    if period is not None:
+        filters = _dated((*ctx.constraints.dates, period), ctx.base_filters)
+    else:  # no period: a list only the caller's own filters bound (the whole corpus is no list)
+        filters = ctx.base_filters if ctx.base_filters != Filters() and not ctx.constraints.dates else None
+    route = next((r for r in (ctx.decision.chosen, *ctx.decision.ranked) if r in ENUMERATING_ROUTES), None)
+    if filters is None or route is None:
+        return None
+    return Plan("listing", route, (ctx.question,), filters, listing=period.text if period is not None else "",
+                reason=f"{ctx.decision.reason}; asks for the list of every readable document "
+                       + (f"dated {period.text}" if period is not None else "within the filters"))
 
 
 def _period_filters(ctx: RewriteContext) -> Filters | None:

@@ -317,3 +317,23 @@ class Gap:
     missing: tuple[str, ...]  # the constraint labels (or relevance) no authorized evidence met
     detail: str  # one readable sentence for the reason
     partial_context: bool  # the answer carries the best partial context, marked insufficient
+
+
+@dataclass(frozen=True)
+class Listing:
+    """What a list question's plan gathered: every readable document within its filters (a
+    period, the caller's sources or ids), up to a bound. Counted over the caller's readable
+    scope only, like every number an answer carries."""
+
+    documents: int  # distinct readable documents found within the filters
+    shown: int  # how many of them the context holds (one passage each, at most k)
+    bound_reached: bool  # the plan's passage bound was reached: there may be more than `documents`
+
+    @property
+    def complete(self) -> bool:
+        """Every readable document within the filters is in the context."""
+        return not self.bound_reached and self.shown == self.documents
+
+    def to_json(self) -> dict[str, object]:
+        return {"complete": self.complete, "documents": self.documents, "shown": self.shown,
+                "bound_reached": self.bound_reached}

@@ -76,6 +76,16 @@ class Declined(BaseModel):
                                                                  "then `unlinked:WORD` per word")
 
 
+class Listing(BaseModel):
+    """What a question that asks for a list gathered: every document the caller may read within
+    its period or filters. Counted over the caller's readable documents only."""
+
+    complete: bool = Field(description="the context holds every readable document within the period or filters")
+    documents: int = Field(description="readable documents found within the period or filters")
+    shown: int = Field(description="how many of them the context holds (one passage each, at most k)")
+    bound_reached: bool = Field(description="the server's passage bound was reached: there may be more documents")
+
+
 class RouteOut(BaseModel):
     chosen: str
     scores: dict[str, float]
@@ -93,6 +103,9 @@ class Answer(BaseModel):
     stop_reason: Literal["sufficient", "attempts_exhausted", "deadline", "no_strategy_left"]
     declined: Declined | None = Field(default=None, description="the table the question is about when its SQL "
                                       "translation was declined (answers from earlier servers leave it out)")
+    listing: Listing | None = Field(default=None, description="for a question that asks only for the list of a "
+                                    "period's (or the filters') documents: the list's size and whether the context "
+                                    "holds all of it (its grade's source is `construction`)")
     trace_id: str
     elapsed_ms: float
 

@@ -127,6 +127,9 @@ class Settings(BaseSettings):
                                    "limits", ge=1)
     max_filter_values: int = setting(_LIMITS.max_filter_values, "Most values in one filter list (sources, doc_ids).",
                                      "limits", ge=1)
+    list_max_passages: int = setting(_LIMITS.list_max_passages, "Most passages a question that asks for the list of a "
+                                     "period's documents gathers; past it the list is marked incomplete.",
+                                     "limits", ge=1)
 
     # -- SQL route (build `SqlLimits` and the statement runner) -----------------------------
     sql_max_rows: int = setting(_SQL.max_rows, "Most rows one SQL statement returns (more are cut, marked truncated).",
@@ -326,7 +329,8 @@ class Settings(BaseSettings):
         return Limits(max_query_chars=self.max_query_chars, default_k=self.default_k, max_k=self.max_k,
                       default_attempts=self.default_attempts, max_attempts=self.max_attempts,
                       default_deadline_ms=self.default_deadline_ms, max_deadline_ms=self.max_deadline_ms,
-                      call_timeout_ms=self.call_timeout_ms, max_filter_values=self.max_filter_values)
+                      call_timeout_ms=self.call_timeout_ms, max_filter_values=self.max_filter_values,
+                      list_max_passages=self.list_max_passages)
 
     @property
     def sql_limits(self) -> SqlLimits:

@@ -1,0 +1,130 @@
+"""Questions that ask for a list, and evidence that is complete by construction.
+
+"Which incidents happened in March 2025?", "List the outages reported in Q2 2025", "Show every
+change logged in March": the answer is every readable document dated in the period, which
+passage relevance cannot judge (a set of twelve notes scores like twelve weak matches). Such a
+question is read from its structure alone, never from a list of any corpus's nouns or fields:
+
+- it asks for things: a question word (which, what, list, show, name, give me, find,
+  enumerate), then a plural noun among its next two words, or a singular one after every,
+  each or all (`lists_a_period` adds a bounded date range of the question);
+- nothing but its head noun and its period narrows it (`only_lists`): no identifier, quoted
+  phrase or catalog entity, and at most two more content words, side by side, such as a verb
+  ("happened", "took place", "were logged"). "Which releases changed the VAT rounding in Q3
+  2025?" is narrowed by its topic and stays a question graded by relevance;
+- it has a period (a bounded date range, or a month named without its year, `bare_month`) or
+  the caller's own filters narrow it.
+
+Its plan (retrieval/rewrite.py `first_plan`, strategy `listing`) asks a route that returns
+every readable passage within the filters when asked for enough of them (the registry's
+`enumerates`) for up to `list_bound` passages. When fewer come back, they are every readable
+passage within the filters, so their documents are the complete list: `gather` keeps one
+passage per document (its best, in the route's order) and `construction_grade` grades the set
+by that construction (grade source `construction`), not by relevance. More than k documents, or
+a bound reached, is said (`Listing.complete` false, and a `listing:` label in `missing`);
+nothing dated in the period is an evidence gap. Every count is over the caller's readable
+scope: a forbidden document is never in the mask the route searches.
+"""
+
+from __future__ import annotations
+
+import re
+from datetime import date
+from typing import Sequence
+
+from retrieval.constraints import Constraints
+from retrieval.dates import DateRange, bare_month
+from retrieval.grader import Grade
+from retrieval.text import STOPWORDS
+from retrieval.types import Hit, Listing
+
+SOURCE = "construction"  # the grade source of a set graded by how it was gathered
+
+# "Which incidents ...", "What changes were ...", "List the outages ...", "Show me every ticket":
+# a question word, quantifiers, then at most two words where the head noun is looked for.
+_LISTING = re.compile(r"^\s*(which|what|list|show(?:\s+me)?|name|give\s+me|find|enumerate)\s+"
+                      r"((?:(?:all|the|of|every|each|any)\s+)*)([\w-]+)(?:\s+([\w-]+))?", re.I)
+_EVERY = frozenset({"every", "each", "all"})
+# "Which dates ..." or "what hours ..." ask about times, not for the documents of a period.
+_TIME_NOUNS = frozenset("dates days times hours minutes weeks months quarters years periods".split())
+_ASKING = frozenset("which what list show me name give find enumerate all the of every each any".split())
+MAX_NARROWING_WORDS = 2  # "took place": a verb phrase, not a topic
+
+
+def _noun(word: str) -> bool:
+    w = word.lower()
+    return len(w) > 3 and w.isalpha() and w not in STOPWORDS and w not in _TIME_NOUNS
+
+
+def _plural_noun(word: str) -> bool:
+    w = word.lower()
+    return _noun(w) and w.endswith("s") and not w.endswith(("ss", "us", "is"))
+
+
+def head_noun(question: str) -> tuple[str, ...] | None:
+    """The words naming what a list question asks for ("incidents", "sev1 incidents",
+    "change" after every), or None when the question asks for no list of things."""
+    m = _LISTING.match(question)
+    if m is None:
+        return None
+    quantifiers, first, second = set(m.group(2).lower().split()), m.group(3), m.group(4)
+    if _plural_noun(first):
+        return (first.lower(),)
+    if second and _plural_noun(second):
+        return (first.lower(), second.lower())
+    if quantifiers & _EVERY and _noun(first):
+        return (first.lower(),)
+    return None
+
+
+def lists_a_period(question: str, constraints: Constraints) -> bool:
+    """Does the question ask for the documents of a period: a head noun (`head_noun`) and a
+    bounded date range? Such a question wants every readable document dated in the range,
+    which similarity alone ranks no higher than the same kind of document dated elsewhere."""
+    return any(d.start and d.end for d in constraints.dates) and head_noun(question) is not None
+
+
+def listing_period(question: str, constraints: Constraints, today: date | None) -> DateRange | None:
+    """The period a list question names: its bounded date range, or else a month named
+    without its year ("in March", read against `today`; None when `today` is not known)."""
+    bounded = [d for d in constraints.dates if d.start and d.end]
+    if bounded:
+        return bounded[0]
+    return bare_month(question, today) if today is not None and not constraints.dates else None
+
+
+def only_lists(question: str, constraints: Constraints, period: DateRange | None) -> bool:
+    """Does nothing but its head noun and its period narrow the list (module docstring)?"""
+    head = head_noun(question)
+    if head is None or constraints.identifiers or constraints.phrases or constraints.entities:
+        return False
+    dated = " ".join(d.text for d in (*constraints.dates, *((period,) if period else ())))
+    skip = set(head) | _ASKING | {w.lower() for w in re.findall(r"[\w-]+", dated)}
+    tokens = [w.lower() for w in re.findall(r"[\w-]+", question)]
+    rest = [i for i, w in enumerate(tokens) if w not in skip and w not in STOPWORDS and not w.isdigit()]
+    return len(rest) <= MAX_NARROWING_WORDS and (len(rest) < 2 or rest[-1] - rest[0] == len(rest) - 1)
+
+
+def gather(hits: Sequence[Hit], k: int, bound: int) -> tuple[list[Hit], Listing]:
+    """One passage per document, its best in the route's order, for the first k documents;
+    `hits` are what the route returned when asked for `bound` passages."""
+    best: dict[str, Hit] = {}
+    for h in hits:
+        best.setdefault(h.doc_id, h)
+    shown = list(best.values())[:k]
+    return shown, Listing(len(best), len(shown), bound_reached=len(hits) >= bound)
+
+
+def construction_grade(listing: Listing, period: str) -> Grade:
+    """The grade of a list gathered by construction: sufficient when it holds a document
+    (complete or not, which `listing` and `missing` say); nothing gathered is a gap naming the
+    period (`period`, its phrase; empty when the caller's filters alone bound the list)."""
+    if listing.documents == 0:
+        return Grade(False, "no_authorized_evidence", (f"date:{period}",) if period else ("listing:no_documents",),
+                     source=SOURCE, p_sufficient=0.0, listing=listing)
+    missing: tuple[str, ...] = ()
+    if listing.bound_reached:
+        missing = ("listing:bound_reached",)
+    elif not listing.complete:
+        missing = (f"listing:{listing.documents - listing.shown}_more_documents",)
+    return Grade(True, None, missing, 1.0, source=SOURCE, p_sufficient=1.0, listing=listing)
