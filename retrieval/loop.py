@@ -15,6 +15,11 @@ The router, grader, rewriter and reranker are the collaborators of `deps.policy`
 (retrieval/policy.py), so any of them can be replaced without touching this loop. The check
 of a plan before dispatch stays here: a plan that drops or alters a constraint, or repeats
 one tried before, is recorded as rejected and never dispatched, whoever proposed it.
+
+A `listing` plan (a question that asks only for the list of a period's documents,
+retrieval/listing.py) is graded by how it was gathered, not by the grader policy: its route
+is asked for up to `Budget.list_bound` passages, no reranker reorders or drops them, and its
+verdict ends the loop (the whole list, or nothing readable in the period).
 """
 
 from __future__ import annotations
