@@ -13,6 +13,8 @@ from pathlib import Path
 
 import pytest
 
+from quarry_client.models import Answer
+
 from retrieval.answer import result_json
 from retrieval.types import Principal
 from tests.conftest import assert_alike
@@ -104,6 +106,7 @@ def test_a_month_listed_is_every_readable_incident_dated_in_it_graded_by_constru
     assert result.listing.complete and result.listing.documents == 4
     shown = result_json(result)
     assert shown["listing"] == {"complete": True, "documents": 4, "shown": 4, "bound_reached": False}
+    assert Answer.model_validate(shown).listing.complete  # the wire model the client parses answers with
     assert shown["attempts"][0]["grade"]["source"] == "construction"
 
 
