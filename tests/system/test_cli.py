@@ -61,7 +61,7 @@ def test_query_answers_with_the_answer_shape(mini_index):
     assert out.returncode == 0, out.stderr
     answer = json.loads(out.stdout)
     assert set(answer) == {"status", "context", "rows", "gap", "constraints", "route", "attempts", "stop_reason", "declined",
-                           "trace_id", "elapsed_ms"}
+                           "listing", "trace_id", "elapsed_ms"}
     assert answer["status"] in {"answer_context", "evidence_gap"} and answer["attempts"]
 
 
