@@ -163,13 +163,32 @@ class CatalogWriter:
             con.execute(
                 "INSERT INTO quarry.tables VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
                 [t.name, list(t.acl), t.row_acl, t.id_column, t.doc_column, t.rows,
-                 json.dumps([[c.name, c.type] for c in t.columns]), t.source],
+                 json.dumps(columns_json(t)), t.source],
             )
         if self._copied:
             con.execute("DETACH quarry_previous")
         if self._owned:
             con.execute("CHECKPOINT")
         return infos
+
+
+def columns_json(t: TableInfo) -> list | dict:
+    """A table's columns as stored: `[[name, type], ...]`, or, where its sidecar describes it
+    or its columns, `{"columns": [[name, type, description, aliases], ...], "description",
+    "aliases"}` (catalogs written before descriptions hold the list)."""
+    if not (t.description or t.aliases or any(c.description or c.aliases for c in t.columns)):
+        return [[c.name, c.type] for c in t.columns]
+    return {"columns": [[c.name, c.type, c.description, list(c.aliases)] for c in t.columns],
+            "description": t.description, "aliases": list(t.aliases)}
+
+
+def table_from_row(r: Sequence[Any]) -> TableInfo:
+    """A `quarry.tables` row (name, acl, row_acl, id_column, doc_column, n_rows, columns, source)."""
+    stored = json.loads(r[6])
+    notes = stored if isinstance(stored, dict) else {"columns": stored}
+    columns = tuple(ColumnInfo(c[0], c[1], *((c[2], tuple(c[3])) if len(c) > 2 else ())) for c in notes["columns"])
+    return TableInfo(r[0], columns, tuple(r[1]), bool(r[2]), r[3], r[4], int(r[5]), r[7],
+                     notes.get("description", ""), tuple(notes.get("aliases", ())))
 
 
 def chunk_texts(path: Path, size: int = 4096) -> Generator[list[tuple[int, str | None, str]], None, None]:
@@ -286,11 +305,7 @@ class Catalog:
             rows = self.cursor().execute(
                 "SELECT name, acl, row_acl, id_column, doc_column, n_rows, columns, source FROM quarry.tables ORDER BY name"
             ).fetchall()
-            cached = self._tables = {
-                r[0]: TableInfo(r[0], tuple(ColumnInfo(n, t) for n, t in json.loads(r[6])), tuple(r[1]), bool(r[2]),
-                                r[3], r[4], int(r[5]), r[7])
-                for r in rows
-            }
+            cached = self._tables = {r[0]: table_from_row(r) for r in rows}
         return cached
 
     def acl_tokens(self) -> frozenset[str]:

@@ -30,7 +30,10 @@ from retrieval.types import check_acl, valid_acl_entry
 
 _NAME_OK = re.compile(r"[a-z][a-z0-9_]{0,62}")
 _COLUMN_OK = re.compile(r'[^"\x00-\x1f\x7f]+')  # the SQL the service writes quotes column names
-SIDECAR_FIELDS = {"acl", "types", "key"}
+SIDECAR_FIELDS = {"acl", "types", "key", "description", "aliases", "columns"}
+MAX_DESCRIPTION = 500  # characters of a table's or a column's description
+MAX_ALIASES = 16  # aliases per table or column, each at most MAX_ALIAS characters
+MAX_ALIAS = 64
 MAX_SIDECAR_BYTES = 1 << 20
 # Column types a sidecar may declare (so no row, readable or not, decides them by inference).
 _DECLARED_TYPE = re.compile(r"VARCHAR|TEXT|BOOLEAN|TINYINT|SMALLINT|INTEGER|BIGINT|HUGEINT|FLOAT|REAL|DOUBLE|DATE|TIMESTAMP"
@@ -44,6 +47,9 @@ class TableSource:
     acl: tuple[str, ...]
     types: tuple[tuple[str, str], ...] = ()  # declared (column, type) pairs from the sidecar
     key: str | None = None  # declared key column
+    description: str = ""
+    aliases: tuple[str, ...] = ()
+    columns: tuple[tuple[str, str, tuple[str, ...]], ...] = ()  # (column, description, aliases) from the sidecar
 
 
 def table_name(path: Path) -> str:
@@ -70,14 +76,17 @@ def plan_tables(paths: Sequence[Path], default_acl: tuple[str, ...]) -> list[Tab
             except (UnicodeDecodeError, json.JSONDecodeError) as e:
                 raise IngestError(f"unreadable ACL sidecar: {e}", str(sidecar)) from None
             if not isinstance(meta, dict) or set(meta) - SIDECAR_FIELDS or "acl" not in meta:
-                raise IngestError('a sidecar holds {"acl": [...]} and optionally "types": {column: type} and "key": column',
+                raise IngestError('a sidecar holds {"acl": [...]} and optionally "types": {column: type}, "key": column, '
+                                  '"description": text, "aliases": [names] and "columns": {column: {"description", "aliases"}}',
                                   str(sidecar))
             try:
                 acl = check_acl(meta["acl"])
             except InvalidRequest as e:
                 raise IngestError(e.message, str(sidecar)) from None
             types, key = _declared(meta, str(sidecar))
-            out[name] = TableSource(name, path, acl, types, key)
+            description, aliases = _notes(meta, str(sidecar), "the table")
+            columns = _column_notes(meta.get("columns", {}), str(sidecar))
+            out[name] = TableSource(name, path, acl, types, key, description, aliases, columns)
             continue
         out[name] = TableSource(name, path, acl)
     return list(out.values())
@@ -92,6 +101,31 @@ def _declared(meta: dict, where: str) -> tuple[tuple[tuple[str, str], ...], str 
     if key is not None and not isinstance(key, str):
         raise IngestError('"key" names one column', where)
     return tuple(sorted((c, t.strip().upper()) for c, t in types.items())), key
+
+
+def _notes(meta: dict, where: str, what: str) -> tuple[str, tuple[str, ...]]:
+    """A description and aliases of a table or a column: what a team calls it, for linking
+    questions to it when its name does not say it. Bounded, so a sidecar cannot make every
+    question's linking slow."""
+    description, aliases = meta.get("description", ""), meta.get("aliases", [])
+    if not isinstance(description, str) or len(description) > MAX_DESCRIPTION:
+        raise IngestError(f'"description" of {what} is text of at most {MAX_DESCRIPTION} characters', where)
+    if (not isinstance(aliases, list) or len(aliases) > MAX_ALIASES
+            or not all(isinstance(a, str) and a.strip() and len(a) <= MAX_ALIAS for a in aliases)):
+        raise IngestError(f'"aliases" of {what} is a list of at most {MAX_ALIASES} names of at most {MAX_ALIAS} characters',
+                          where)
+    return " ".join(description.split()), tuple(" ".join(a.split()) for a in aliases)
+
+
+def _column_notes(columns: object, where: str) -> tuple[tuple[str, str, tuple[str, ...]], ...]:
+    if not isinstance(columns, dict):
+        raise IngestError('"columns" maps column names to {"description": text, "aliases": [names]}', where)
+    out = []
+    for col, meta in columns.items():
+        if not isinstance(meta, dict) or set(meta) - {"description", "aliases"}:
+            raise IngestError(f'"columns"."{str(col)[:80]}" holds "description" and "aliases" only', where)
+        out.append((str(col), *_notes(meta, where, f"column {str(col)[:80]!r}")))
+    return tuple(sorted(out))
 
 
 def file_digest(path: Path) -> str:
@@ -160,13 +194,24 @@ def load_tables(con: duckdb.DuckDBPyConnection, sources: Sequence[TableSource]) 
             _convert_row_acl(con, src, next(c for c in columns if c.name == "acl"))
             columns = [ColumnInfo(n, t) for n, t, *_ in con.execute(f'DESCRIBE data."{src.name}"').fetchall()]
         rows = con.execute(f'SELECT count(*) FROM data."{src.name}"').fetchall()[0][0]
+        columns = _with_notes(src, columns)
         infos.append(TableInfo(
             name=src.name, columns=tuple(columns), acl=src.acl, row_acl=row_acl,
             id_column=_declared_key(con, src, names, rows) if src.key else _id_column(con, src.name, columns, rows),
             doc_column="doc_id" if "doc_id" in names else None,
-            rows=int(rows), source=str(src.path),
+            rows=int(rows), source=str(src.path), description=src.description, aliases=src.aliases,
         ))
     return infos
+
+
+def _with_notes(src: TableSource, columns: list[ColumnInfo]) -> list[ColumnInfo]:
+    """The columns with the description and aliases the sidecar gives them."""
+    notes = {c: (d, a) for c, d, a in src.columns}
+    names = {c.name for c in columns}
+    for col in notes:
+        if col not in names or (col == "acl" and "acl" in names):
+            raise IngestError(f"description of unknown column {col[:80]!r}", str(src.path))
+    return [ColumnInfo(c.name, c.type, *notes[c.name]) if c.name in notes else c for c in columns]
 
 
 def _convert_row_acl(con: duckdb.DuckDBPyConnection, src: TableSource, col: ColumnInfo) -> None:

@@ -63,10 +63,15 @@ class ColumnMeaning:
         candidates = sorted({w for w in words if len(w) >= 3 and not any(c.isdigit() for c in w)})
         if not candidates or not columns:
             return None
-        cols = np.stack([self._vector(name_text(c.name)) for c in columns])
+        texts = [[name_text(c.name), *c.aliases, *([c.description] if c.description else [])] for c in columns]
+        owner = np.asarray([i for i, ts in enumerate(texts) for _ in ts])
+        vectors = np.stack([self._vector(t) for ts in texts for t in ts])
         best: Meant | None = None
         for word in candidates:
-            sims = cols @ self._vector(word)
+            # a column's similarity is that of its closest text: its name, an alias, its description
+            per_text = vectors @ self._vector(word)
+            sims = np.full(len(columns), -1.0, dtype=np.float32)
+            np.maximum.at(sims, owner, per_text)
             order = np.argsort(-sims, kind="stable")
             top = float(sims[order[0]])
             margin = top - float(sims[order[1]]) if len(order) > 1 else top

@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Literal
 
-from retrieval.sql.words import name_roots, name_words
+from retrieval.sql.words import FILLER, WORD, name_roots, name_words
 from retrieval.types import AccessScope
 
 Kind = Literal["text", "number", "date", "timestamp", "bool", "list", "other"]
@@ -32,8 +32,13 @@ def column_kind(duckdb_type: str) -> Kind:
 
 @dataclass(frozen=True)
 class ColumnInfo:
+    """A column; `description` and `aliases` come from the table's sidecar: what a team calls
+    the column when its name does not say it ("repair cost" for `amt_2`)."""
+
     name: str
     type: str
+    description: str = ""
+    aliases: tuple[str, ...] = ()
 
     @property
     def kind(self) -> Kind:
@@ -44,7 +49,9 @@ class ColumnInfo:
     # columns once.
     @cached_property
     def words(self) -> frozenset[str]:
-        return name_words(self.name)
+        described = [w for w in WORD.findall(self.description.lower()) if len(w) >= 3 and w not in FILLER]
+        return name_words(self.name).union(*(name_words("_".join(a.lower().split())) for a in self.aliases),
+                                           name_words("_".join(described)) if described else ())
 
     @cached_property
     def roots(self) -> frozenset[str]:
@@ -63,6 +70,8 @@ class TableInfo:
     doc_column: str | None = None
     rows: int = 0
     source: str | None = field(default=None, compare=False)
+    description: str = ""  # from the sidecar, as the columns' (ColumnInfo)
+    aliases: tuple[str, ...] = ()  # what a team calls the table: "fault log" for `flt_reg`
 
     def readable_by(self, access: AccessScope) -> bool:
         return access.can_read(self.acl)

@@ -18,7 +18,7 @@ from retrieval.dates import find_dates
 from retrieval.sql.plan import Compare, CompareOp, DateWithin, Decline, Equals, Filter
 from retrieval.sql.meaning import ColumnMeaning
 from retrieval.sql.schema import ColumnInfo, ColumnProfile, TableInfo
-from retrieval.sql.words import FILLER, WORD, WORD_NUMBERS, matches, noun_forms, value_forms, words_in
+from retrieval.sql.words import CONTAINERS, FILLER, RECORDING, WORD, WORD_NUMBERS, matches, noun_forms, value_forms, words_in
 from retrieval.text import stem
 
 COMPARE = re.compile(
@@ -92,6 +92,9 @@ class SchemaLinker:
         link = Link(t, text, words_in(text))
         table_words = self.table_words(t)
         link.consumed |= {w for w in link.words if w in table_words or stem(w) in table_words}
+        # "entries in the fault log", "faults logged in March": the container of the table's
+        # records and the verbs of recording one are about its rows, whatever the table is called
+        link.consumed |= link.words & (CONTAINERS | RECORDING)
         # values first: an identifier that is also a categorical value is linked as the value
         declines = (self._link_values(link), self._link_identifiers(link, idents), self._link_dates(link, idents, today),
                     self._link_comparisons(link))
@@ -203,6 +206,7 @@ class SchemaLinker:
         name (`purchase_orders`: "purchase order", "orders"), and the noun of a `*_id` key
         (`release_id` -> "release")."""
         names = [t.name, *(p for p in t.name.split("_") if len(p) >= 3)]
+        names += [w for a in t.aliases for w in a.lower().split() if len(w) >= 3]
         if t.id_column and t.id_column.endswith("_id") and len(t.id_column) > len("_id"):
             names.append(t.id_column[: -len("_id")])
         return {form for name in names for form in noun_forms(name.lower())}
@@ -305,4 +309,8 @@ class SchemaLinker:
                 for c in dates:
                     if c.name.lower().startswith(root):
                         return c
+        if words & RECORDING:  # "logged in March": the date a record was recorded, by its column's name
+            recorded = [c for c in dates if any(matches(v, c) for v in RECORDING)]
+            if recorded:
+                return recorded[0]
         return dates[0] if dates else None

@@ -19,7 +19,7 @@ from retrieval.sql.words import FILLER, NUM, WORD, matches, number_value, words_
 
 _COUNT = re.compile(r"\b(how many|counts?|number of)\b")  # "number of <numeric column>" is not a count
 _AVG = re.compile(r"\b(average|mean|on average)\b")
-_SUM = re.compile(r"\b(total|add up|sum of|sum)\b")
+_SUM = re.compile(r"\b(total|add up|sum of|sum|how much)\b")  # "how much did we spend": a sum of money
 _MAX = re.compile(r"\b(longest|largest|highest|maximum|max|biggest|most recently|most recent|latest|newest|slowest|greatest"
                   r"|most expensive)\b")
 _MIN = re.compile(r"\b(shortest|quickest|lowest|minimum|min|smallest|earliest|fastest|cheapest|fewest|oldest)\b")
@@ -71,7 +71,8 @@ def shape_select(linker: SchemaLinker, link: Link) -> QueryPlan | Decline:
 def _read_cues(linker: SchemaLinker, link: Link) -> _Cues:
     t, text, words = link.table, link.text, link.words
     agg: AggregateFn | None = None
-    measure = linker.column_mentioned(t, ("number",), words)
+    # a word naming the table ("delays") names its records, not a column (`delay_minutes`)
+    measure = linker.column_mentioned(t, ("number",), words - linker.table_words(t))
     count_cue = _COUNT.search(text)
     if count_cue and measure is not None:
         # "number of changes", "change count", "how many hours": the cue names a quantity
@@ -84,8 +85,8 @@ def _read_cues(linker: SchemaLinker, link: Link) -> _Cues:
         agg = "avg"
     elif count_cue and (count_cue.group(1) == "how many" or not _SUM.search(text)):
         agg = "count"
-    elif _SUM.search(text):
-        agg = "sum"
+    elif (m := _SUM.search(text)) and not (m.group(1) == "how much" and link.lookup_column):
+        agg = "sum"  # "how much did DEF-0042 cost" reads one record: a lookup, not a sum
     for rx in (_COUNT, _AVG, _SUM):
         for m in rx.finditer(text):
             link.consumed |= set(m.group(0).split())

@@ -11,6 +11,12 @@ from retrieval.text import stem
 if TYPE_CHECKING:  # schema.py asks this module for the words of a column's name
     from retrieval.sql.schema import ColumnInfo
 
+# General English relation words and names of a record's container: "faults concerning
+# brakes", "entries in the defect log". They say which records, never which column.
+RELATION = frozenset("""
+concern concerns concerned concerning regarding regard related relating relate relates pertaining re against
+""".split())
+CONTAINERS = frozenset("log logs register registers entries entry tracker sheet spreadsheet database ledger".split())
 # General English that carries no schema meaning in a record question.
 FILLER = frozenset("""
 a an the of in on at to for from with by and or is are was were be been being has have had do does did
@@ -26,14 +32,54 @@ both also only just very all any some such other same own per across so far yet 
 as owned owns own handled handle handles
 hey hi hello could would can will please provide tell know want like need curious m fine just well kindly
 level hit hits
-""".split())
+""".split()) | RELATION
 
 WORD = re.compile(r"[a-z0-9][a-z0-9_.$-]*")
 NUM = r"(\d+|two|three|four|five|six|seven|eight|nine|ten)"  # a count in digits or words
 WORD_NUMBERS = {"one": 1, "a": 1, "an": 1, "two": 2, "three": 3, "four": 4, "five": 5, "six": 6, "seven": 7,
                 "eight": 8, "nine": 9, "ten": 10}
-# Words that name a column by its unit ("cost_usd" is what "dollars" asks for).
-UNIT_SYNONYMS = {"usd": ("dollar", "dollars", "usd", "$"), "hours": ("hour", "hours", "time", "duration"), "count": ("number",)}
+# Verbs of recording: a record was logged, reported, raised... They mean the table's rows and
+# the date each was recorded on (schema_linking picks that date column).
+RECORDING = frozenset("""
+log logged logs report reported reports raise raised raises record recorded file filed enter entered register
+registered submit submitted lodge lodged create created note noted book booked receive received open opened
+""".split())
+
+# A column's unit, read from a part of its name (`cost_gbp`, `downtime_hrs`, `height_m`): the
+# unit's own words ("pounds") and the words of what it measures ("spend", "long") name that
+# column. General units and currencies, no column of any corpus; a part is a unit only when it
+# is a whole part of the name (`_m`, never the "m" inside "amount").
+_MONEY = ("cost", "costs", "costing", "spend", "spent", "spending", "paid", "pay", "payment", "price", "priced", "charge",
+          "charges", "charged", "worth", "money", "expense", "expenses", "expenditure", "bill", "billed", "value")
+_DURATION = ("long", "time", "duration", "took", "lasted", "lost", "lose")
+_DISTANCE = ("far", "distance", "driven", "travelled", "traveled", "covered", "mileage")
+_MASS = ("heavy", "weight", "weigh", "weighed", "weighs")
+_VOLUME = ("volume", "consumed")
+_CURRENCIES = {"usd": ("dollar", "dollars", "usd", "$"), "eur": ("euro", "euros", "eur"),
+               "gbp": ("pound", "pounds", "gbp", "sterling"),
+               "chf": ("franc", "francs", "chf"), "jpy": ("yen", "jpy"), "cad": ("dollar", "dollars", "cad"),
+               "aud": ("dollar", "dollars", "aud"), "nzd": ("dollar", "dollars", "nzd"), "sek": ("krona", "kronor", "sek"),
+               "nok": ("krone", "kroner", "nok"), "dkk": ("krone", "kroner", "dkk"), "inr": ("rupee", "rupees", "inr"),
+               "cny": ("yuan", "renminbi", "cny"), "pln": ("zloty", "pln")}
+UNIT_SYNONYMS: dict[str, tuple[str, ...]] = {
+    **{code: words + _MONEY for code, words in _CURRENCIES.items()},
+    "hours": ("hour", "hours", "hrs", "hr", *_DURATION), "hrs": ("hour", "hours", "hrs", "hr", *_DURATION),
+    "h": ("hour", "hours", "hrs", *_DURATION), "minutes": ("minute", "minutes", "mins", "min", *_DURATION),
+    "mins": ("minute", "minutes", "mins", *_DURATION), "min": ("minute", "minutes", "mins", *_DURATION),
+    "seconds": ("second", "seconds", "secs", *_DURATION), "secs": ("second", "seconds", "secs", *_DURATION),
+    "s": ("second", "seconds", "secs", *_DURATION), "ms": ("millisecond", "milliseconds", *_DURATION),
+    "days": ("day", "days", *_DURATION), "weeks": ("week", "weeks", *_DURATION),
+    "km": ("kilometre", "kilometres", "kilometer", "kilometers", "km", *_DISTANCE),
+    "miles": ("mile", "miles", *_DISTANCE), "mi": ("mile", "miles", *_DISTANCE),
+    "m": ("metre", "metres", "meter", "meters"), "cm": ("centimetre", "centimetres", "centimeter", "centimeters"),
+    "mm": ("millimetre", "millimetres", "millimeter", "millimeters"),
+    "kg": ("kilogram", "kilograms", "kilo", "kilos", "kg", *_MASS), "t": ("tonne", "tonnes", "ton", "tons", *_MASS),
+    "tonnes": ("tonne", "tonnes", "ton", "tons", *_MASS), "lb": ("pound", "pounds", "lbs", *_MASS),
+    "l": ("litre", "litres", "liter", "liters", *_VOLUME), "litres": ("litre", "litres", "liter", "liters", *_VOLUME),
+    "kwh": ("kilowatt", "kwh", "energy"), "mwh": ("megawatt", "mwh", "energy"),
+    "pct": ("percent", "percentage", "per cent"), "percent": ("percent", "percentage"),
+    "count": ("number",),
+}
 
 
 def normalise_question(question: str) -> str:
@@ -99,9 +145,13 @@ def noun_forms(word: str) -> set[str]:
 
 
 def value_forms(value: str) -> set[str]:
-    """The ways a categorical value may be written in a question ("in_progress", "in progress")."""
+    """The ways a categorical value may be written in a question ("in_progress", "in progress";
+    a one-word value, singular or plural)."""
     v = value.lower()
-    return {v, v.replace("_", " "), v.replace("-", " "), v.replace("_", " ").replace("-", " ")}
+    forms = {v, v.replace("_", " "), v.replace("-", " "), v.replace("_", " ").replace("-", " ")}
+    if len(v) >= 4 and v.isalpha():  # "brakes" for the value "brake", "tyre" for "tyres"
+        forms |= {singular(v), plural(v)}
+    return forms
 
 
 def name_words(name: str) -> frozenset[str]:

@@ -167,3 +167,42 @@ def test_declared_types_and_key_hold_whatever_rows_the_caller_cannot_read_contai
     write(sidecar, json.dumps({"acl": ["public"], "types": {"fee": "DOUBLE; DROP TABLE x"}}))
     with pytest.raises(IngestError, match='"types" maps column names'):
         build_snapshot([src.parent], index, embedder)
+
+
+def test_a_sidecar_describes_the_table_and_its_columns_and_the_snapshot_keeps_it(tmp_path, embedder):
+    """What a team calls a terse table and its columns travels with the snapshot, so the SQL
+    route links "compensation" to `amt` (tests/retrieval/test_sql_everyday.py)."""
+    from indexes.catalog import Catalog
+
+    src = write(tmp_path / "src" / "dly_reg.csv", "ref,amt,d1\nDR-1,120.5,2025-03-02\n")
+    write(src.with_name("dly_reg.acl.json"), json.dumps({
+        "acl": ["public"], "description": "Delays  of the ferries", "aliases": ["delay register"],
+        "columns": {"amt": {"description": "compensation paid", "aliases": ["compensation", "refund"]},
+                    "d1": {"aliases": ["date raised"]}}}))
+    index = tmp_path / "index"
+    build_snapshot([src.parent], index, embedder)
+    catalog = Catalog(current_snapshot_path(index) / "catalog.duckdb")
+    try:
+        info = catalog.tables()["dly_reg"]
+        assert (info.description, info.aliases) == ("Delays of the ferries", ("delay register",))
+        columns = {c.name: c for c in info.columns}
+        assert (columns["amt"].description, columns["amt"].aliases) == ("compensation paid", ("compensation", "refund"))
+        assert columns["d1"].aliases == ("date raised",) and columns["ref"].aliases == ()
+        assert {"compensation", "refund", "paid"} <= columns["amt"].words
+    finally:
+        catalog.close()
+
+
+@pytest.mark.parametrize("notes, message", [
+    ({"columns": {"nope": {"aliases": ["x"]}}}, "description of unknown column 'nope'"),
+    ({"columns": {"x": {"aliases": "x"}}}, '"aliases" of column'),
+    ({"columns": {"x": {"label": "x"}}}, 'holds "description" and "aliases" only'),
+    ({"description": "x" * 501}, '"description" of the table'),
+    ({"aliases": ["a"] * 17}, '"aliases" of the table'),
+    ({"columns": ["x"]}, '"columns" maps column names'),
+])
+def test_bad_table_notes_stop_the_ingest_naming_the_sidecar_or_file(tmp_path, embedder, notes, message):
+    src = write(tmp_path / "src" / "t.csv", "x\n1\n")
+    write(src.with_name("t.acl.json"), json.dumps({"acl": ["public"], **notes}))
+    with pytest.raises(IngestError, match=re.escape(message)):
+        build_snapshot([src.parent], tmp_path / "index", embedder)
