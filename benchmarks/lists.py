@@ -1,4 +1,4 @@
-"""List questions over a period, and every other labeled question, before and after a change.
+"""List, table and every other labeled question of a domain, before and after a change.
 
     .venv/bin/python benchmarks/lists.py [--domains demo,waterworks] [--tag NAME]
 
@@ -7,10 +7,16 @@ grader, 30 s deadline so a busy machine does not turn a slow question into a gap
 
 - false gaps: answerable questions that ended as an evidence gap;
 - missed gaps: unanswerable (and forbidden-only) questions that ended as an answer context;
-- list questions: labels whose question lists the documents of a period (the loop's own
-  reading, `retrieval.listing.lists_a_period`), and how many are right (answerable: an
-  answer context holding every relevant document; unanswerable: a gap); and which questions
-  were answered by a `listing` plan (graded by construction);
+- list questions: labels tagged `list` or whose question lists the documents of a period
+  (the loop's own reading, `retrieval.listing.lists_a_period`), and how many are right
+  (answerable: an answer context holding every relevant document; unanswerable: a gap); and
+  which questions were answered by a `listing` plan (graded by construction);
+- table questions (route `sql` or labeled rows): right when the answer's rows match the
+  labeled rows (`compare_rows`, extra columns allowed); those answered without rows, and of
+  them how many carry the `declined` field (a decline must never be silent);
+- sure and wrong: answerable questions answered (graded sufficient) with passages that hold
+  none of the answer (no relevant document; for a table question, no rows at all);
+- near-topic: unanswerable questions tagged `near-topic` that were answered;
 - per question, the status, gap reason and documents, so two runs can be compared.
 
 Then the list questions of the generated incident notes of
@@ -37,6 +43,7 @@ from benchmarks.domains import sources_of
 from retrieval.constraints import extract
 from retrieval.limits import Limits
 from retrieval.listing import lists_a_period
+from retrieval.retrievers.sql import compare_rows
 from routes.eval.evaluation import load_label_file
 from routes.service.view import open_view
 
@@ -48,6 +55,7 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--domains", default="demo,waterworks")
     ap.add_argument("--tag", default="run")
+    ap.add_argument("--no-generated", action="store_true", help="skip the generated incident notes")
     args = ap.parse_args()
     embedder = make_embedder()
     out: dict[str, Any] = {"machine": machine(), "domains": {}}
@@ -62,12 +70,23 @@ def main() -> None:
                 principal = label.principal_obj()
                 engine.tables_ready(principal)
                 result = engine.query(label.question, principal, today=label.today)
-                listing = lists_a_period(label.question, extract(label.question, label.today or TODAY))
+                listing = lists_a_period(label.question, extract(label.question, label.today or TODAY)) or "list" in label.tags
                 docs = [h.doc_id for h in result.context]
-                right = (result.status == "answer_context" and set(label.relevant) <= set(docs)) if label.answerable \
-                    else result.status == "evidence_gap"
+                table = label.route == "sql" or label.answer_rows is not None
+                rows_right = bool(table and result.rows is not None and label.answer_rows is not None
+                                  and compare_rows(label.answer_rows, result.rows.rows))
+                if table:
+                    right = rows_right if label.answerable else result.status == "evidence_gap"
+                else:
+                    right = (result.status == "answer_context" and set(label.relevant) <= set(docs)) if label.answerable \
+                        else result.status == "evidence_gap"
+                # answered, graded sufficient, with passages that hold none of the answer
+                sure_wrong = label.answerable and result.status == "answer_context" and (
+                    result.rows is None if table else not set(label.relevant) & set(docs))
                 per[label.id] = {"status": result.status, "gap": result.gap.reason if result.gap else None,
                                  "docs": docs, "answerable": label.answerable, "list": listing, "right": right,
+                                 "table": table, "rows": result.rows is not None, "sure_wrong": sure_wrong,
+                                 "declined": result.declined is not None, "near_topic": "near-topic" in label.tags,
                                  "construction": any(a.plan.strategy == "listing" for a in result.attempts),
                                  "trail": [f"{a.plan.strategy}:{a.plan.route}" for a in result.attempts]}
         finally:
@@ -75,14 +94,27 @@ def main() -> None:
         false_gaps = sorted(i for i, r in per.items() if r["answerable"] and r["status"] == "evidence_gap")
         missed = sorted(i for i, r in per.items() if not r["answerable"] and r["status"] != "evidence_gap")
         lists = sorted(i for i, r in per.items() if r["list"])
+        tables = sorted(i for i, r in per.items() if r["table"])
         summary = {"questions": len(per), "answerable": sum(r["answerable"] for r in per.values()),
                    "false_gaps": false_gaps, "missed_gaps": missed, "list_questions": lists,
-                   "list_right": sorted(i for i in lists if per[i]["right"])}
+                   "list_right": sorted(i for i in lists if per[i]["right"]),
+                   "table_questions": tables, "table_right": sorted(i for i in tables if per[i]["right"]),
+                   # a table question answered without the table's rows: the decline must be in the answer
+                   "table_without_rows": sorted(i for i in tables if not per[i]["rows"]),
+                   "table_without_rows_declined": sorted(i for i in tables if not per[i]["rows"] and per[i]["declined"]),
+                   "sure_wrong": sorted(i for i, r in per.items() if r["sure_wrong"]),
+                   "near_topic": sorted(i for i, r in per.items() if r["near_topic"]),
+                   "near_topic_missed": sorted(i for i in missed if per[i]["near_topic"])}
         out["domains"][name] = {"summary": summary, "questions": per}
         print(f"{name}: {len(per)} questions; false gaps {len(false_gaps)}/{summary['answerable']}, missed gaps "
-              f"{len(missed)}/{len(per) - summary['answerable']}, list questions right "
-              f"{len(summary['list_right'])}/{len(lists)}", flush=True)
-    out["generated"] = generated(embedder)
+              f"{len(missed)}/{len(per) - summary['answerable']} (near-topic {len(summary['near_topic_missed'])}/"
+              f"{len(summary['near_topic'])}), list questions right {len(summary['list_right'])}/{len(lists)}, "
+              f"table questions right {len(summary['table_right'])}/{len(tables)} (without rows "
+              f"{len(summary['table_without_rows'])}, of which the answer names the decline "
+              f"{len(summary['table_without_rows_declined'])}), answered sure with passages that hold none of the "
+              f"answer {len(summary['sure_wrong'])}/{summary['answerable']}", flush=True)
+    if not args.no_generated:
+        out["generated"] = generated(embedder)
     write_json(f"lists-{args.tag}", out)
 
 
