@@ -18,7 +18,8 @@ from retrieval.dates import find_dates
 from retrieval.sql.plan import Compare, CompareOp, DateWithin, Decline, Equals, Filter
 from retrieval.sql.meaning import ColumnMeaning
 from retrieval.sql.schema import ColumnInfo, ColumnProfile, TableInfo
-from retrieval.sql.words import CONTAINERS, FILLER, RECORDING, WORD, WORD_NUMBERS, matches, noun_forms, value_forms, words_in
+from retrieval.sql.words import (CONTAINERS, FILLER, RECORDING, RELATION_VERBS, WORD, WORD_NUMBERS, matches, noun_forms,
+                                 value_forms, words_in)
 from retrieval.text import stem
 
 COMPARE = re.compile(
@@ -98,6 +99,10 @@ class SchemaLinker:
         # values first: an identifier that is also a categorical value is linked as the value
         declines = (self._link_values(link), self._link_identifiers(link, idents), self._link_dates(link, idents, today),
                     self._link_comparisons(link))
+        # "faults that concern the brakes": a relation verb before a value it links explains itself
+        for m in re.finditer(r"\b([a-z]+)(?=\s+(?:to\s+)?(?:the\s+|a\s+|an\s+)?([\w-]+))", text):
+            if m.group(1) in RELATION_VERBS and m.group(2) in link.consumed and m.group(2) not in FILLER:
+                link.consumed.add(m.group(1))
         return link, next((d for d in declines if d is not None), None)
 
     def _link_values(self, link: Link) -> Decline | None:

@@ -12,10 +12,11 @@ if TYPE_CHECKING:  # schema.py asks this module for the words of a column's name
     from retrieval.sql.schema import ColumnInfo
 
 # General English relation words and names of a record's container: "faults concerning
-# brakes", "entries in the defect log". They say which records, never which column.
-RELATION = frozenset("""
-concern concerns concerned concerning regarding regard related relating relate relates pertaining re against
-""".split())
+# brakes", "entries in the defect log". They say which records, never which column. The verb
+# forms ("faults that concern brakes") are relation words only before a value the question
+# links (schema_linking), since "raised a concern" uses the noun.
+RELATION = frozenset("concerning regarding related relating pertaining re".split())
+RELATION_VERBS = frozenset("concern concerns concerned relate relates regard regards".split())
 CONTAINERS = frozenset("log logs register registers entries entry tracker sheet spreadsheet database ledger".split())
 # General English that carries no schema meaning in a record question.
 FILLER = frozenset("""

@@ -3,9 +3,10 @@
 Two generated domains (tests/routes/service/declined_domains.py: a workshop's `repairs`,
 which the rule was written against, and a library's `loans`, which it was not), asked
 through the whole engine with the real DuckDB catalog and the real offline model. Questions
-in everyday words the translator cannot link ("fault log", "logged between 1 January and
-30 June", "in euros", "renewed") end as an evidence gap naming the table and those words,
-never as passages graded sufficient; questions the translator handles still get rows; a
+in words the translator cannot link ("fault", "a concern", "spare part", "renewed") end as an
+evidence gap naming the table and those words, never as passages graded sufficient;
+questions the translator handles, everyday wording included ("logged", "in euros",
+"entries in the repair log concern the lathe"), still get rows; a
 question about no table is answered as on an index without tables; and a table or row the
 caller may not read changes nothing, exactly as if it did not exist.
 """
@@ -14,6 +15,7 @@ from __future__ import annotations
 
 import json
 import random
+from decimal import Decimal
 from datetime import date
 
 import anyio
@@ -36,13 +38,11 @@ BO = Principal("bo", ("board",))  # reads every repair
 VIC = Principal("vic", ())  # reads the loans table only
 # (question, table, words it cannot link): everyday words no column, value or cue explains
 DECLINED = [
-    ("Which repairs had a fault log?", "repairs", {"fault", "log"}),
-    ("Which machines had a fault log?", "repairs", {"fault", "log"}),  # named by a column, not the table
-    ("How many repairs were logged between 1 January and 30 June?", "repairs", {"logged", "january", "june"}),
-    ("What was the total repair cost in euros of the press?", "repairs", {"euros"}),
-    ("How many press repairs were logged in H1 2025?", "repairs", {"H1", "logged"}),
-    ("Which repairs raised a concern?", "repairs", {"concern", "raised"}),
-    ("What concern was raised about repair RP-1004?", "repairs", {"concern", "raised"}),  # one row, by its key
+    ("Which repairs had a fault log?", "repairs", {"fault"}),
+    ("Which machines had a fault log?", "repairs", {"fault"}),  # named by a column, not the table
+    ("Which repairs raised a concern?", "repairs", {"concern"}),
+    ("What concern was raised about repair RP-1004?", "repairs", {"concern"}),  # one row, by its key
+    ("Which press repairs needed a spare part?", "repairs", {"spare", "part"}),
     # the library: a domain the rule was not written against
     ("How many loans were renewed at the riverside branch?", "loans", {"renewed"}),
     ("Which loans had a damaged cover?", "loans", {"cover", "damaged"}),
@@ -128,6 +128,12 @@ def test_questions_the_translator_handles_still_get_rows(engines):
         "How many lathe repairs are still open?": [[sum(1 for r in repairs if (r["machine"], r["status"]) == ("lathe", "open"))]],
         "How many loans at the hillcrest branch are overdue?": [[sum(1 for r in loans if (r["branch"], r["status"])
                                                                     == ("hillcrest", "overdue"))]],
+        # everyday words: a verb of recording, money in words, a relation verb before a value
+        "How many repairs were logged in March 2025?": [[sum(1 for r in repairs if r["reported_on"].startswith("2025-03")
+                                                             and "group:workshop" in r["acl"])]],
+        "What was the total repair cost in euros of the press?": [[float(sum(Decimal(r["cost_eur"]) for r in repairs
+                                                                             if r["machine"] == "press"))]],
+        "How many entries in the repair log concern the lathe?": [[sum(1 for r in repairs if r["machine"] == "lathe")]],
     }
     for question, rows in expected.items():
         result = ask(engine, question)
@@ -200,8 +206,8 @@ def test_the_decline_reaches_http_the_sql_endpoint_mcp_and_the_tool_dispatcher(e
         answer = post("/v1/query", {"question": question})
         assert answer["status"] == "evidence_gap" and answer["declined"] == {
             "table": "repairs", "reason": "could not link every word of the question to the schema",
-            "unlinked": ["fault", "log"], "missing": ["table:repairs", "unlinked:fault", "unlinked:log"]}
-        assert {"table:repairs", "unlinked:fault", "unlinked:log"} <= set(answer["gap"]["missing"])
+            "unlinked": ["fault"], "missing": ["table:repairs", "unlinked:fault"]}
+        assert {"table:repairs", "unlinked:fault"} <= set(answer["gap"]["missing"])
         assert "sql not used" in answer["route"]["reason"]
         assert Answer.model_validate(answer).declined.table == "repairs"  # the client reads it
         translated = post("/v1/sql", {"question": question})
