@@ -29,7 +29,9 @@ import httpx
 from pydantic import BaseModel
 
 from quarry_client.errors import QuarryError, RateLimited, TransportError, from_response
-from quarry_client.models import Answer, DocumentOut, SearchOut, SqlOut, ToolCallOut, WriteOut
+from quarry_client.models import Answer, DocumentOut, FeedbackOut, SearchOut, SqlOut, ToolCallOut, WriteOut
+
+Verdict = Literal["answered", "wrong_context", "wrong_gap"]  # what an app says of one of its answers
 
 Model = TypeVar("Model", bound=BaseModel)
 Filters = Mapping[str, Any]  # sources, date_from, date_to, doc_ids
@@ -99,6 +101,11 @@ class _Calls:
         return "POST", "/v1/sql", _clean({"sql": sql, "question": question, "today": today})
 
     @staticmethod
+    def feedback(trace_id: str, verdict: str, doc_ids: Sequence[str] | None) -> tuple[str, str, dict[str, Any]]:
+        return "POST", "/v1/feedback", _clean({"trace_id": trace_id, "verdict": verdict,
+                                               "doc_ids": list(doc_ids) if doc_ids is not None else None})
+
+    @staticmethod
     def document_fields(text: str, title: str | None, source: str | None, date_: date | str | None,
                         metadata: Mapping[str, Any] | None, acl: Sequence[str] | None) -> dict[str, Any]:
         return _clean({"text": text, "title": title, "source": source, "date": date_,
@@ -157,6 +164,11 @@ class Quarry:
     def document(self, doc_id: str) -> DocumentOut:
         """One document the key may read (`NotFound` otherwise, as for a missing one)."""
         return self._parse(DocumentOut, self._send("GET", _doc_path(doc_id)))
+
+    def feedback(self, trace_id: str, verdict: Verdict, *, doc_ids: Sequence[str] | None = None) -> FeedbackOut:
+        """How one of this key's answers served its user (`answer.trace_id`), for `quarry tune
+        --feedback`; `doc_ids`: the documents that answer the question."""
+        return self._parse(FeedbackOut, self._send(*self._calls.feedback(trace_id, verdict, doc_ids)))
 
     def tools(self, format: Literal["openai", "anthropic"] = "openai") -> list[dict[str, Any]]:
         """The function tools this key may call, as the provider's schemas."""
@@ -238,6 +250,9 @@ class AsyncQuarry:
 
     async def document(self, doc_id: str) -> DocumentOut:
         return DocumentOut.model_validate(await self._send("GET", _doc_path(doc_id)))
+
+    async def feedback(self, trace_id: str, verdict: Verdict, *, doc_ids: Sequence[str] | None = None) -> FeedbackOut:
+        return FeedbackOut.model_validate(await self._send(*self._calls.feedback(trace_id, verdict, doc_ids)))
 
     async def tools(self, format: Literal["openai", "anthropic"] = "openai") -> list[dict[str, Any]]:
         return list((await self._send("GET", "/v1/tools", params={"format": format}))["tools"])

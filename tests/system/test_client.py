@@ -74,6 +74,13 @@ def test_every_read_method_returns_typed_results(live):
         assert answer.route.chosen and answer.attempts
         gap = alice.query(BUDGET)
         assert gap.is_gap and gap.gap is not None  # a result, not an exception
+        said = bob.feedback(answer.trace_id, "answered", doc_ids=[FINANCE_DOC])
+        assert (said.trace_id, said.verdict, said.doc_ids, said.replaced) == (answer.trace_id, "answered", [FINANCE_DOC], False)
+        assert bob.feedback(answer.trace_id, "wrong_context").replaced
+        with pytest.raises(qe.NotFound):  # another key's answer is not there to comment on
+            alice.feedback(answer.trace_id, "answered")
+        with pytest.raises(qe.InvalidRequest):  # a gap's verdict for an answer context
+            bob.feedback(answer.trace_id, "wrong_gap")
         assert FINANCE_DOC not in {c.doc_id for c in gap.context}
         hits = alice.search("E4012", "exact", k=3)
         assert hits.retriever == "exact" and hits.hits and all(h.offsets.end > h.offsets.start for h in hits.hits)
@@ -201,6 +208,8 @@ def test_the_async_client_matches_the_sync_one(live, writable):
             hits = await alice.search("E4012", "exact", k=3)
             rows = await alice.sql("SELECT count(*) AS n FROM incidents")
             doc = await bob.document(FINANCE_DOC)
+            said = await alice.feedback(gap.trace_id, "wrong_gap")
+            assert (said.verdict, said.doc_ids) == ("wrong_gap", None)
             tools = await alice.tools()
             call = await alice.call_tool("get_document", {"doc_id": "faq-001"})
             try:
