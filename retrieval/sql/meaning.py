@@ -29,7 +29,7 @@ from typing import Callable, Iterable, Sequence
 
 import numpy as np
 
-from retrieval.sql.schema import ColumnInfo
+from retrieval.sql.schema import ColumnInfo, TableInfo
 
 Encode = Callable[[str], np.ndarray]  # one text -> its L2-normalised embedding (1 x dim or dim)
 _CAMEL = re.compile(r"(?<=[a-z0-9])(?=[A-Z])")
@@ -57,6 +57,23 @@ class ColumnMeaning:
     encode: Encode
     min_similarity: float = 0.30
     min_margin: float = 0.10
+    min_table_similarity: float = 0.45
+
+    def means_table(self, word: str, table: TableInfo) -> bool:
+        """Whether `word` names the table's records in other words ("faults" for `defects`,
+        "issues" for `defects`): its cosine with the table's name, an alias or its key's noun
+        reaches `min_table_similarity`. Only a word the table was already picked for is asked,
+        never to pick a table. Measured on made-up pairs: faults ~ defects 0.63, issues ~
+        defects 0.46, incidents ~ quality events 0.50, shipments ~ supplier orders 0.63; words
+        that are not the records 0.16-0.30 (pads, bolts, reports, passengers ~ defects; staff
+        ~ quality events); "problems" ~ quality events (0.23) stays unlinked."""
+        if len(word) < 3 or not word.isalpha():
+            return False
+        texts = [name_text(table.name), *table.aliases]
+        if table.id_column and table.id_column.endswith("_id") and len(table.id_column) > 3:
+            texts.append(name_text(table.id_column[:-3]))
+        w = self._vector(word)
+        return max(float(self._vector(t) @ w) for t in texts) >= self.min_table_similarity
 
     def column_for(self, words: Iterable[str], columns: Sequence[ColumnInfo]) -> Meant | None:
         """The column of `columns` one of `words` means with confidence, or None."""

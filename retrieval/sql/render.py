@@ -22,7 +22,7 @@ def select_of(plan: QueryPlan) -> exp.Select:
     if plan.aggregate is not None:
         projections.append(exp.alias_(_aggregate(plan.aggregate), "value", copy=False))
     query = exp.select(*projections, copy=False).from_(exp.Table(this=exp.to_identifier(plan.table)), copy=False)
-    predicates = [p for f in plan.filters for p in _predicates(f)]
+    predicates = _where(plan.filters)
     if predicates:
         query = query.where(exp.and_(*predicates, copy=False), copy=False)
     if plan.group_by is not None:
@@ -49,6 +49,24 @@ def _aggregate(agg: Aggregate) -> exp.Expr:
             return exp.Sum(this=exp.cast(column, exp.DataType.build(f"DECIMAL(38, {agg.decimals})")))
         return exp.Sum(this=column)
     return exp.Max(this=column) if agg.fn == "max" else exp.Min(this=column)
+
+
+def _where(filters: tuple[Filter, ...]) -> list[exp.Expr]:
+    """The predicates ANDed. Two values of one column ("open or in progress", "brake and door
+    defects") can never both hold, so they are one IN: the rows with either."""
+    values: dict[str, list[str]] = {}
+    for f in filters:
+        if isinstance(f, Equals):
+            values.setdefault(f.column, []).append(f.value)
+    out: list[exp.Expr] = []
+    for f in filters:
+        if isinstance(f, Equals) and len(set(values[f.column])) > 1:
+            if values[f.column][0] == f.value:  # once per column, at its first value
+                out.append(exp.In(this=_column(f.column),
+                                  expressions=[exp.Literal.string(v) for v in dict.fromkeys(values[f.column])]))
+            continue
+        out.extend(_predicates(f))
+    return out
 
 
 def _predicates(f: Filter) -> list[exp.Expr]:

@@ -90,7 +90,8 @@ class SchemaLinker:
         """The filters of a normalised question over table `t`, and the first reason to
         decline, if any. Every step runs even after one declines, so the link still records
         every word the schema explains: what is left is what a decline reports."""
-        link = Link(t, text, words_in(text))
+        link = Link(t, self._split_value_column(t, text), set())
+        link.words = words_in(link.text)
         table_words = self.table_words(t)
         link.consumed |= {w for w in link.words if w in table_words or stem(w) in table_words}
         # "entries in the fault log", "faults logged in March": the container of the table's
@@ -105,6 +106,19 @@ class SchemaLinker:
                 link.consumed.add(m.group(1))
         return link, next((d for d in declines if d is not None), None)
 
+    def _split_value_column(self, t: TableInfo, text: str) -> str:
+        """"high-severity events": a value of a column joined to that column's name is the two
+        words ("high severity"), so the value links as a value and the name as its column."""
+        def split(m: re.Match[str]) -> str:
+            value, name = m.group(1), m.group(2)
+            for col in t.visible_columns():
+                profile = self.profiles.get((t.name, col.name))
+                if profile and matches(name, col) and any(value in value_forms(v) for v in profile.values):
+                    return f"{value} {name}"
+            return m.group(0)
+
+        return re.sub(r"(?<![\w-])([a-z0-9]+)-([a-z]+)(?![\w-])", split, text)
+
     def _link_values(self, link: Link) -> Decline | None:
         """Categorical values present in the readable rows, where the question uses them as values."""
         t, text = link.table, link.text
@@ -115,6 +129,10 @@ class SchemaLinker:
             if reading == "ambiguous":
                 return Decline(f"{form!r} could be a value of {col} or name another column; say which", (form,))
             link.filters.append(Equals(col, value))
+            at = re.search(rf"(?<![\w-]){re.escape(form)}(?![\w-])", text)
+            after = WORD.findall(text[at.end():])[:1] if at else []
+            if after and any(matches(after[0], c) for c in t.visible_columns()):
+                link.consumed.add(after[0])  # "Brindle Cross vehicles": the noun the value describes
             if col == t.id_column:
                 link.lookup_column = col  # a value of the key names one record, whatever its shape
             link.value_forms |= value_forms(value)
@@ -183,6 +201,17 @@ class SchemaLinker:
             link.consumed |= set(WORD.findall(m.group(0)))
             link.consume_column(col)
         return None
+
+    def explain_record_nouns(self, link: Link) -> None:
+        """Words left that name the table's records in other words ("faults" for `defects`,
+        by meaning) are explained: they say what is counted or listed, as the table's own
+        noun would."""
+        if self.meaning is None:
+            return
+        t = link.table
+        for w in sorted(link.words - link.consumed - FILLER):
+            if not any(matches(w, c) for c in t.visible_columns()) and self.meaning.means_table(w, t):
+                link.consumed.add(w)
 
     def mentions(self, link: Link, idents: Sequence[str], left: set[str], by_meaning: bool = True) -> tuple[str, ...]:
         """The question's words that name `link.table` itself: its noun, one of its rows' keys

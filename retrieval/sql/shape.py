@@ -31,6 +31,7 @@ _TOP = re.compile(
     rf"|\bwhich\s+(two|three|four|five|six|seven|eight|nine|ten)\b"
 )
 _TEMPORAL = re.compile(r"\b(most recently|most recent|latest|newest|earliest|oldest)\b")  # superlatives of a date
+_COST_ASKED = re.compile(r"\bwhat\s+(?:have|has|did|do|does)\b.*\b(?:cost|costs|spent|spend|paid|pay)\b")
 _WHEN = re.compile(r"\b(when|on what date|what date|which date|what day|on which day)\b")
 _DISPLAY = ("title", "service", "version")  # shown beside a record's key when the table has them
 
@@ -111,14 +112,23 @@ def _read_cues(linker: SchemaLinker, link: Link) -> _Cues:
         link.consume_column(measure)
     if re.search(r"\blatest first|newest first|most recent|latest\b", text):
         link.consumed |= {"latest", "first", "newest", "most", "recent"}
-    # "which team had the most incidents": a count per group, the top one
-    if group is None and most and agg is None:
+    # "which team had the most incidents (and how many)", "which supplier did we spend the
+    # most with": a count (or the sum asked for) per group, the top one
+    if group is None and most and agg in (None, "count", "sum"):
         word_after = re.search(r"\bwhich\s+(?:(?:two|three|four|five|six|seven|eight|nine|ten|\d+)\s+)?([\w-]+)", text)
         if word_after:
             group = _groupable(link, word_after.group(1))
             if group is not None:
                 link.consumed.add(word_after.group(1))
-                agg = "count"
+                agg = "sum" if agg == "sum" and measure is not None else "count"
+    # "which three events affected the most samples": the records with the largest measure
+    if group is None and most and agg is None and superlative is None and measure is not None:
+        superlative = "max" if most.group(1) == "most" else "min"
+    # "what have dangerous defects cost us": money asked of many records is their sum
+    if agg is None and superlative is None and measure is not None and not link.lookup_column and _COST_ASKED.search(text):
+        agg = "sum"
+    if group is not None and re.search(r"\bbreak(?:s|ing)?\s+down\b|\bbreakdown\b", text):
+        link.consumed |= {"break", "breaks", "breaking", "breakdown", "down"}
     return _Cues(agg, measure, superlative, most.group(1) if most else None, limit, group, date_col)
 
 

@@ -63,6 +63,7 @@ class Translator:
             return Decline("no readable table matches the question")
         link, decline = self._linker.link_table(t, text, idents, self.today)
         plan = shape_select(self._linker, link)  # after a decline too: the cue words it reads are explained
+        self._linker.explain_record_nouns(link)
         if decline is None:
             if isinstance(plan, Decline):
                 decline = plan

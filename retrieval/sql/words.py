@@ -15,7 +15,7 @@ if TYPE_CHECKING:  # schema.py asks this module for the words of a column's name
 # brakes", "entries in the defect log". They say which records, never which column. The verb
 # forms ("faults that concern brakes") are relation words only before a value the question
 # links (schema_linking), since "raised a concern" uses the noun.
-RELATION = frozenset("concerning regarding related relating pertaining re".split())
+RELATION = frozenset("concerning regarding related relating pertaining re against because".split())
 RELATION_VERBS = frozenset("concern concerns concerned relate relates regard regards".split())
 CONTAINERS = frozenset("log logs register registers entries entry tracker sheet spreadsheet database ledger".split())
 # General English that carries no schema meaning in a record question.
@@ -44,6 +44,7 @@ WORD_NUMBERS = {"one": 1, "a": 1, "an": 1, "two": 2, "three": 3, "four": 4, "fiv
 RECORDING = frozenset("""
 log logged logs report reported reports raise raised raises record recorded file filed enter entered register
 registered submit submitted lodge lodged create created note noted book booked receive received open opened
+place placed
 """.split())
 
 # A column's unit, read from a part of its name (`cost_gbp`, `downtime_hrs`, `height_m`): the
@@ -80,6 +81,9 @@ UNIT_SYNONYMS: dict[str, tuple[str, ...]] = {
     "kwh": ("kilowatt", "kwh", "energy"), "mwh": ("megawatt", "mwh", "energy"),
     "pct": ("percent", "percentage", "per cent"), "percent": ("percent", "percentage"),
     "count": ("number",),
+    # a column of kinds: "of each kind", "what type"
+    "category": ("kind", "kinds", "type", "types", "sort", "sorts", "category", "categories"),
+    "type": ("kind", "kinds", "type", "types", "sort", "sorts"), "kind": ("kind", "kinds", "type", "types", "sort", "sorts"),
 }
 
 
@@ -150,8 +154,10 @@ def value_forms(value: str) -> set[str]:
     a one-word value, singular or plural)."""
     v = value.lower()
     forms = {v, v.replace("_", " "), v.replace("-", " "), v.replace("_", " ").replace("-", " ")}
-    if len(v) >= 4 and v.isalpha():  # "brakes" for the value "brake", "tyre" for "tyres"
-        forms |= {singular(v), plural(v)}
+    last = v.replace("_", " ").replace("-", " ").split()[-1] if v.strip() else ""
+    if len(last) >= 4 and last.isalpha():  # "brakes" for "brake", "analyser faults" for "analyser fault"
+        head = v.replace("_", " ").replace("-", " ")[: -len(last)]
+        forms |= {head + singular(last), head + plural(last)}
     return forms
 
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from datetime import date
 
+from retrieval.sql.meaning import ColumnMeaning
 from retrieval.sql.plan import Decline
 from retrieval.sql.schema import ColumnInfo, ColumnProfile, TableInfo
 from retrieval.sql.translate import Translation, Translator
@@ -16,9 +17,14 @@ TODAY = date(2025, 11, 1)
 DELAYS = TableInfo("delays", (ColumnInfo("delay_id", "VARCHAR"), ColumnInfo("vessel", "VARCHAR"),
                               ColumnInfo("cause", "VARCHAR"), ColumnInfo("resolved_on", "DATE"),
                               ColumnInfo("cost_nok", "DOUBLE"), ColumnInfo("delay_minutes", "BIGINT"),
-                              ColumnInfo("logged_on", "DATE")), ("public",), id_column="delay_id")
+                              ColumnInfo("logged_on", "DATE"), ColumnInfo("severity", "VARCHAR"),
+                              ColumnInfo("status", "VARCHAR"), ColumnInfo("route_type", "VARCHAR"),
+                              ColumnInfo("passengers_affected", "BIGINT")), ("public",), id_column="delay_id")
 PROFILES = {("delays", "delay_id"): ColumnProfile((), ("DL-",)), ("delays", "vessel"): ColumnProfile(("skarv", "ternen")),
-            ("delays", "cause"): ColumnProfile(("engine", "fog", "crew")), ("delays", "cost_nok"): ColumnProfile(decimals=2)}
+            ("delays", "cause"): ColumnProfile(("engine", "fog", "crew", "ramp fault")),
+            ("delays", "cost_nok"): ColumnProfile(decimals=2), ("delays", "severity"): ColumnProfile(("low", "high")),
+            ("delays", "status"): ColumnProfile(("open", "in review", "closed")),
+            ("delays", "route_type"): ColumnProfile(("island hop", "fjord crossing"))}
 # The same records as a team named them: a register with terse column names, and the sidecar's
 # description and aliases saying what they hold.
 REGISTER = TableInfo("dly_reg", (ColumnInfo("ref", "VARCHAR"), ColumnInfo("ship", "VARCHAR"),
@@ -28,8 +34,8 @@ REGISTER = TableInfo("dly_reg", (ColumnInfo("ref", "VARCHAR"), ColumnInfo("ship"
 REGISTER_PROFILES = {("dly_reg", "ref"): ColumnProfile((), ("DR-",)), ("dly_reg", "ship"): ColumnProfile(("skarv", "ternen"))}
 
 
-def sql(question: str, table: TableInfo = DELAYS, profiles=None) -> str:
-    out = Translator([table], PROFILES if profiles is None else profiles, TODAY).translate(question)
+def sql(question: str, table: TableInfo = DELAYS, profiles=None, meaning: ColumnMeaning | None = None) -> str:
+    out = Translator([table], PROFILES if profiles is None else profiles, TODAY, meaning).translate(question)
     assert isinstance(out, Translation), (question, out)
     return out.sql
 
@@ -76,3 +82,42 @@ def test_words_nothing_explains_still_decline():
     assert isinstance(out, Decline) and "seagulls" in out.unlinked and out.table == "delays"
     out = Translator([DELAYS], PROFILES, TODAY).translate("What was the weather when delays were logged?")
     assert isinstance(out, Decline) and "weather" in out.unlinked
+
+
+def test_two_values_of_one_column_are_either_not_both():
+    q = sql("How many delays are open or in review?")
+    assert "\"status\" IN ('open', 'in review')" in q and "AND \"status\"" not in q
+
+
+def test_which_group_had_the_most_and_how_many_or_how_much():
+    q = sql("Which vessel logged the most delays in 2025, and how many?")
+    assert 'GROUP BY "vessel"' in q and "count(*)" in q and "LIMIT 1" in q
+    q = sql("Which vessel have we spent the most on in kroner, and how much?")
+    assert 'GROUP BY "vessel"' in q and 'sum(CAST("cost_nok"' in q and "LIMIT 1" in q
+
+
+def test_the_most_of_a_measure_ranks_the_records_by_it():
+    q = sql("Which three delays affected the most passengers?")
+    assert 'ORDER BY "passengers_affected" DESC' in q and "LIMIT 3" in q
+
+
+def test_money_asked_of_many_records_is_their_sum_and_of_one_record_its_value():
+    assert 'sum(CAST("cost_nok"' in sql("What have high severity delays cost us since 1 July 2025?")
+    assert "sum(" not in sql("What did DL-0042 cost?")
+
+
+def test_kinds_break_downs_plural_and_hyphenated_values_and_the_noun_a_value_describes():
+    assert 'GROUP BY "route_type"' in sql("How many delays of each type were raised in 2025?")
+    assert 'GROUP BY "vessel"' in sql("Break down the number of delays logged for each vessel in 2025.")
+    assert "\"cause\" = 'ramp fault'" in sql("How many ramp faults delayed us?")
+    assert "\"severity\" = 'high'" in sql("How many high-severity delays were logged in 2025?")
+    assert "\"route_type\" = 'island hop'" in sql("How many island hop delays involved skarv vessels?")
+
+
+def test_a_word_that_means_the_records_is_their_noun_and_a_word_that_does_not_still_declines(embedder):
+    meaning = ColumnMeaning(embedder.encode_query)
+    faults = TableInfo("defects", DELAYS.columns, ("public",), id_column="delay_id")
+    profiles = {("defects", c): p for (_, c), p in PROFILES.items()}
+    assert sql("How many faults concerning fog were logged?", faults, profiles, meaning).startswith("SELECT count(*)")
+    out = Translator([faults], profiles, TODAY, meaning).translate("How many bolts concerning fog were logged?")
+    assert isinstance(out, Decline) and out.unlinked == ("bolts",)
