@@ -204,11 +204,13 @@ class SchemaLinker:
 
     def explain_record_nouns(self, link: Link) -> None:
         """Words left that name the table's records in other words ("faults" for `defects`,
-        by meaning) are explained: they say what is counted or listed, as the table's own
-        noun would."""
-        if self.meaning is None:
-            return
+        by meaning) are explained when the question does not name them with the table's own
+        noun: they say what is counted or listed, as that noun would ("which repairs had a
+        fault log" asks about something the repairs had, not about repairs)."""
         t = link.table
+        nouns = self.table_words(t)
+        if self.meaning is None or any(w in nouns or stem(w) in nouns for w in link.words):
+            return  # a question names its records once: beside the table's own noun, another is something else
         for w in sorted(link.words - link.consumed - FILLER):
             if not any(matches(w, c) for c in t.visible_columns()) and self.meaning.means_table(w, t):
                 link.consumed.add(w)

@@ -39,7 +39,7 @@ VIC = Principal("vic", ())  # reads the loans table only
 # (question, table, words it cannot link): everyday words no column, value or cue explains
 DECLINED = [
     ("Which repairs had a fault log?", "repairs", {"fault"}),
-    ("Which machines had a fault log?", "repairs", {"fault"}),  # named by a column, not the table
+    ("Which machines had a warranty claim?", "repairs", {"warranty", "claim"}),  # named by a column, not the table
     ("Which repairs raised a concern?", "repairs", {"concern"}),
     ("What concern was raised about repair RP-1004?", "repairs", {"concern"}),  # one row, by its key
     ("Which press repairs needed a spare part?", "repairs", {"spare", "part"}),
@@ -64,13 +64,16 @@ def _index(root, name, embedder, **kw):
 def engines(tmp_path_factory, embedder):
     """The full index, and one per reading: without tables, with only the loans table (what
     vic reads), with only the repairs rows the workshop reads (what tess reads)."""
+    from retrieval.limits import Limits
     from routes.service.view import open_view
 
     root = tmp_path_factory.mktemp("declined")
     built = {"full": _index(root, "full", embedder), "no_tables": _index(root, "no_tables", embedder, tables=()),
              "loans_only": _index(root, "loans_only", embedder, tables=("loans",)),
              "workshop_rows": _index(root, "workshop_rows", embedder, reader="group:workshop")}
-    opened = {name: open_view(path, embedder, today=TODAY, plugins=False) for name, path in built.items()}
+    # a deadline a busy machine cannot reach, so every interface gives the same answer
+    limits = Limits(default_deadline_ms=30000)
+    opened = {name: open_view(path, embedder, limits, today=TODAY, plugins=False) for name, path in built.items()}
     yield opened
     for engine in opened.values():
         engine.close()
@@ -195,7 +198,7 @@ def test_the_decline_reaches_http_the_sql_endpoint_mcp_and_the_tool_dispatcher(e
 
     store = KeyStore(tmp_path / "keys.json")
     keys = {"tess": store.add("tess", ["workshop"], ["query"])[0], "vic": store.add("vic", [], ["query"])[0]}
-    settings = Settings(index_dir=tmp_path, rate_per_second=1000.0, burst=1000, today=TODAY)
+    settings = Settings(index_dir=tmp_path, rate_per_second=1000.0, burst=1000, today=TODAY, default_deadline_ms=30000)
     question = "Which repairs had a fault log?"
     with LiveServer(create_app(settings, engine=engines["full"], keys=store)) as server:
         def post(path: str, body: dict, who: str = "tess") -> dict:
