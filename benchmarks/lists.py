@@ -7,8 +7,8 @@ grader, 30 s deadline so a busy machine does not turn a slow question into a gap
 
 - false gaps: answerable questions that ended as an evidence gap;
 - missed gaps: unanswerable (and forbidden-only) questions that ended as an answer context;
-- list questions: labels tagged `list` or whose question lists the documents of a period
-  (the loop's own reading, `retrieval.listing.lists_a_period`), and how many are right
+- list questions: labels tagged `list`, or text questions that list the documents of a
+  period (the loop's own reading, `retrieval.listing.lists_a_period`), and how many are right
   (answerable: an answer context holding every relevant document; unanswerable: a gap); and
   which questions were answered by a `listing` plan (graded by construction);
 - table questions (route `sql` or labeled rows): right when the answer's rows match the
@@ -70,7 +70,8 @@ def main() -> None:
                 principal = label.principal_obj()
                 engine.tables_ready(principal)
                 result = engine.query(label.question, principal, today=label.today)
-                listing = lists_a_period(label.question, extract(label.question, label.today or TODAY)) or "list" in label.tags
+                listing = "list" in label.tags or (lists_a_period(label.question, extract(label.question, label.today or TODAY))
+                                                   and label.route != "sql")
                 docs = [h.doc_id for h in result.context]
                 table = label.route == "sql" or label.answer_rows is not None
                 rows_right = bool(table and result.rows is not None and label.answer_rows is not None

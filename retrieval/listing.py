@@ -6,14 +6,15 @@ passage relevance cannot judge (a set of twelve notes scores like twelve weak ma
 question is read from its structure alone, never from a list of any corpus's nouns or fields:
 
 - it asks for things: a question word (which, what, list, show, name, give me, find,
-  enumerate), then a plural noun among its next two words, or a singular one after every,
-  each or all (`lists_a_period` adds a bounded date range of the question);
+  enumerate), then a plural noun among its next two words (or further on, after nouns joined
+  by "and": "audit and inspection notes"), or a singular one after every, each or all
+  (`lists_a_period` adds a bounded date range of the question);
 - nothing but its head noun and its period narrows it (`only_lists`): no identifier, quoted
   phrase or catalog entity, and at most two more content words, side by side, such as a verb
   ("happened", "took place", "were logged"). "Which releases changed the VAT rounding in Q3
   2025?" is narrowed by its topic and stays a question graded by relevance;
-- it has a period (a bounded date range, or a month named without its year, `bare_month`) or
-  the caller's own filters narrow it.
+- it has a period (a bounded date range, a range from a date to today, or a month named
+  without its year, `bare_month`) or the caller's own filters narrow it.
 
 Its plan (retrieval/rewrite.py `first_plan`, strategy `listing`) asks a route that returns
 every readable passage within the filters when asked for enough of them (the registry's
@@ -43,7 +44,8 @@ SOURCE = "construction"  # the grade source of a set graded by how it was gather
 # "Which incidents ...", "What changes were ...", "List the outages ...", "Show me every ticket":
 # a question word, quantifiers, then at most two words where the head noun is looked for.
 _LISTING = re.compile(r"^\s*(which|what|list|show(?:\s+me)?|name|give\s+me|find|enumerate)\s+"
-                      r"((?:(?:all|the|of|every|each|any)\s+)*)([\w-]+)(?:\s+([\w-]+))?", re.I)
+                      r"((?:(?:all|the|of|every|each|any)\s+)*)(.*)", re.I)
+_AND = frozenset({"and", "or"})
 _EVERY = frozenset({"every", "each", "all"})
 # "Which dates ..." or "what hours ..." ask about times, not for the documents of a period.
 _TIME_NOUNS = frozenset("dates days times hours minutes weeks months quarters years periods".split())
@@ -62,18 +64,22 @@ def _plural_noun(word: str) -> bool:
 
 
 def head_noun(question: str) -> tuple[str, ...] | None:
-    """The words naming what a list question asks for ("incidents", "sev1 incidents",
-    "change" after every), or None when the question asks for no list of things."""
+    """The words naming what a list question asks for ("incidents", "sev1 incidents", "audit
+    and inspection notes", "inspections and audits", "change" after every), or None when the
+    question asks for no list of things."""
     m = _LISTING.match(question)
     if m is None:
         return None
-    quantifiers, first, second = set(m.group(2).lower().split()), m.group(3), m.group(4)
-    if _plural_noun(first):
-        return (first.lower(),)
-    if second and _plural_noun(second):
-        return (first.lower(), second.lower())
-    if quantifiers & _EVERY and _noun(first):
-        return (first.lower(),)
+    quantifiers = set(m.group(2).lower().split())
+    words = [w.lower() for w in re.findall(r"[\w-]+", m.group(3))][:6]
+    for i, w in enumerate(words[:4]):
+        if i >= 2 and not _AND & set(words[1:i]):
+            break  # a plural further on is the head only of nouns joined by "and" ("audit and inspection notes")
+        if _plural_noun(w):
+            end = i + 3 if len(words) > i + 2 and words[i + 1] in _AND and _plural_noun(words[i + 2]) else i + 1
+            return tuple(x for x in words[:end] if x not in _AND)
+    if words and quantifiers & _EVERY and _noun(words[0]):
+        return (words[0],)
     return None
 
 
@@ -85,11 +91,15 @@ def lists_a_period(question: str, constraints: Constraints) -> bool:
 
 
 def listing_period(question: str, constraints: Constraints, today: date | None) -> DateRange | None:
-    """The period a list question names: its bounded date range, or else a month named
-    without its year ("in March", read against `today`; None when `today` is not known)."""
+    """The period a list question names: its bounded date range, a range open at its end
+    ("since 1 September", up to `today`), or else a month named without its year ("in
+    March", read against `today`; None when `today` is not known)."""
     bounded = [d for d in constraints.dates if d.start and d.end]
     if bounded:
         return bounded[0]
+    since = [d for d in constraints.dates if d.start and not d.end and today is not None and d.start <= today]
+    if since:  # "reported since 1 September": from then to today
+        return DateRange(since[0].start, today, since[0].text)
     return bare_month(question, today) if today is not None and not constraints.dates else None
 
 

@@ -26,6 +26,8 @@ def pure(question: str) -> bool:
     "Which incidents happened in March 2025?", "List the incidents reported in March 2025",
     "Which meetings took place in Q2 2025?", "Show every change logged in March", "What changes were made in 2024?",
     "Show me all the outages of the first quarter of 2025", "Name each inspection carried out in June 2025",
+    "Which permits have been issued since 1 September 2025?", "What inspections and audits were written up in May 2025?",
+    "List the audit and inspection notes from Q3 2025.",
 ])
 def test_a_question_that_asks_only_for_the_list_of_a_period_is_read_as_one(question):
     assert pure(question)
@@ -48,6 +50,18 @@ def test_the_head_noun_is_a_plural_or_a_singular_after_every():
     assert head_noun("Show every change logged in March") == ("change",)
     assert head_noun("Show the change logged in March") is None
     assert head_noun("How many incidents happened in May 2025?") is None
+    assert head_noun("What inspections and audits were written up?") == ("inspections", "audits")
+    assert head_noun("List the audit and inspection notes from Q3") == ("audit", "inspection", "notes")
+    assert head_noun("What did the audit find about the notes?") is None  # no plural joined to the question word
+
+
+def test_a_list_since_a_date_runs_to_today_and_one_from_a_later_date_is_no_period():
+    question = "Which permits have been issued since 1 September 2025?"
+    period = listing_period(question, extract(question, TODAY), TODAY)
+    assert (period.start, period.end) == (date(2025, 9, 1), TODAY)
+    later = "Which permits have been issued since 1 December 2025?"
+    assert listing_period(later, extract(later, TODAY), TODAY) is None
+    assert listing_period(question, extract(question, TODAY), None) is None  # no today: no end to read
 
 
 def test_a_month_without_its_year_is_the_latest_that_has_begun():
