@@ -19,7 +19,7 @@ from retrieval.sql.plan import Compare, CompareOp, DateWithin, Decline, Equals, 
 from retrieval.sql.meaning import ColumnMeaning
 from retrieval.sql.schema import ColumnInfo, ColumnProfile, TableInfo
 from retrieval.sql.words import (CONTAINERS, FILLER, RECORDING, RELATION_VERBS, WORD, WORD_NUMBERS, matches, noun_forms,
-                                 value_forms, words_in)
+                                 plural, singular, value_forms, words_in)
 from retrieval.text import stem
 
 COMPARE = re.compile(
@@ -100,6 +100,7 @@ class SchemaLinker:
         # values first: an identifier that is also a categorical value is linked as the value
         declines = (self._link_values(link), self._link_identifiers(link, idents), self._link_dates(link, idents, today),
                     self._link_comparisons(link))
+        self._link_value_words(link)
         # "faults that concern the brakes": a relation verb before a value it links explains itself
         for m in re.finditer(r"\b([a-z]+)(?=\s+(?:to\s+)?(?:the\s+|a\s+|an\s+)?([\w-]+))", text):
             if m.group(1) in RELATION_VERBS and m.group(2) in link.consumed and m.group(2) not in FILLER:
@@ -141,6 +142,56 @@ class SchemaLinker:
             if column is not None:
                 link.consume_column(column)
         return None
+
+    def _link_value_words(self, link: Link) -> None:
+        """Words of a value of several words, where the question does not write the whole
+        value: "Talvane" for "Talvane Diagnostics", "electric buses" for "electric single-deck",
+        "drivers' walkaround" for "driver walkaround". Only words nothing else explains (no
+        column, no table noun), only values of one column (a word in values of two columns is
+        not read), the value most of the question's words point to first; a word in several
+        values of that column means any of them ("diesel" for "diesel midibus" and "diesel
+        single-deck"). A column a whole value already pinned is not read again, nor the noun
+        right after such a value ("courier services" is no "instrument service")."""
+        t = link.table
+        pinned = {f.column for f in link.filters if isinstance(f, Equals)}
+        nouns = self.table_words(t)
+        left = {w for w in link.words - link.consumed - FILLER - self._after_values(link)
+                if len(w) >= 4 and w.isalpha() and w not in nouns and not any(matches(w, c) for c in t.visible_columns())}
+        pointed: dict[tuple[str, frozenset[str]], list[str]] = {}  # (column, question words) -> values
+        columns_of: dict[str, set[str]] = {}
+        for col in t.visible_columns():
+            if col.name in pinned or col.name == t.doc_column or col.name.endswith("_id") or col.name == t.id_column:
+                continue
+            profile = self.profiles.get((t.name, col.name))
+            for value in profile.values if profile else ():
+                parts = set(re.findall(r"[a-z0-9]+", value.lower()))
+                if len(parts) < 2:
+                    continue  # a one-word value is linked whole, or not at all
+                words = frozenset(w for w in left if {w, singular(w), plural(w)} & parts)
+                if words:
+                    pointed.setdefault((col.name, words), []).append(value)
+                    for w in words:
+                        columns_of.setdefault(w, set()).add(col.name)
+        used: set[str] = set()
+        for (name, words), values in sorted(pointed.items(), key=lambda kv: (-len(kv[0][1]), kv[0][0], sorted(kv[0][1]))):
+            if name in pinned or words & used or any(len(columns_of[w]) > 1 for w in words):
+                continue
+            link.filters.extend(Equals(name, v) for v in values)
+            link.consumed |= words
+            used |= words
+            pinned.add(name)
+
+    @staticmethod
+    def _after_values(link: Link) -> set[str]:
+        """The word right after each value linked whole: the noun it describes ("courier
+        services"), never a value of its own."""
+        out = set()
+        for f in link.filters:
+            if isinstance(f, Equals):
+                for form in value_forms(f.value):
+                    for m in re.finditer(rf"(?<![\w-]){re.escape(form)}\s+([\w-]+)", link.text):
+                        out.add(m.group(1))
+        return out
 
     def _link_identifiers(self, link: Link, idents: Sequence[str]) -> Decline | None:
         """Identifiers -> equality on the column whose values have that shape."""

@@ -121,3 +121,18 @@ def test_a_word_that_means_the_records_is_their_noun_and_a_word_that_does_not_st
     assert sql("How many faults concerning fog were logged?", faults, profiles, meaning).startswith("SELECT count(*)")
     out = Translator([faults], profiles, TODAY, meaning).translate("How many bolts concerning fog were logged?")
     assert isinstance(out, Decline) and out.unlinked == ("bolts",)
+
+
+def test_a_distinctive_word_of_a_longer_value_links_it_and_a_shared_one_links_each():
+    assert "\"route_type\" = 'island hop'" in sql("How many delays on island routes were logged?")
+    assert "\"cause\" = 'ramp fault'" in sql("How many ramp delays were there?")
+    profiles = {**PROFILES, ("delays", "route_type"): ColumnProfile(("island hop", "island shuttle", "fjord crossing"))}
+    assert "\"route_type\" IN ('island hop', 'island shuttle')" in sql("How many island delays were logged?", profiles=profiles)
+
+
+def test_a_word_of_values_of_two_columns_or_the_noun_after_a_value_is_not_read_as_a_value():
+    profiles = {**PROFILES, ("delays", "vessel"): ColumnProfile(("skarv", "ternen", "fjord star"))}
+    out = Translator([DELAYS], profiles, TODAY).translate("How many fjord delays were logged?")
+    assert isinstance(out, Decline) and "fjord" in out.unlinked  # a vessel and a route type
+    out = Translator([DELAYS], PROFILES, TODAY).translate("How many engine crossing problems were logged?")
+    assert isinstance(out, Decline) and "crossing" in out.unlinked  # the noun "engine" describes, not "fjord crossing"
