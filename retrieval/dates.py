@@ -35,6 +35,11 @@ class DateRange:
     def contains(self, d: date) -> bool:
         return (self.start is None or d >= self.start) and (self.end is None or d <= self.end)
 
+    def holds(self, first: date, last: date) -> bool:
+        """Does the whole period `first`..`last` lie inside the range? "3 April 2025" and
+        "Q2 2025" lie inside "2025"; "2025" does not lie inside "April 2025", it only overlaps it."""
+        return self.contains(first) and self.contains(last)
+
 
 def _month_range(y: int, m: int) -> tuple[date, date]:
     return date(y, m, 1), date(y, m, calendar.monthrange(y, m)[1])
@@ -119,12 +124,19 @@ def _resolve(kind: str, m: re.Match[str], today: date) -> tuple[date, date] | No
 _CALENDAR_DAYS = ("iso", "dmy", "mdy")  # a day of the calendar: "2025-02-30" or "30 February 2025" can be impossible
 
 
-def _points(text: str, today: date, strict: bool = False) -> list[tuple[int, int, date, date]]:
+_CALENDAR_KINDS = frozenset({"iso", "dmy", "mdy", "my", "qy", "qy-word", "year"})  # written periods, not relative words
+
+
+def _points(text: str, today: date, strict: bool = False, kinds: frozenset[str] | None = None
+            ) -> list[tuple[int, int, date, date]]:
     """Non-overlapping date mentions: (char start, char end, first day, last day). `strict`
-    refuses a calendar day that does not exist instead of reading it as no date."""
+    refuses a calendar day that does not exist instead of reading it as no date; `kinds`
+    keeps only the mentions of those pattern kinds (None: all)."""
     taken: list[tuple[int, int, date, date]] = []
     void: list[tuple[int, int]] = []  # impossible days read leniently: no date, and no month or year inside them either
     for pattern, kind in _POINTS:
+        if kinds is not None and kind not in kinds:
+            continue
         for m in pattern.finditer(text):
             if any(s < m.end() and m.start() < e for s, e, _, _ in taken) or any(s < m.end() and m.start() < e for s, e in void):
                 continue
@@ -141,6 +153,14 @@ def _points(text: str, today: date, strict: bool = False) -> list[tuple[int, int
 def dates_in(text: str, today: date) -> tuple[DateRange, ...]:
     """All date constraints written in a passage (see find_dates)."""
     return tuple(find_dates(text, today))
+
+
+def written_periods(text: str) -> tuple[tuple[date, date], ...]:
+    """The calendar periods a passage writes, each as (first day, last day): a day, month,
+    quarter or year as written ("on or after 2 December 2025" writes 2 December 2025), with
+    no operator applied and no relative word ("last year", "this month": relative to when the
+    passage was written, which a question's today does not know)."""
+    return tuple((first, last) for _, _, first, last in _points(text, date(2000, 1, 1), kinds=_CALENDAR_KINDS))
 
 
 def find_dates(text: str, today: date, exclude: list[tuple[int, int]] | None = None,

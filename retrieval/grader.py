@@ -1,10 +1,12 @@
 """Is the evidence set sufficient? Hard constraints first, then calibrated relevance.
 
 Judged on the set, not on single passages: every identifier, quoted phrase, entity and date
-range of the question must be met by some returned passage or row (a date is met by a
-document dated inside the range or by a date written inside the range), and a logistic
-score over relevance signals must reach the threshold. The signals are the same whatever
-route produced the hits (every hit is scored by BM25 and dense before grading):
+range of the question must be met by some returned passage or row (a date by a document
+dated inside the range, or by a day, month, quarter or year a passage writes that lies
+wholly inside it: a bare "2025" in March's figures only overlaps "April 2025", and a
+passage's "last year" is relative to when it was written, so neither meets it), and a
+logistic score over relevance signals must reach the threshold. The signals are the same
+whatever route produced the hits (every hit is scored by BM25 and dense before grading):
 
 - top_dense: best cosine between question and passage; dense_margin: best minus the mean
   of the top 5 (a clear winner is a good sign); mean_dense_top3;
@@ -46,7 +48,7 @@ from typing import Any, Callable, Literal, Mapping, Sequence
 
 from retrieval.calibration import Calibration
 from retrieval.constraints import Constraints, literal_share
-from retrieval.dates import dates_in
+from retrieval.dates import written_periods
 from retrieval.parts import question_parts
 from retrieval.text import normalize, term_set
 from retrieval.types import Hit, Listing
@@ -123,8 +125,9 @@ def _searchable(title: str | None, meta: str | None, text: str) -> str:
     return normalize(f"{title or ''}\n{meta or ''}\n{text}")
 
 
-def unmet_constraints(constraints: Constraints, hits: Sequence[Hit], today: date, also: str = "") -> list[str]:
-    """Labels of the constraints no hit satisfies (`also`: more evidence text, e.g. the SQL)."""
+def unmet_constraints(constraints: Constraints, hits: Sequence[Hit], also: str = "") -> list[str]:
+    """Labels of the constraints no hit satisfies (`also`: more evidence text, e.g. the SQL;
+    dates are met by the hits alone, see the module docstring)."""
     if constraints.is_empty():
         return []
     texts = [_searchable(h.title, h.meta, h.text) for h in hits] + ([normalize(also)] if also else [])
@@ -132,12 +135,10 @@ def unmet_constraints(constraints: Constraints, hits: Sequence[Hit], today: date
     missing += [f"phrase:{p}" for p in constraints.phrases if not any(normalize(p) in t for t in texts)]
     missing += [f"entity:{e}" for e in constraints.entities if not any(_whole_token(normalize(e), t) for t in texts)]
     for d in constraints.dates:
+        # A period written in a passage meets the range only when it lies inside it: a bare
+        # "2025" somewhere in March's figures does not answer "April 2025" (it overlaps it).
         dated = any(h.date and d.contains(date.fromisoformat(h.date[:10])) for h in hits)
-        written = dated or any(
-            (r.start is None or d.end is None or r.start <= d.end) and (r.end is None or d.start is None or r.end >= d.start)
-            for h in hits for r in dates_in(h.text, today) if r.start is not None and r.end is not None
-        )
-        if not written:
+        if not (dated or any(d.holds(first, last) for h in hits for first, last in written_periods(h.text))):
             missing.append(f"date:{d.text}")
     return missing
 
@@ -215,10 +216,10 @@ def grade(question: str, constraints: Constraints, hits: Sequence[Hit], config: 
     if not hits:
         return Grade(False, "no_authorized_evidence", tuple(constraints.labels()), p_sufficient=0.0)
     if rows_sql is not None:
-        missing = [m for m in unmet_constraints(constraints, hits, today, also=rows_sql) if not m.startswith("date:")]
+        missing = [m for m in unmet_constraints(constraints, hits, also=rows_sql) if not m.startswith("date:")]
         return Grade(not missing, "constraint_unmet" if missing else None, tuple(missing), 1.0,
                      p_sufficient=0.0 if missing else 1.0)
-    missing = unmet_constraints(constraints, hits, today)
+    missing = unmet_constraints(constraints, hits)
     feats = evidence_features(question, hits, constraints)
     score = relevance(feats, config)
     if missing:

@@ -42,6 +42,7 @@ from retrieval.limits import Limits, check_k
 from retrieval.linking import Linker, TableLinker
 from retrieval.listing import construction_grade, gather
 from retrieval.policy import Evidence, Policy, RouteInputs
+from retrieval.qualifiers import Qualifier, held, qualifiers
 from retrieval.registry import ROW_ROUTES
 from retrieval.retrievers import Retrieved, Retriever
 from retrieval.rewrite import EXTENSIONS, Plan, PlanKey, RewriteContext, Tried, plan_problems
@@ -101,6 +102,7 @@ class Understood:
     translation: Translation | None
     absent: tuple[str, ...] = ()  # names the question gives that no readable chunk holds (entity constraints)
     declined: Decline | None = None  # the question is about a readable table, but translating it was declined
+    qualifiers: tuple[Qualifier, ...] = ()  # modifiers of its noun phrases a context must carry (retrieval/qualifiers.py)
 
 
 @dataclass
@@ -194,7 +196,7 @@ def _understand(question: str, access: AccessScope, deps: LoopDeps, filters: Fil
         decision = replace(decision, reason=f"{decision.reason}; sql not used: {sentence(declined)}")
     if absent:
         constraints = replace(constraints, entities=(*constraints.entities, *absent))
-    return Understood(constraints, inputs, decision, translation, absent, declined)
+    return Understood(constraints, inputs, decision, translation, absent, declined, qualifiers(question))
 
 
 def run_loop(question: str, principal: Principal, budget: Budget, deps: LoopDeps, filters: Filters = Filters(),
@@ -218,6 +220,7 @@ def run_loop(question: str, principal: Principal, budget: Budget, deps: LoopDeps
     history: list[Tried] = []
     tried: set[PlanKey] = set()
     refused: set[PlanKey] = set()
+    attested = _attester(deps, access, lambda: min(budget.call_timeout_ms / 1000.0, deadline - clock()), trace_id)
     plan: Plan | None = policy.rewriter.first(ctx)
     stop: StopReason = "no_strategy_left"
     while True:
@@ -266,8 +269,9 @@ def run_loop(question: str, principal: Principal, budget: Budget, deps: LoopDeps
                 question, constraints, evidence, today, rows_sql=rows.sql if rows is not None else None,
                 linked=(lambda top: deps.linker.linked_docs(top, question, access)) if follow else (lambda top: ()),
                 rescore=rescore, time_left=lambda: deadline - clock()))
-            if rows is None:  # passages for a question about a declined table must hold what it could not link
+            if rows is None:  # passages must hold what a declined table could not link, and the question's qualifiers
                 verdict = checked(verdict, read.declined, evidence)
+                verdict = held(verdict, read.qualifiers, evidence, attested)
             hits = evidence
         attempts.append(Attempt(len(attempts) + 1, plan, tuple(hits), verdict, (clock() - t0) * 1000, error, rows))
         history.append(Tried(plan, tuple(hits), verdict))
@@ -294,6 +298,24 @@ def run_loop(question: str, principal: Principal, budget: Budget, deps: LoopDeps
     elapsed = (clock() - started) * 1000
     return _result(question, constraints, decision, attempts, stop, elapsed, elapsed - in_calls * 1000, trace_id,
                    read.declined)
+
+
+def _attester(deps: LoopDeps, access: AccessScope, time_left: Callable[[], float], trace_id: str) -> Callable[[str], bool]:
+    """Does a chunk the caller may read write this phrase? Asked of the exact route with the
+    caller's scope (so a forbidden document attests nothing), once per phrase and question,
+    within the call timeout and the time left; without an exact route, or when the scan
+    fails or runs out of time, nothing is attested and no qualifier is required."""
+    exact = deps.retrievers.get("exact")
+    known: dict[str, bool] = {}
+
+    def attested(phrase: str) -> bool:
+        if phrase not in known:
+            found, error = (None, "no_route") if exact is None else _wait(
+                deps, _submit(deps, exact.search, f'"{phrase}"', access, 1, Filters()), max(0.0, time_left()), "exact",
+                trace_id)
+            known[phrase] = error is None and bool(found)
+        return known[phrase]
+    return attested
 
 
 def _rescorer(deps: LoopDeps, hits: Sequence[Hit], access: AccessScope) -> Callable[[str], Sequence[Hit]]:

@@ -131,7 +131,6 @@ class GradeRows:
 def grade_rows(service: Service, labels: Sequence[Label], sufficient_of: Callable[[Label, list[str]], bool],
                top: int = 3) -> GradeRows:
     out = GradeRows()
-    today = service.today or date.today()
     for lb in labels:
         if lb.route == "sql" or lb.answer_rows is not None:
             continue
@@ -144,7 +143,7 @@ def grade_rows(service: Service, labels: Sequence[Label], sufficient_of: Callabl
         out.sufficient.append(sufficient_of(lb, [h.doc_id for h in hits]))
         out.questions.append(lb.question)
         out.tops.append(list(hits[:top]))
-        out.met.append(not unmet_constraints(constraints, hits, lb.today or today))
+        out.met.append(not unmet_constraints(constraints, hits))
     return out
 
 

@@ -6,7 +6,7 @@ from datetime import date
 
 import pytest
 
-from retrieval.dates import DateRange, dated_first, find_dates, in_ranges
+from retrieval.dates import DateRange, dated_first, find_dates, in_ranges, written_periods
 from retrieval.errors import InvalidRequest, RetrievalError
 from retrieval.types import Hit
 
@@ -138,3 +138,20 @@ def test_dated_first_leaves_the_order_alone_when_no_hit_is_in_range():
     july = find_dates("the July 2025 meeting", TODAY)
     hits = [hit(0, "2025-06-12"), hit(1, None), hit(2, "2025-08-01")]
     assert dated_first(hits, july) == hits
+
+
+def test_written_periods_are_the_calendar_periods_a_passage_writes_without_operators():
+    assert written_periods("Prices rise on or after 2 December 2025; the Q3 2025 index and 2024 stay.") == (
+        (date(2025, 12, 2), date(2025, 12, 2)), (date(2025, 7, 1), date(2025, 9, 30)), (date(2024, 1, 1), date(2024, 12, 31)))
+
+
+def test_written_periods_leave_out_relative_words():
+    assert written_periods("Last year and this month, as yesterday, in the past 30 days.") == ()
+
+
+def test_a_range_holds_a_period_only_when_the_whole_period_lies_inside_it():
+    april = DateRange(date(2025, 4, 1), date(2025, 4, 30), "April 2025")
+    assert april.holds(date(2025, 4, 3), date(2025, 4, 3))
+    assert not april.holds(date(2025, 1, 1), date(2025, 12, 31))  # "2025" overlaps April, it does not lie inside
+    before = DateRange(None, date(2025, 5, 31), "before June 2025")
+    assert before.holds(date(2025, 3, 1), date(2025, 3, 31)) and not before.holds(date(2025, 1, 1), date(2025, 12, 31))

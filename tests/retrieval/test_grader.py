@@ -112,6 +112,25 @@ def test_an_open_date_range_is_met_by_a_written_date_on_its_side():
         ("date:before June 2025",)
 
 
+def test_a_coarser_date_a_passage_writes_does_not_meet_a_finer_range():
+    question = "What were the April 2025 sales figures for the Leeds depot?"
+    march = graded(question, [hit(0, "Leeds depot sales figures for March 2025: 1,240 units; the 2025 target stands.")])
+    april = graded(question, [hit(0, "Leeds depot sales figures for 3 April 2025: 1,310 units.")])
+    assert (march.reason, march.missing) == ("constraint_unmet", ("date:April 2025",))  # "2025" only overlaps April
+    assert april.sufficient
+
+
+def test_a_day_a_passage_writes_under_an_operator_is_still_a_day_it_writes():
+    question = "How much did the Leeds depot prices rise in December 2025?"
+    assert graded(question, [hit(0, "Leeds depot prices rise by 4% on or after 2 December 2025.")]).sufficient
+
+
+def test_a_relative_date_in_a_passage_meets_no_range():
+    question = "Why did the Leeds depot change its rota in 2024?"
+    g = graded(question, [hit(0, "Last year the Leeds depot changed its rota to cover the night shift.")])
+    assert g.missing == ("date:2024",)  # "last year" is relative to when the passage was written
+
+
 def test_a_score_under_the_threshold_is_insufficient_relevance():
     g = graded("Why did the ledger outage take four hours?", [hit(0, "The cafeteria opens at noon.", signals=())])
     assert (g.sufficient, g.reason, g.missing) == (False, "insufficient_evidence", ("relevance",))
