@@ -65,9 +65,21 @@ def test_questions_the_translator_handles_are_still_translated():
 
 
 def test_an_identifier_no_column_holds_is_left_with_every_other_unlinked_word():
-    out = translate("How many press repairs were logged in H1 2025?")
-    assert isinstance(out, Decline) and out.reason.startswith("identifier H1")
-    assert out.unlinked[0] == "H1" and "logged" in out.unlinked  # the translator's word first, as written
+    out = translate("How many press repairs were logged in FY25?")
+    assert isinstance(out, Decline) and out.reason.startswith("identifier FY25")
+    assert out.unlinked[0] == "FY25" and "logged" in out.unlinked  # the translator's word first, as written
+
+
+def test_a_half_year_and_a_range_with_a_yearless_side_are_explained_as_dates():
+    for question, words in (("How many press repairs were logged in H1 2025?", {"h1"}),
+                            ("How many press repairs were logged between July and September 2025?",
+                             {"between", "july", "september"})):
+        out = translate(question)
+        assert isinstance(out, Decline) and out.unlinked == ("logged",), (question, out)
+        assert words <= set(out.explained), (question, out)
+    # with no year on either side the range is not read: its words stay unlinked
+    out = translate("How many press repairs were logged between 1 January and 30 June?")
+    assert isinstance(out, Decline) and {"between", "january", "june", "logged"} <= set(out.unlinked)
 
 
 def test_a_short_term_or_a_table_that_explains_most_of_the_question_requires_its_words():
