@@ -13,6 +13,7 @@ day borrows the other side's month and year), "from January 2025 to March". Wher
 borrowed year would run the range backwards ("from November to February 2025") the side
 without one moves back (or, written second, forward) by a year -- by a month for a bare day
 -- so the range runs from November 2024. A range whose sides both lack a year is not read.
+A day's name before a side ("from Monday 24 November to Monday 1 December 2025") is read past.
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ MONTHS.update({m.lower(): i for i, m in enumerate(calendar.month_abbr) if m})
 MONTHS["sept"] = 9
 _MONTH = (r"(jan(?:uary)?|feb(?:ruary)?|mar(?:ch)?|apr(?:il)?|may|june?|july?|aug(?:ust)?"
           r"|sep(?:t(?:ember)?)?|oct(?:ober)?|nov(?:ember)?|dec(?:ember)?)")
+_WEEKDAY = r"(?:(?:mon|tues|wednes|thurs|fri|satur|sun)day,?\s+)"  # "Monday 24 November": the day's name, read past
 _ORD = {"first": 1, "second": 2, "third": 3, "fourth": 4, "1st": 1, "2nd": 2, "3rd": 3, "4th": 4}
 
 
@@ -80,8 +82,10 @@ _POINTS: list[tuple[re.Pattern[str], str]] = [
     (re.compile(r"(?<![\w-])((?:19|20)\d{2})(?![\w-])"), "year"),
 ]
 _BETWEEN = re.compile(r"\b(?:between|from)\s+(.+?)\s+(?:and|to|until|through)\s+(.+)", re.I)
-_OPERATOR = re.compile(r"\b(before|prior to|earlier than|after|later than|since|until|till|through|up to|by)\s*(?:the\s+)?$",
-                       re.I)
+_OPERATOR = re.compile(rf"\b(before|prior to|earlier than|after|later than|since|until|till|through|up to|by)\s*"
+                       rf"{_WEEKDAY}?(?:the\s+)?$", re.I)
+_OPENER = re.compile(rf"\b(between|from)\s+{_WEEKDAY}?(?:the\s+)?$", re.I)  # a range's first side follows
+_CONNECTOR = re.compile(rf"\s+(?:and|to|until|through|-)\s+{_WEEKDAY}?(?:the\s+)?", re.I)  # ... and its second
 
 
 def _resolve(kind: str, m: re.Match[str], today: date) -> tuple[date, date] | None:
@@ -178,8 +182,8 @@ def _points(text: str, today: date, strict: bool = False) -> list[tuple[int, int
 # 2025), "March" (to May 2025), "Q1", "H1", "3" (to 17 March 2025: a bare day, written first only).
 _DAY = r"(\d{1,2})(?:st|nd|rd|th)?"
 _SIDES: list[tuple[re.Pattern[str], str]] = [
-    (re.compile(rf"(?:the\s+)?{_DAY}\s+(?:of\s+)?{_MONTH}\.?", re.I), "dm"),
-    (re.compile(rf"{_MONTH}\.?\s+(?:the\s+)?{_DAY}", re.I), "md"),
+    (re.compile(rf"{_WEEKDAY}?(?:the\s+)?{_DAY}\s+(?:of\s+)?{_MONTH}\.?", re.I), "dm"),
+    (re.compile(rf"{_WEEKDAY}?{_MONTH}\.?\s+(?:the\s+)?{_DAY}", re.I), "md"),
     (re.compile(rf"{_MONTH}\.?", re.I), "m"),
     (re.compile(r"q([1-4])", re.I), "q"),
     (re.compile(r"h([12])|([12])h", re.I), "h"),
@@ -188,8 +192,8 @@ _SIDES: list[tuple[re.Pattern[str], str]] = [
 ]
 # the words that join a range's sides: "between X and Y", "from X to Y", either with a dash
 _OPENS = re.compile(r"\b(between|from)\s+", re.I)
-_JOINS = {"between": r"(?:\s+and\s+(?:the\s+)?|\s*[-\u2013]\s*)",
-          "from": r"(?:\s+(?:to|until|till|through)\s+(?:the\s+)?|\s*[-\u2013]\s*)"}
+_JOINS = {"between": rf"(?:\s+and\s+{_WEEKDAY}?(?:the\s+)?|\s*[-\u2013]\s*)",
+          "from": rf"(?:\s+(?:to|until|till|through)\s+{_WEEKDAY}?(?:the\s+)?|\s*[-\u2013]\s*)"}
 _JOIN = {w: re.compile(j, re.I) for w, j in _JOINS.items()}
 _JOIN_END = {w: re.compile(rf"{j}\Z", re.I) for w, j in _JOINS.items()}
 
@@ -298,9 +302,8 @@ def find_dates(text: str, today: date, exclude: list[tuple[int, int]] | None = N
     while i < len(points):
         s, e, first, last = points[i]
         before = text[max(0, s - 40) : s]
-        between = re.search(r"\b(between|from)\s+$", before, re.I)
-        if (between and i + 1 < len(points)
-                and re.fullmatch(r"\s+(?:and|to|until|through|-)\s+", text[e : points[i + 1][0]], re.I)):
+        between = _OPENER.search(before)
+        if between and i + 1 < len(points) and _CONNECTOR.fullmatch(text[e : points[i + 1][0]]):
             s2, e2, _, last2 = points[i + 1]
             out.append(DateRange(first, last2, text[s - len(before) + between.start() : e2].strip()))
             i, done = i + 2, e2

@@ -219,3 +219,10 @@ def test_open_ranges_name_one_side():
     assert span("incidents before H2 2025") == (None, date(2025, 6, 30))
     assert span("incidents since the second half of 2024") == (date(2024, 7, 1), None)
     assert span("incidents before the 14th of March 2025") == (None, date(2025, 3, 13))
+
+
+def test_a_range_reads_past_the_names_of_days_and_the_article_before_a_side():
+    assert span("closed from Monday 24 November to Monday 1 December 2025") == (date(2025, 11, 24), date(2025, 12, 1))
+    assert span("closed from Friday 19 December 2025 to Monday 5 January 2026") == (date(2025, 12, 19), date(2026, 1, 5))
+    assert span("between the 1st of March 2025 and the 3rd of March 2025") == (date(2025, 3, 1), date(2025, 3, 3))
+    assert span("due before Monday 3 March 2025") == (None, date(2025, 3, 2))
