@@ -63,16 +63,21 @@ def _is_prose(token: str) -> bool:
 
 
 _DATE_TOKEN = re.compile(r"^(q[1-4]|\d{4}-\d{2}-\d{2}(t[\d:.]+z?)?|\d{1,2}(st|nd|rd|th))$", re.I)
+# A half of a year ("H1", "1H") is a date token where a year follows it, or follows the half it
+# runs to ("H1 2025", "between H1 and H2 2025"); alone, "H2" may name a thing.
+_HALF_TOKEN = re.compile(r"(?:h[12]|[12]h)(?=\s*(?:of\s+)?(?:19|20)\d{2}\b|\s+(?:and|to|until|till|through)\s+"
+                         r"(?:h[12]|[12]h)\s*(?:of\s+)?(?:19|20)\d{2}\b)", re.I)
 
 
 def identifiers(text: str) -> list[str]:
     """Identifier-like tokens outside quotes, in order, deduplicated, original casing kept.
-    Date tokens (`Q3`, `2025-03-14`) are dates, not identifiers; ordinal and plural numbers
+    Date tokens (`Q3`, `2025-03-14`, `H1` before a year) are dates, not identifiers; ordinal and plural numbers
     ("3rd", "1990s"), footnote markers and words written with a number ("12-year-old",
     "in2014") are prose. A token of that kind that the catalog knows (a short metadata value,
     an identifier in a title) is still found, as a catalog entity (retrieval/entities.py)."""
     unquoted = _QUOTED.sub(" ", text)
-    found = [m.group(0) for m in _IDENTIFIER.finditer(unquoted) if not _DATE_TOKEN.match(m.group(0))]
+    found = [m.group(0) for m in _IDENTIFIER.finditer(unquoted) if not _DATE_TOKEN.match(m.group(0))
+             and not (m.end() - m.start() == 2 and _HALF_TOKEN.match(unquoted, m.start()))]
     return list(dict.fromkeys(t for t in found if not _ORDINAL.fullmatch(t) and not re.fullmatch(r"\d{4}", t)
                               and not _FOOTNOTE.fullmatch(t) and not _is_prose(t)))
 

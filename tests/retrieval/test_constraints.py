@@ -71,3 +71,12 @@ def test_a_word_written_with_a_number_that_the_catalog_knows_stays_a_constraint_
     found = shifts.find(question, np.array([True, False]), identifiers(question))
     assert extract(question, TODAY, found) == extract("", TODAY, ["24-hour"])  # an entity, not an identifier
     assert shifts.find("Who works the 12-hour rota?", np.array([True, False]), identifiers(question)) == []  # not readable
+
+
+def test_a_half_of_a_year_before_a_year_is_a_date_not_an_identifier():
+    for q, start, end in (("incidents opened in H1 2025", date(2025, 1, 1), date(2025, 6, 30)),
+                          ("revenue for 2H 2024", date(2024, 7, 1), date(2024, 12, 31)),
+                          ("tickets between H1 and H2 2025", date(2025, 1, 1), date(2025, 12, 31))):
+        constraints = extract(q, TODAY)
+        assert constraints.identifiers == () and [(d.start, d.end) for d in constraints.dates] == [(start, end)], q
+    assert identifiers("the H2 database settings") == ["H2"]  # alone, it may name a thing

@@ -155,3 +155,91 @@ def test_a_range_holds_a_period_only_when_the_whole_period_lies_inside_it():
     assert not april.holds(date(2025, 1, 1), date(2025, 12, 31))  # "2025" overlaps April, it does not lie inside
     before = DateRange(None, date(2025, 5, 31), "before June 2025")
     assert before.holds(date(2025, 3, 1), date(2025, 3, 31)) and not before.holds(date(2025, 1, 1), date(2025, 12, 31))
+
+
+def test_a_range_side_without_a_year_takes_it_from_the_other_side():
+    assert span("incidents between 1 January and 30 June 2025") == (date(2025, 1, 1), date(2025, 6, 30))
+    assert span("incidents between January 1 and June 30, 2025") == (date(2025, 1, 1), date(2025, 6, 30))
+    assert span("How many incidents were opened between July and September 2025?") == (date(2025, 7, 1), date(2025, 9, 30))
+    assert span("deploys from March to May 2025") == (date(2025, 3, 1), date(2025, 5, 31))
+    assert span("deploys from Jan. to Mar. 2024") == (date(2024, 1, 1), date(2024, 3, 31))
+    assert span("budget between Q1 and Q3 2025") == (date(2025, 1, 1), date(2025, 9, 30))
+    assert span("tickets from January 2025 to March") == (date(2025, 1, 1), date(2025, 3, 31))  # written second, too
+    assert span("tickets between 1 March 2024 and 15 April") == (date(2024, 3, 1), date(2024, 4, 15))
+
+
+def test_a_bare_day_takes_the_month_and_year_of_the_other_side():
+    assert span("outages from 3 to 17 March 2025") == (date(2025, 3, 3), date(2025, 3, 17))
+    assert span("outages from 3-17 March 2025") == (date(2025, 3, 3), date(2025, 3, 17))
+    assert span("outages between the 1st and the 15th of March 2025") == (date(2025, 3, 1), date(2025, 3, 15))
+
+
+def test_a_side_that_would_run_the_range_backwards_moves_by_the_unit_it_borrowed():
+    assert span("from November to February 2025") == (date(2024, 11, 1), date(2025, 2, 28))
+    assert span("between Q4 and Q1 2025") == (date(2024, 10, 1), date(2025, 3, 31))
+    assert span("from November 2024 to February") == (date(2024, 11, 1), date(2025, 2, 28))
+    assert span("from 28 to 3 March 2025") == (date(2025, 2, 28), date(2025, 3, 3))
+
+
+def test_a_range_phrase_with_a_side_without_a_year_keeps_its_whole_text():
+    for question, phrase in [
+        ("How many incidents were opened between July and September 2025?", "between July and September 2025"),
+        ("outages from 3 to 17 March 2025, by team", "from 3 to 17 March 2025"),
+        ("tickets from January 2025 to March, by team", "from January 2025 to March"),
+    ]:
+        (r,) = find_dates(question, TODAY, strict=True)
+        assert r.text == phrase and r.text in question, question
+
+
+def test_a_range_needs_a_year_on_one_side_and_a_bare_day_a_day_on_the_other():
+    assert find_dates("logged between 1 January and 30 June?", TODAY, strict=True) == []
+    assert find_dates("between Q1 and Q3", TODAY, strict=True) == []
+    assert span("from 5 to 2025") == (date(2025, 1, 1), date(2025, 12, 31))  # a year gives a bare day no month
+    # "from ... and" joins no range: these are two releases, the second of them dated
+    assert span("the notes from the March and June 2025 releases") == (date(2025, 6, 1), date(2025, 6, 30))
+
+
+def test_an_impossible_day_on_a_side_without_a_year_is_a_typed_error():
+    with pytest.raises(InvalidRequest, match="not a valid date"):
+        find_dates("between 30 February and 3 March 2025", TODAY, strict=True)
+    assert [(r.start, r.end) for r in find_dates("between 30 February and 3 March 2025", TODAY)] == [
+        (date(2025, 3, 3), date(2025, 3, 3))]
+
+
+def test_a_half_is_its_six_months_not_its_whole_year():
+    assert span("revenue in H1 2025") == (date(2025, 1, 1), date(2025, 6, 30))
+    assert span("revenue in H2 2024") == (date(2024, 7, 1), date(2024, 12, 31))
+    assert span("revenue in 1H 2025") == (date(2025, 1, 1), date(2025, 6, 30))
+    assert span("revenue in the first half of 2025") == (date(2025, 1, 1), date(2025, 6, 30))
+    assert span("revenue in the second half of 2024") == (date(2024, 7, 1), date(2024, 12, 31))
+    assert span("revenue in the last half of 2024") == (date(2024, 7, 1), date(2024, 12, 31))
+    assert span("revenue in the first half-year 2023") == (date(2023, 1, 1), date(2023, 6, 30))
+    (r,) = find_dates("how many press repairs in H1 2025?", TODAY, strict=True)
+    assert r.text == "H1 2025"
+
+
+def test_a_half_named_relative_to_today():
+    assert span("incidents in the first half of the year") == (date(2025, 1, 1), date(2025, 6, 30))
+    assert span("incidents in the second half of last year") == (date(2024, 7, 1), date(2024, 12, 31))
+    assert span("incidents this half") == (date(2025, 7, 1), TODAY)
+    assert span("incidents last half-year") == (date(2025, 1, 1), date(2025, 6, 30))
+    assert span("incidents last half-year", date(2025, 3, 2)) == (date(2024, 7, 1), date(2024, 12, 31))
+    assert find_dates("what broke in the last half hour", TODAY, strict=True) == []
+
+
+def test_open_ranges_name_one_side():
+    assert span("incidents since April 2025") == (date(2025, 4, 1), None)
+    assert span("incidents before 2025") == (None, date(2024, 12, 31))
+    assert span("incidents after 30 June 2025") == (date(2025, 7, 1), None)
+    assert span("incidents until March 2025") == (None, date(2025, 3, 31))
+    assert span("incidents up to Q2 2025") == (None, date(2025, 6, 30))
+    assert span("incidents before H2 2025") == (None, date(2025, 6, 30))
+    assert span("incidents since the second half of 2024") == (date(2024, 7, 1), None)
+    assert span("incidents before the 14th of March 2025") == (None, date(2025, 3, 13))
+
+
+def test_a_range_reads_past_the_names_of_days_and_the_article_before_a_side():
+    assert span("closed from Monday 24 November to Monday 1 December 2025") == (date(2025, 11, 24), date(2025, 12, 1))
+    assert span("closed from Friday 19 December 2025 to Monday 5 January 2026") == (date(2025, 12, 19), date(2026, 1, 5))
+    assert span("between the 1st of March 2025 and the 3rd of March 2025") == (date(2025, 3, 1), date(2025, 3, 3))
+    assert span("due before Monday 3 March 2025") == (None, date(2025, 3, 2))

@@ -76,7 +76,8 @@ def test_stated_days_are_full_calendar_days_outside_operators_and_ranges():
     assert stated_days("Incident report — 14 March 2025") == (date(2025, 3, 14),)
     assert stated_days("minutes of March 5, 2025 (2025-03-05)") == (date(2025, 3, 5),)
     for text in ("March 2025", "Q1 2025", "03/04/2025", "yesterday", "actions due before 3 May 2025",
-                 "from 1 March 2025 to 3 March 2025", "30 February 2025"):
+                 "from 1 March 2025 to 3 March 2025", "from 1 to 3 March 2025", "between 1 January and 30 June 2025",
+                 "30 February 2025"):
         assert stated_days(text) == (), text
 
 

@@ -106,6 +106,18 @@ def test_translator_links_values_numbers_dates_and_groups(sql_retriever):
     assert 'GROUP BY "team"' in per_team.sql and "avg(" in per_team.sql
 
 
+def test_a_range_whose_first_side_has_no_year_links_the_whole_range_on_the_date_column(sql_retriever):
+    alice, today = Principal("alice", ("sre",)), date(2025, 11, 1)
+    with (DEMO / "tables" / "incidents.csv").open() as f:
+        opened = [r["opened_at"][:10] for r in csv.DictReader(f)]
+    for question, start, end in [("How many incidents were opened between July and September 2025?", "2025-07-01", "2025-09-30"),
+                                 ("How many incidents were opened in H1 2025?", "2025-01-01", "2025-06-30")]:
+        out = sql_retriever.answer(question, alice, today)
+        assert not isinstance(out, Decline), (question, out)
+        assert f">= CAST('{start}' AS DATE)" in out.sql and f"<= CAST('{end}' AS DATE)" in out.sql, out.sql
+        assert out.rows == ((sum(1 for d in opened if start <= d <= end),),), question
+
+
 def test_compare_rows_allows_extra_columns_but_not_other_values():
     assert compare_rows([["a"], ["b"]], [("b", 2), ("a", 1)])
     assert not compare_rows([["a"], ["b"]], [("a", 1)])

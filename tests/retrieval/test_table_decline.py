@@ -70,6 +70,17 @@ def test_an_identifier_no_column_holds_is_left_with_every_other_unlinked_word():
     assert out.unlinked[0] == "PX-77" and {"spare", "part"} <= set(out.unlinked)  # the translator's word first, as written
 
 
+def test_a_half_year_and_a_range_with_a_yearless_side_are_dates():
+    for question, (start, end) in (("How many press repairs were logged in H1 2025?", ("2025-01-01", "2025-06-30")),
+                                   ("How many press repairs were logged between July and September 2025?",
+                                    ("2025-07-01", "2025-09-30"))):
+        out = translate(question)
+        assert isinstance(out, Translation) and start in out.sql and end in out.sql, (question, out)
+    # with no year on either side the range is not read: its words stay unlinked
+    out = translate("How many press repairs were logged between 1 January and 30 June?")
+    assert isinstance(out, Decline) and {"between", "january", "june"} <= set(out.unlinked)
+
+
 def test_a_short_term_or_a_table_that_explains_most_of_the_question_requires_its_words():
     assert required(FAULT_LOG) == ("fault", "log")  # one explained word, one two-word term left
     assert mostly_about(("cost", "press", "repairs"), ("euros",))

@@ -131,6 +131,16 @@ def test_a_question_the_table_cannot_answer_still_declines(domain):
     assert "charge_eur" in declined.reason and "weight" in declined.unlinked  # it names the column it could not tell
 
 
+def test_a_period_whose_first_side_has_no_year_counts_the_rows_in_the_whole_period(domain):
+    engine, rows = domain
+    for question, start, end in (("How many services were logged between July and September 2025?", "2025-07-01", "2025-09-30"),
+                                 ("How many services were logged from 3 to 17 March 2025?", "2025-03-03", "2025-03-17"),
+                                 ("How many services were logged in H1 2025?", "2025-01-01", "2025-06-30")):
+        result = engine.query(question, MEMBER)
+        assert result.decision.chosen == "sql" and result.status == "answer_context", (question, result.declined)
+        assert _value(result, "value") == [sum(1 for r in rows if start <= r["logged_on"] <= end)], question
+
+
 def test_listing_a_month_gathers_every_readable_document_dated_in_it(domain):
     engine, _ = domain
     result = engine.query("Which breakdowns happened in March 2025?", MEMBER, k=5)
