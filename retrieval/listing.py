@@ -36,7 +36,7 @@ from typing import Sequence
 from retrieval.constraints import Constraints
 from retrieval.dates import DateRange, bare_month
 from retrieval.grader import Grade
-from retrieval.text import STOPWORDS
+from retrieval.text import STOPWORDS, stem
 from retrieval.types import Hit, Listing
 
 SOURCE = "construction"  # the grade source of a set graded by how it was gathered
@@ -115,13 +115,17 @@ def only_lists(question: str, constraints: Constraints, period: DateRange | None
     return len(rest) <= MAX_NARROWING_WORDS and (len(rest) < 2 or rest[-1] - rest[0] == len(rest) - 1)
 
 
-def gather(hits: Sequence[Hit], k: int, bound: int) -> tuple[list[Hit], Listing]:
+def gather(hits: Sequence[Hit], k: int, bound: int, head: Sequence[str] = ()) -> tuple[list[Hit], Listing]:
     """One passage per document, its best in the route's order, for the first k documents;
-    `hits` are what the route returned when asked for `bound` passages."""
+    `hits` are what the route returned when asked for `bound` passages. Where there are more
+    than k, documents whose title names the thing listed (`head`, the question's head noun:
+    "incidents" for "Incident report IR-25-031") come first, in the route's order."""
     best: dict[str, Hit] = {}
     for h in hits:
         best.setdefault(h.doc_id, h)
-    shown = list(best.values())[:k]
+    stems = {stem(w) for w in head}
+    ordered = sorted(best.values(), key=lambda h: not stems & {stem(w) for w in re.findall(r"\w+", (h.title or "").lower())})
+    shown = ordered[:k] if stems and len(best) > k else list(best.values())[:k]
     return shown, Listing(len(best), len(shown), bound_reached=len(hits) >= bound)
 
 

@@ -40,7 +40,7 @@ from retrieval.fusion import rrf
 from retrieval.grader import Grade
 from retrieval.limits import Limits, check_k
 from retrieval.linking import Linker, TableLinker
-from retrieval.listing import construction_grade, gather
+from retrieval.listing import construction_grade, gather, head_noun
 from retrieval.policy import Evidence, Policy, RouteInputs
 from retrieval.qualifiers import Qualifier, held, qualifiers
 from retrieval.registry import ROW_ROUTES
@@ -254,7 +254,7 @@ def run_loop(question: str, principal: Principal, budget: Budget, deps: LoopDeps
                     else next((t for t in history if t.grade is not None and t.hits), None))
         verdict: Grade | None = None
         if error is None and plan.listing is not None:  # graded by how it was gathered, not by relevance
-            hits, listing = gather(hits, budget.k, budget.list_bound)
+            hits, listing = gather(hits, budget.k, budget.list_bound, head_noun(question) or ())
             verdict = construction_grade(listing, plan.listing)
         elif error is None:
             evidence = _evidence(plan, hits, previous, budget.k)

@@ -3,6 +3,7 @@ gathered (retrieval/listing.py)."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import date
 
 import pytest
@@ -92,6 +93,15 @@ def test_gather_keeps_each_documents_best_passage_in_order_and_counts_the_rest()
     assert listing == Listing(4, 2, False) and not listing.complete
     shown, listing = gather(hits, 8, bound=5)
     assert len(shown) == 4 and listing.bound_reached and not listing.complete
+
+
+def test_past_k_the_documents_whose_title_names_the_thing_listed_come_first():
+    hits = [replace(_hit(d, i), title=t) for i, (d, t) in
+            enumerate([("m", "Monthly report, June"), ("a", "Audit note 14"), ("p", "Policy"), ("b", "Audits: lab B")])]
+    shown, listing = gather(hits, 2, bound=10, head=("audits",))
+    assert [h.doc_id for h in shown] == ["a", "b"] and listing == Listing(4, 2, False)
+    shown, _ = gather(hits, 8, bound=10, head=("audits",))
+    assert [h.doc_id for h in shown] == ["m", "a", "p", "b"]  # all of them fit: the route's order
 
 
 def test_a_construction_grade_says_complete_truncated_or_empty():
