@@ -12,8 +12,10 @@ log", "in euros", "logged between 1 January and 30 June"). So:
 - an evidence gap names the table and those words in `missing` (`table:repairs`,
   `unlinked:fault`) and says why in its detail;
 - when the question is mostly about the table's records (`about.mostly_about`), passages
-  answer it only if they hold the words the table could not link; a set that does not is
-  `constraint_unmet`, whatever the grader said. A question mostly about something else that
+  answer it only if they hold the words the table could not link, and never when it asks
+  for a figure over the records (a count, sum, average or ranking: passages sharing its
+  words do not add up the rows); a set that does not is `constraint_unmet`, whatever the
+  grader said. A question mostly about something else that
   mentions the table ("Who was incident commander for the stalled Friday payout batch?") is
   graded as any other, and its answer still reports the decline.
 
@@ -73,9 +75,15 @@ def _held(word: str, forms: set[str], texts: Sequence[str]) -> bool:
 
 def checked(grade: Grade, decline: Decline | None, hits: Sequence[Hit]) -> Grade:
     """A sufficient grade of passages for a question about a declined table stays sufficient
-    only if the passages hold the words the table could not link (`required`); otherwise it
-    becomes `constraint_unmet`, missing the table and those words."""
-    if decline is None or decline.table is None or not grade.sufficient or not unheld(decline, hits):
+    only if the passages hold the words the table could not link (`required`), and never
+    when it asks the table for a figure over its records (`Decline.aggregate`: "how many",
+    "how much", "on average", "which ... the most") and is mostly about them: passages that
+    share its words do not count or add up the rows. Otherwise it becomes `constraint_unmet`,
+    missing the table and those words."""
+    if decline is None or decline.table is None or not grade.sufficient:
+        return grade
+    figure = decline.aggregate and mostly_about(decline.explained, decline.unlinked)
+    if not figure and not unheld(decline, hits):
         return grade
     return replace(grade, sufficient=False, reason="constraint_unmet", missing=labels(decline), p_sufficient=0.0)
 

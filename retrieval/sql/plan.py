@@ -4,7 +4,7 @@ written. `render.py` turns it into SQL; nothing here knows SQL syntax."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import date
 from typing import Literal
 
@@ -28,6 +28,9 @@ class Decline:
     unlinked: tuple[str, ...] = ()
     table: str | None = None
     explained: tuple[str, ...] = ()
+    # the question asks the table for a figure over its records (a count, sum, average,
+    # extreme or ranking), which passages do not hold (retrieval/table_decline.py)
+    aggregate: bool = field(default=False, compare=False)
 
 
 @dataclass(frozen=True)

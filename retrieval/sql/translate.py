@@ -20,7 +20,7 @@ the plan as SQL with sqlglot's builders.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import date
 from typing import Mapping, Sequence
 
@@ -72,7 +72,17 @@ class Translator:
                 if not left:
                     return Translation(render_sql(plan), plan.table, plan.kind, ordered=plan.ordered)
                 decline = Decline("could not link every word of the question to the schema", tuple(left))
-        return about_table(self._linker, decline, link, idents)
+        about = about_table(self._linker, decline, link, idents)
+        return replace(about, aggregate=asks_a_figure(plan)) if about.table is not None else about
+
+
+def asks_a_figure(plan: QueryPlan | Decline) -> bool:
+    """Whether the shape the question's cue words ask for is a figure over the records (a
+    count, sum, average, extreme, grouping or ranking), also when the shape itself declined
+    for want of a column to add up."""
+    if isinstance(plan, Decline):
+        return plan.reason.startswith("could not tell which number column")
+    return plan.aggregate is not None or plan.kind in ("superlative", "grouped top")
 
 
 def unlinked_words(link: Link, plan: QueryPlan) -> list[str]:

@@ -119,3 +119,15 @@ def test_the_decline_renders_its_table_words_and_labels():
                                        "missing": ["table:repairs", "unlinked:fault", "unlinked:log"]}
     assert decline_json(Decline("no readable table matches the question")) == {
         "table": None, "reason": "no readable table matches the question", "unlinked": []}
+
+
+def test_a_declined_question_that_asks_for_a_figure_is_never_answered_by_passages_that_share_its_words():
+    figure = translate("How many lathe repairs needed a spare part in 2025?")
+    listing = translate("Which lathe repairs needed a spare part?")
+    assert isinstance(figure, Decline) and figure.aggregate and isinstance(listing, Decline) and not listing.aggregate
+    passages = [hit("A lathe repair that needed a spare part waits for it.")]  # holds every unlinked word
+    sufficient = Grade(True, None, score=0.9, p_sufficient=0.9)
+    assert checked(sufficient, listing, passages) == sufficient
+    refused = checked(sufficient, figure, passages)
+    assert not refused.sufficient and refused.reason == "constraint_unmet" and refused.missing[0] == "table:repairs"
+    assert translate("What is the average repair cost in euros of the press?").__class__ is Translation
