@@ -43,7 +43,7 @@ WORD_NUMBERS = {"one": 1, "a": 1, "an": 1, "two": 2, "three": 3, "four": 4, "fiv
 # the date each was recorded on (schema_linking picks that date column).
 RECORDING = frozenset("""
 log logged logs report reported reports raise raised raises record recorded file filed enter entered register
-registered submit submitted lodge lodged create created note noted book booked receive received open opened
+registered submit submitted lodge lodged create created note noted book booked open opened
 place placed
 """.split())
 

@@ -82,6 +82,9 @@ def test_words_nothing_explains_still_decline():
     assert isinstance(out, Decline) and "seagulls" in out.unlinked and out.table == "delays"
     out = Translator([DELAYS], PROFILES, TODAY).translate("What was the weather when delays were logged?")
     assert isinstance(out, Decline) and "weather" in out.unlinked
+    # a column's word with a verb the table does not record: no count of `passengers_affected`
+    out = Translator([DELAYS], PROFILES, TODAY).translate("How many passengers did Skarv receive in 2025?")
+    assert isinstance(out, Decline) and "receive" in out.unlinked and out.aggregate
 
 
 def test_two_values_of_one_column_are_either_not_both():
