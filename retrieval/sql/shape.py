@@ -74,6 +74,7 @@ def _read_cues(linker: SchemaLinker, link: Link) -> _Cues:
     agg: AggregateFn | None = None
     # a word naming the table ("delays") names its records, not a column (`delay_minutes`)
     measure = linker.column_mentioned(t, ("number",), words - linker.table_words(t))
+    quantity = False  # "how many hours": the count cue names a number column
     count_cue = _COUNT.search(text)
     if count_cue and measure is not None:
         # "number of changes", "change count", "how many hours": the cue names a quantity
@@ -82,6 +83,7 @@ def _read_cues(linker: SchemaLinker, link: Link) -> _Cues:
         near = set(after) | (before if count_cue.group(1) != "how many" else set())
         if any(matches(w, measure) for w in near):
             count_cue = None
+            quantity = True
     if _AVG.search(text):
         agg = "avg"
     elif count_cue and (count_cue.group(1) == "how many" or not _SUM.search(text)):
@@ -105,6 +107,8 @@ def _read_cues(linker: SchemaLinker, link: Link) -> _Cues:
     most = _MOST.search(text)
     if most:
         link.consumed.add(most.group(1))
+    if quantity and agg is None and superlative is None and not most and not link.lookup_column:
+        agg = "sum"  # "how many hours were lost to fog": the hours of every such record, added up
     limit = _limit(linker, link)
     group = _group(link, limit)
     date_col = linker.date_column(t, text)
