@@ -307,6 +307,8 @@ class SchemaLinker:
             profile = self.profiles.get((t.name, col.name))
             for value in profile.values if profile else ():
                 for form in sorted(value_forms(value), key=len, reverse=True):
+                    if form in FILLER:
+                        continue  # "what is it worth" names no department "IT"
                     if len(form) > 1 and re.search(rf"(?<![\w-]){re.escape(form)}(?![\w-])", text):
                         hits.append((col.name, value, form))
                         break

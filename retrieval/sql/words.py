@@ -32,7 +32,7 @@ got get gets go goes going come came make made give given gave see saw seen ofte
 both also only just very all any some such other same own per across so far yet again too
 as owned owns own handled handle handles
 hey hi hello could would can will please provide tell know want like need curious m fine just well kindly
-level hit hits
+level hit hits id ids
 """.split()) | RELATION
 
 WORD = re.compile(r"[a-z0-9][a-z0-9_.$-]*")
@@ -81,6 +81,9 @@ UNIT_SYNONYMS: dict[str, tuple[str, ...]] = {
     "kwh": ("kilowatt", "kwh", "energy"), "mwh": ("megawatt", "mwh", "energy"),
     "pct": ("percent", "percentage", "per cent"), "percent": ("percent", "percentage"),
     "count": ("number",),
+    # a rate per period: "yearly", "a year" for `annual_value_eur`
+    "annual": ("annual", "annually", "yearly", "year", "per year"), "yearly": ("annual", "annually", "yearly", "year"),
+    "monthly": ("monthly", "month", "per month"), "weekly": ("weekly", "week", "per week"), "daily": ("daily", "day", "per day"),
     # a column of kinds: "of each kind", "what type"
     "category": ("kind", "kinds", "type", "types", "sort", "sorts", "category", "categories"),
     "type": ("kind", "kinds", "type", "types", "sort", "sorts"), "kind": ("kind", "kinds", "type", "types", "sort", "sorts"),

@@ -141,3 +141,12 @@ def test_a_word_of_values_of_two_columns_or_the_noun_after_a_value_is_not_read_a
     assert isinstance(out, Decline) and "fjord" in out.unlinked  # a vessel and a route type
     out = Translator([DELAYS], PROFILES, TODAY).translate("How many engine crossing problems were logged?")
     assert isinstance(out, Decline) and "crossing" in out.unlinked  # the noun "engine" describes, not "fjord crossing"
+
+
+def test_a_rate_per_period_names_its_column_and_a_pronoun_is_no_value():
+    table = TableInfo("deals", (ColumnInfo("deal_id", "VARCHAR"), ColumnInfo("department", "VARCHAR"),
+                                ColumnInfo("annual_value_eur", "DOUBLE")), ("public",), id_column="deal_id")
+    profiles = {("deals", "deal_id"): ColumnProfile((), ("DE-",)), ("deals", "department"): ColumnProfile(("it", "sales"))}
+    q = sql("What is DE-0007 worth a year?", table, profiles)
+    assert q.startswith('SELECT "annual_value_eur"') and "department" not in q.split("WHERE")[1]  # "it" is no department
+    assert 'sum("annual_value_eur")' in sql("What is our total yearly value of sales deals?", table, profiles)
