@@ -33,6 +33,7 @@ both also only just very all any some such other same own per across so far yet 
 as owned owns own handled handle handles
 hey hi hello could would can will please provide tell know want like need curious m fine just well kindly
 level hit hits id ids
+rack racked racking clock clocked incur incurred incurring caught
 """.split()) | RELATION
 
 WORD = re.compile(r"[a-z0-9][a-z0-9_.$-]*")

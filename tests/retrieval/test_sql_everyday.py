@@ -63,6 +63,7 @@ def test_money_and_units_in_words_name_the_column_that_carries_them():
     assert 'sum(CAST("cost_nok"' in q and "\"cause\" = 'engine'" in q
     assert 'sum("delay_minutes")' in sql("How many minutes were lost to fog in total?")
     assert 'sum("delay_minutes")' in sql("How many minutes were lost to fog?")  # a quantity counted is added up
+    assert 'sum("delay_minutes")' in sql("How many minutes of delay did fog rack up in 2025?")  # accumulating verbs
     assert sql("How many delay minutes did DL-0042 have?").startswith('SELECT "delay_minutes"')  # one record: read
     assert 'avg("delay_minutes")' in sql("How long was the average delay for Skarv?")
 
