@@ -82,7 +82,8 @@ def checked(grade: Grade, decline: Decline | None, hits: Sequence[Hit]) -> Grade
     missing the table and those words."""
     if decline is None or decline.table is None or not grade.sufficient:
         return grade
-    figure = decline.aggregate and mostly_about(decline.explained, decline.unlinked)
+    left = [w for w in decline.unlinked if w.lower() not in STOPWORDS]  # "not closed yet": all the table's but a "not"
+    figure = decline.aggregate and (not left or mostly_about(decline.explained, decline.unlinked))
     if not figure and not unheld(decline, hits):
         return grade
     return replace(grade, sufficient=False, reason="constraint_unmet", missing=labels(decline), p_sufficient=0.0)

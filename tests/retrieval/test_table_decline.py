@@ -131,3 +131,5 @@ def test_a_declined_question_that_asks_for_a_figure_is_never_answered_by_passage
     refused = checked(sufficient, figure, passages)
     assert not refused.sufficient and refused.reason == "constraint_unmet" and refused.missing[0] == "table:repairs"
     assert translate("What is the average repair cost in euros of the press?").__class__ is Translation
+    negated = translate("How many lathe repairs are not closed, by status?")  # only a stopword left: about the table
+    assert isinstance(negated, Decline) and negated.aggregate and not checked(sufficient, negated, passages).sufficient
