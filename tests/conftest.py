@@ -187,6 +187,40 @@ class StatementLog:
         return [sql for sql, params in self.statements if value in params]
 
 
+@pytest.fixture
+def quarry_in_process(monkeypatch, capsys):
+    """`quarry ARGS` run in this process through `routes.cli.main.main`, for tests about what a
+    command does rather than about its process (each command family keeps a test that runs
+    `python -m routes.cli.main` itself). Returns a CompletedProcess with the exit code and
+    what the command wrote to stdout and stderr. `env` sets variables for that run only, and
+    the variables the command sets for its process (routes/service/process.py) are put back
+    as they were, so no later test sees them."""
+    import subprocess
+
+    from routes.cli.main import main
+    from routes.service.process import PROCESS_ENV
+
+    def run(*args, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+        argv = [str(a) for a in args]
+        before = {name: os.environ.get(name) for name in (*PROCESS_ENV, "OMP_NUM_THREADS")}
+        capsys.readouterr()  # what the test printed before is not the command's
+        try:
+            with monkeypatch.context() as m:
+                for name, value in (env or {}).items():
+                    m.setenv(name, value)
+                code = main(argv)
+        finally:
+            for name, value in before.items():
+                if value is None:
+                    os.environ.pop(name, None)
+                else:
+                    os.environ[name] = value
+        out = capsys.readouterr()
+        return subprocess.CompletedProcess(["quarry", *argv], code, out.out, out.err)
+
+    return run
+
+
 @pytest.fixture(scope="session")
 def threads():
     """Threads for the parts tests build without open_view (SQL watchdogs and table profile
