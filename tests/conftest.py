@@ -294,6 +294,18 @@ def sql_retriever(tables_index, threads):
 
 
 @pytest.fixture(scope="session")
+def scifact_sample(tmp_path_factory, embedder) -> tuple[Path, list[str], Path]:
+    """(source, claims, one-node index) of the SciFact sample (write_scifact_sample), built once
+    for the tests that shard it; a test that writes to the index works on a copy."""
+    from indexes.snapshot_build import build_snapshot
+
+    source, claims = write_scifact_sample(tmp_path_factory.mktemp("scifact-sample"))
+    index = tmp_path_factory.mktemp("scifact-single")
+    build_snapshot([source], index, embedder)
+    return source, claims, index
+
+
+@pytest.fixture(scope="session")
 def demo_index(tmp_path_factory, embedder) -> Path:
     from indexes.snapshot_build import build_snapshot
 
