@@ -187,6 +187,40 @@ class StatementLog:
         return [sql for sql, params in self.statements if value in params]
 
 
+@pytest.fixture
+def quarry_in_process(monkeypatch, capsys):
+    """`quarry ARGS` run in this process through `routes.cli.main.main`, for tests about what a
+    command does rather than about its process (each command family keeps a test that runs
+    `python -m routes.cli.main` itself). Returns a CompletedProcess with the exit code and
+    what the command wrote to stdout and stderr. `env` sets variables for that run only, and
+    the variables the command sets for its process (routes/service/process.py) are put back
+    as they were, so no later test sees them."""
+    import subprocess
+
+    from routes.cli.main import main
+    from routes.service.process import PROCESS_ENV
+
+    def run(*args, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+        argv = [str(a) for a in args]
+        before = {name: os.environ.get(name) for name in (*PROCESS_ENV, "OMP_NUM_THREADS")}
+        capsys.readouterr()  # what the test printed before is not the command's
+        try:
+            with monkeypatch.context() as m:
+                for name, value in (env or {}).items():
+                    m.setenv(name, value)
+                code = main(argv)
+        finally:
+            for name, value in before.items():
+                if value is None:
+                    os.environ.pop(name, None)
+                else:
+                    os.environ[name] = value
+        out = capsys.readouterr()
+        return subprocess.CompletedProcess(["quarry", *argv], code, out.out, out.err)
+
+    return run
+
+
 @pytest.fixture(scope="session")
 def threads():
     """Threads for the parts tests build without open_view (SQL watchdogs and table profile
@@ -257,6 +291,18 @@ def sql_retriever(tables_index, threads):
     yield retriever
     retriever.close()
     catalog.close()
+
+
+@pytest.fixture(scope="session")
+def scifact_sample(tmp_path_factory, embedder) -> tuple[Path, list[str], Path]:
+    """(source, claims, one-node index) of the SciFact sample (write_scifact_sample), built once
+    for the tests that shard it; a test that writes to the index works on a copy."""
+    from indexes.snapshot_build import build_snapshot
+
+    source, claims = write_scifact_sample(tmp_path_factory.mktemp("scifact-sample"))
+    index = tmp_path_factory.mktemp("scifact-single")
+    build_snapshot([source], index, embedder)
+    return source, claims, index
 
 
 @pytest.fixture(scope="session")

@@ -11,6 +11,7 @@ import json
 import pytest
 
 from indexes.shards import build_shards, load_cluster
+from indexes.snapshot_build import BuildOptions
 from indexes.snapshot_load import load_snapshot
 from retrieval.errors import ServerFault
 from retrieval.retrievers.bm25 import Bm25Retriever
@@ -45,9 +46,13 @@ def single(demo_index, embedder):
 
 
 @pytest.fixture(scope="module", params=[2, 3])
-def sharded(request, tmp_path_factory, embedder):
+def sharded(request, tmp_path_factory, embedder, demo_index):
+    """The demo at 2 shards embeds every passage again, so the shards' vectors are their own;
+    at 3 shards it reuses the single node's vectors (embedding the corpus once more would test
+    nothing the 2 shards do not)."""
     index = tmp_path_factory.mktemp(f"demo-{request.param}-shards")
-    build_shards([DEMO / "docs", DEMO / "tables"], index, embedder, request.param)
+    build_shards([DEMO / "docs", DEMO / "tables"], index, embedder, request.param,
+                 BuildOptions(reuse_from=demo_index) if request.param == 3 else None)
     manifest, snapshots = load_cluster(index, embedder)
     shards = [LocalShard(s.chunks, s.bm25, s.dense, s.catalog) for s in snapshots]
     routes = {"bm25": ShardedBm25(shards), "dense": ShardedDense(shards, embedder.encode_query),

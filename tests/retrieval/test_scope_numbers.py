@@ -77,24 +77,49 @@ def _write(docs: list[dict], folder, rows: list[dict] = ()) -> None:
     (folder / "orders.acl.json").write_text(json.dumps({"acl": ["public"]}))
 
 
-@pytest.fixture(scope="module", params=["scan", "graphs"])
-def scoped_engines(request, tmp_path_factory, embedder):
-    """The full index and one per principal; with "graphs", every dense index holds an HNSW
-    graph per access class of at least 3 chunks (walked whenever a scope allows more)."""
+@pytest.fixture(scope="module")
+def sources(tmp_path_factory):
+    """The generated corpus for the full index and the readable part of it for each principal."""
     docs, rows = _corpus(random.Random(11)), _rows(random.Random(3))
-    root = tmp_path_factory.mktemp(f"scope-numbers-{request.param}")
-    options = BuildOptions(dense_graph_from=1 if request.param == "graphs" else None)
+    root = tmp_path_factory.mktemp("scope-numbers-sources")
+    _write(docs, root / "all", rows)
+    for p in PRINCIPALS:
+        _write([d for d in docs if p.can_read(d["acl"])], root / f"only-{p.id}", [r for r in rows if p.can_read([r["acl"]])])
+    return root, docs
+
+
+@pytest.fixture(scope="module")
+def scan_indexes(sources, tmp_path_factory, embedder):
+    """The full index and one per principal, every passage embedded by its own build, with
+    exact scans only (no dense graphs)."""
+    root = tmp_path_factory.mktemp("scope-numbers-scan")
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(dense_module, "EXACT_BELOW", 3)
-        _write(docs, root / "all", rows)
-        build_snapshot([root / "all"], root / "index-all", embedder, options)
-        full = open_view(root / "index-all", embedder, today=TODAY)
-        alone = {}
-        for p in PRINCIPALS:
-            _write([d for d in docs if p.can_read(d["acl"])], root / f"only-{p.id}",
-                   [r for r in rows if p.can_read([r["acl"]])])
-            build_snapshot([root / f"only-{p.id}"], root / f"index-{p.id}", embedder, options)
-            alone[p.id] = open_view(root / f"index-{p.id}", embedder, today=TODAY)
+        for name in ("all", *(p.id for p in PRINCIPALS)):
+            src = sources[0] / ("all" if name == "all" else f"only-{name}")
+            build_snapshot([src], root / f"index-{name}", embedder, BuildOptions())
+    return root
+
+
+@pytest.fixture(scope="module", params=["scan", "graphs"])
+def scoped_engines(request, sources, scan_indexes, tmp_path_factory, embedder):
+    """The full index and one per principal; with "graphs", every dense index holds an HNSW
+    graph per access class of at least 3 chunks (walked whenever a scope allows more). The
+    graphs' indexes take the vectors of the scan index of the same documents (each was
+    embedded by a build that saw only those documents)."""
+    root, docs = sources
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(dense_module, "EXACT_BELOW", 3)
+        built = scan_indexes
+        if request.param == "graphs":
+            built = tmp_path_factory.mktemp("scope-numbers-graphs")
+            for name in ("all", *(p.id for p in PRINCIPALS)):
+                src = root / ("all" if name == "all" else f"only-{name}")
+                manifest = build_snapshot([src], built / f"index-{name}", embedder,
+                                          BuildOptions(dense_graph_from=1, reuse_from=scan_indexes / f"index-{name}"))
+                assert manifest["embeddings"]["computed"] == 0, manifest["embeddings"]
+        full = open_view(built / "index-all", embedder, today=TODAY)
+        alone = {p.id: open_view(built / f"index-{p.id}", embedder, today=TODAY) for p in PRINCIPALS}
         assert (full.snapshot.dense.graphs >= 4) == (request.param == "graphs")
         yield full, alone, _questions(docs, random.Random(5))
     for e in [full, *alone.values()]:

@@ -18,7 +18,7 @@ import pytest
 
 from indexes.live import Delete, Put, SetAcl
 from indexes.shards import build_shards, load_cluster, read_cluster, shard_of
-from indexes.snapshot_build import BuildOptions, build_snapshot
+from indexes.snapshot_build import BuildOptions
 from retrieval.errors import Conflict, Forbidden, InvalidRequest, NotFound
 from retrieval.shard import LocalShard
 from retrieval.types import Document, Principal
@@ -30,7 +30,6 @@ from routes.service.sharded import open_sharded
 from routes.service.sharded_writes import ShardedWriter
 from routes.service.view import open_view
 from routes.service.writes import Writer
-from tests.conftest import write_scifact_sample
 from tests.routes.service.test_sharded import LIMITS, PRINCIPALS, TODAY, outcome, same
 
 SHARDS = 2
@@ -40,11 +39,9 @@ OPS = Principal("ops", scopes=frozenset({"admin"}))  # the admin scope: writes a
 
 
 @pytest.fixture(scope="module")
-def built(tmp_path_factory, embedder):
+def built(scifact_sample, tmp_path_factory, embedder):
     """(claims, one node's index, the same corpus at 2 shards), built once; tests copy them."""
-    source, claims = write_scifact_sample(tmp_path_factory.mktemp("scifact-writes"))
-    single = tmp_path_factory.mktemp("writes-single")
-    build_snapshot([source], single, embedder)
+    source, claims, single = scifact_sample
     sharded = tmp_path_factory.mktemp("writes-sharded")
     build_shards([source], sharded, embedder, SHARDS, BuildOptions(reuse_from=single))
     return claims, single, sharded

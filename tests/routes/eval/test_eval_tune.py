@@ -98,18 +98,19 @@ def test_tuning_chooses_among_fusion_methods_and_prefers_the_default_on_a_tie():
 
 
 @pytest.mark.slow
-def test_eval_cli_fails_when_a_labeled_forbidden_document_is_returned(index_copy, tmp_path):
+def test_eval_cli_fails_when_a_labeled_forbidden_document_is_returned(index_copy, tmp_path, quarry_in_process):
     labels = tmp_path / "leak.jsonl"
     # m05 is public: a label that calls it forbidden for erin makes the run count it as leaked.
     labels.write_text(json.dumps({"id": "x", "question": "INC-2077", "principal": "erin", "route": "exact",
                                   "relevant": [], "answerable": False, "tags": ["bait", "forbidden:m05"]}) + "\n")
-    out = subprocess.run([sys.executable, "-m", "routes.cli.main", "eval", str(labels), "--index", str(index_copy)],
-                         cwd=ROOT, capture_output=True, text=True, timeout=PATIENCE_S)
+    out = quarry_in_process("eval", labels, "--index", index_copy)
     assert out.returncode == 1 and "LEAKAGE" in out.stderr
     assert json.loads(out.stdout)["leakage"] == 1
 
 
 def _cli(*args, env=None, timeout=PATIENCE_S):
+    """`quarry ARGS` as its own process, through `python -m routes.cli.main` (the tests that are
+    about the command rather than its process run it in-process: the quarry_in_process fixture)."""
     return subprocess.run([sys.executable, "-m", "routes.cli.main", *map(str, args)], cwd=ROOT, capture_output=True, text=True,
                           timeout=timeout, env={**os.environ, **(env or {})})
 
@@ -180,14 +181,15 @@ def test_eval_cli_exits_2_with_one_line_error_when_the_index_of_a_labels_file_is
 
 
 @pytest.mark.slow
-def test_eval_cli_counts_overlong_questions_as_errors_and_follows_the_query_limit_setting(index_copy, labels_file, tmp_path):
+def test_eval_cli_counts_overlong_questions_as_errors_and_follows_the_query_limit_setting(index_copy, labels_file, tmp_path,
+                                                                                          quarry_in_process):
     long_question = "Which release fixed INC-2077? " + "Please explain the certificate chain in detail. " * 50
     labels = tmp_path / "long.jsonl"
     labels.write_text(labels_file.read_text() + json.dumps({
         "id": "long", "question": long_question, "principal": "erin", "route": "exact", "relevant": ["m05"],
         "answerable": True, "tags": ["t"]}) + "\n")
     assert len(long_question) > 2000  # the default max_query_chars
-    out = _cli("eval", labels, "--index", index_copy, "--no-progress")
+    out = quarry_in_process("eval", labels, "--index", index_copy, "--no-progress")
     assert out.returncode == 0, out.stderr
     assert "%|" not in out.stderr  # --no-progress: no bars
     figures = json.loads(out.stdout)
@@ -196,7 +198,7 @@ def test_eval_cli_counts_overlong_questions_as_errors_and_follows_the_query_limi
     assert re.search(r"ERRORS: 1 of 13 questions raised InvalidRequest \(question is \d+ characters; the limit is 2000\)",
                      out.stderr)
     assert re.search(r"^  long: error, route, missing_documents; .*the limit is 2000", out.stderr, re.M)  # the failure list
-    raised = _cli("eval", labels, "--index", index_copy, "--no-progress", env={"QUARRY_MAX_QUERY_CHARS": "5000"})
+    raised = quarry_in_process("eval", labels, "--index", index_copy, "--no-progress", env={"QUARRY_MAX_QUERY_CHARS": "5000"})
     assert raised.returncode == 0 and json.loads(raised.stdout)["errors"] == 0, raised.stderr
     # The errored question counted as a miss: it scored below the run that answered it.
     assert figures["recall@k"] < json.loads(raised.stdout)["recall@k"]
@@ -236,7 +238,7 @@ def test_plots_say_whether_they_group_by_labeled_or_chosen_route(engine, labels_
 @pytest.mark.slow
 def test_tune_cli_warns_on_a_small_training_set_and_refuses_a_fit_that_is_not_better(index_copy, labels_file):
     previous = save_policies(index_copy, Policies(), {"run": "previous"}, seed=1).read_text()
-    out = _cli("tune", labels_file, "--index", index_copy, "--no-progress")
+    out = _cli("tune", labels_file, "--index", index_copy, "--no-progress")  # the tune command as its own process
     assert out.returncode == 0, out.stderr
     assert re.search(r"WARNING: only 6 training questions \(fewer than 50\)", out.stderr)
     report = json.loads(out.stdout)
@@ -302,7 +304,8 @@ def test_gap_balance_is_the_mean_of_gap_recall_and_the_answered_share():
 
 
 @pytest.mark.slow
-def test_tune_refuses_a_fit_worse_on_the_held_out_split_and_serve_keeps_the_policies_in_use(index_copy, embedder, tmp_path):
+def test_tune_refuses_a_fit_worse_on_the_held_out_split_and_serve_keeps_the_policies_in_use(index_copy, embedder, tmp_path,
+                                                                                              quarry_in_process):
     """A few training labels that say the opposite of the truth (every answerable question
     marked unanswerable and the other way round) fit a grader that calls answerable held-out
     questions gaps: tune refuses the whole fit, says which figure would have got worse and by
@@ -317,7 +320,7 @@ def test_tune_refuses_a_fit_worse_on_the_held_out_split_and_serve_keeps_the_poli
         "answerable": (not a) if s == "train" else a, "tags": ["t"], "split": s}) for i, q, p, g, r, rel, a, s in LABELS) + "\n")
     in_use = Policies(fusion=replace(Policies().fusion, rrf_k=30))  # a previous run's policies, not the defaults
     previous = save_policies(index_copy, in_use, {"run": "previous"}, seed=1).read_text()
-    out = _cli("tune", flipped, "--index", index_copy, "--no-progress")
+    out = quarry_in_process("tune", flipped, "--index", index_copy, "--no-progress")
     assert out.returncode == 0, out.stderr
     report = json.loads(out.stdout)
     assert report["kept"] is False and report["saved"] is None

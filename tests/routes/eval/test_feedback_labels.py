@@ -5,8 +5,6 @@ from __future__ import annotations
 
 import json
 import shutil
-import subprocess
-import sys
 
 import pytest
 
@@ -18,7 +16,6 @@ from routes.eval.tuning import grade_rows
 from routes.service.audit import AuditLog, AuditRecord
 from routes.service.feedback import FeedbackRow
 from routes.service.service import Service
-from tests.conftest import PATIENCE_S, ROOT
 from tests.routes.eval.test_eval_tune import LABELS
 
 
@@ -103,7 +100,7 @@ FEEDBACK = [
 
 
 @pytest.mark.slow
-def test_tune_cli_learns_from_feedback_and_judges_the_fit_on_its_held_out_part_too(mini_index, tmp_path):
+def test_tune_cli_learns_from_feedback_and_judges_the_fit_on_its_held_out_part_too(mini_index, tmp_path, quarry_in_process):
     index = tmp_path / "index"
     shutil.copytree(mini_index, index)
     labels = tmp_path / "labels.jsonl"
@@ -118,8 +115,7 @@ def test_tune_cli_learns_from_feedback_and_judges_the_fit_on_its_held_out_part_t
         log.feedback.save(Principal("bob", ("finance",)), "fb-07", "answered", None)
     finally:
         log.close()
-    out = subprocess.run([sys.executable, "-m", "routes.cli.main", "tune", str(labels), "--index", str(index), "--feedback",
-                          "--no-progress"], cwd=ROOT, capture_output=True, text=True, timeout=PATIENCE_S)
+    out = quarry_in_process("tune", labels, "--index", index, "--feedback", "--no-progress")
     assert out.returncode == 0, out.stderr
     report = json.loads(out.stdout)
     test = [fb for fb in FEEDBACK if feedback_split(fb[2]) == "test"]

@@ -22,7 +22,7 @@ from routes.service.resources import Resources
 from routes.service.settings import Settings
 from routes.service.sharded import open_sharded
 from routes.service.view import open_view
-from tests.conftest import DEMO, write_scifact_sample
+from tests.conftest import DEMO
 
 TODAY = date(2025, 11, 1)
 # Generous budgets on both sides: a busy machine must not make one side stop on its deadline.
@@ -56,16 +56,12 @@ def same(expected, got, what: str) -> None:
 
 
 @pytest.fixture(scope="module", params=["demo", "scifact"])
-def corpus(request, demo_index, embedder, tmp_path_factory):
+def corpus(request, demo_index):
     """(name, sources, questions, single-node index) of the demo, or of a SciFact sample with
     ACLs (tests/conftest.py), a corpus the sharded code was not written against."""
     if request.param == "demo":
         return "demo", [DEMO / "docs", DEMO / "tables"], QUESTIONS, demo_index
-    from indexes.snapshot_build import build_snapshot
-
-    source, claims = write_scifact_sample(tmp_path_factory.mktemp("scifact-sample"))
-    index = tmp_path_factory.mktemp("scifact-single")
-    build_snapshot([source], index, embedder)
+    source, claims, index = request.getfixturevalue("scifact_sample")  # only here: it skips without the dataset
     return "scifact", [source], claims, index
 
 
