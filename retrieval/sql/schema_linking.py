@@ -50,6 +50,9 @@ _VALUE_BEFORE = re.compile(r"\b(?:is|are|was|were|be|been|being|still|currently|
                            r"the|a|an|to|by|of|for|with|from|in|on|at|than)\s+$")
 
 
+MAX_LABEL_WORDS = 3  # a column whose values are all this short holds labels ("wheels and tyres", "Talvane Diagnostics")
+
+
 @dataclass
 class Link:
     """What linking found in one question, and the words explained so far (shaping the
@@ -148,7 +151,8 @@ class SchemaLinker:
         value: "Talvane" for "Talvane Diagnostics", "electric buses" for "electric single-deck",
         "drivers' walkaround" for "driver walkaround". Only words nothing else explains (no
         column, no table noun), only values of one column (a word in values of two columns is
-        not read), the value most of the question's words point to first; a word in several
+        not read; a column with a value longer than MAX_LABEL_WORDS holds phrases such as
+        titles, not labels, and is not read), the value most of the question's words point to first; a word in several
         values of that column means any of them ("diesel" for "diesel midibus" and "diesel
         single-deck"). A column a whole value already pinned is not read again, nor the noun
         right after such a value ("courier services" is no "instrument service")."""
@@ -163,7 +167,9 @@ class SchemaLinker:
             if col.name in pinned or col.name == t.doc_column or col.name.endswith("_id") or col.name == t.id_column:
                 continue
             profile = self.profiles.get((t.name, col.name))
-            for value in profile.values if profile else ():
+            if profile is None or any(len(re.findall(r"[a-z0-9]+", v.lower())) > MAX_LABEL_WORDS for v in profile.values):
+                continue  # a column of phrases (titles, descriptions), not of short labels
+            for value in profile.values:
                 parts = set(re.findall(r"[a-z0-9]+", value.lower()))
                 if len(parts) < 2:
                     continue  # a one-word value is linked whole, or not at all

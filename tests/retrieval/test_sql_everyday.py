@@ -151,3 +151,11 @@ def test_a_rate_per_period_names_its_column_and_a_pronoun_is_no_value():
     q = sql("What is DE-0007 worth a year?", table, profiles)
     assert q.startswith('SELECT "annual_value_eur"') and "department" not in q.split("WHERE")[1]  # "it" is no department
     assert 'sum("annual_value_eur")' in sql("What is our total yearly value of sales deals?", table, profiles)
+
+
+def test_a_word_of_a_title_is_no_value():
+    """A column with phrases in it (titles) is not a column of labels: "budget" in a ticket's
+    title "Budget line for the retest" does not make a question about budgets a list of tickets."""
+    profiles = {**PROFILES, ("delays", "vessel"): ColumnProfile(("skarv", "budget line for the retest"))}
+    out = Translator([DELAYS], profiles, TODAY).translate("What is the fog budget for delays?")
+    assert isinstance(out, Decline) and "budget" in out.unlinked
