@@ -42,7 +42,7 @@ def test_wheel_leaves_out_training_benchmarks_and_tests(wheel_names: list[str]) 
 
 def test_wheel_holds_only_the_serving_packages(wheel_names: list[str]) -> None:
     tops = {name.split("/")[0] for name in wheel_names if not name.split("/")[0].endswith(".dist-info")}
-    assert tops == {"retrieval", "indexes", "routes"}
+    assert tops == {"retrieval", "indexes", "routes", "auth"}
 
 
 def test_wheel_holds_the_answer_model_and_its_loader(wheel_names: list[str]) -> None:

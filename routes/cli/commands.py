@@ -210,7 +210,7 @@ def cmd_mcp(args: argparse.Namespace, settings: Settings) -> int:
 
 def cmd_keys(args: argparse.Namespace, settings: Settings) -> int:
     """Add, list or revoke API keys; the plain key is printed once, only its hash is stored."""
-    from routes.service.keys import KeyStore
+    from auth.keys import KeyStore
 
     if settings.keys_file is None:
         raise InvalidRequest(f"--keys is required (or set {settings.env_name('keys_file')})")

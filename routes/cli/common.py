@@ -99,7 +99,7 @@ def default_acl(entries: Sequence[str] | None) -> tuple[str, ...]:
 # Command-line flags that set a setting: argparse dest -> setting name. A flag left out
 # (None) leaves the setting to the environment and the defaults.
 FLAG_SETTINGS = {"index": "index_dir", "model_path": "model_path", "host": "host", "port": "port",
-                 "keys": "keys_file", "today": "today", "default_acl": "default_acl",
+                 "keys": "keys_file", "identity": "identity_file", "today": "today", "default_acl": "default_acl",
                  "reuse_embeddings": "reuse_embeddings"}
 
 

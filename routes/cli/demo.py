@@ -17,7 +17,7 @@ from indexes.embedder import Embedder
 from indexes.snapshot_build import BuildOptions, build_snapshot, corpus_digest
 from indexes.snapshot_load import current_snapshot_path, read_manifest
 from retrieval.errors import ServerFault, SnapshotError
-from routes.service.keys import KeyStore
+from auth.keys import KeyStore
 from routes.service.settings import Settings
 
 DEMO = Path(__file__).resolve().parents[2] / "eval_data" / "demo"

@@ -52,6 +52,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     def serving(sp: argparse.ArgumentParser, keys_help: str) -> None:
         sp.add_argument("--keys", default=None, help=keys_help)
+        sp.add_argument("--identity", default=None, help="identity file: token issuers and apps acting for users "
+                        "(default: the identity_file setting; none: keys only)")
         sp.add_argument("--host", default=None, help="interface to listen on (default: the host setting, 127.0.0.1)")
         sp.add_argument("--port", type=int, default=None, help="TCP port (default: the port setting, 8000)")
 

@@ -23,18 +23,19 @@ from retrieval.table_decline import decline_json
 from retrieval.errors import Forbidden
 from retrieval.types import Filters
 from routes.service.audit import answer_fields, tool_fields
-from routes.service.auth import Caller, caller_from_header, require_scope
+from auth.caller import USER_TOKEN_HEADER, Caller, authenticated, require_scope
 from routes.service.schemas import RequestModels, ToolCallIn, error_responses
 from routes.service.service import Service
 
 ERRORS = error_responses(400, 401, 403, 413, 422, 429, 503)
 # Declares the bearer scheme in OpenAPI (so /docs can send a key); the check itself is
-# caller_from_header's, which answers every failure in the error shape.
+# `authenticated`'s (auth/caller.py), which answers every failure in the error shape.
 BEARER = HTTPBearer(scheme_name="bearer", auto_error=False, description="An API key from `quarry keys add`.")
 
 
 async def current_caller(request: Request, _: HTTPAuthorizationCredentials | None = Security(BEARER)) -> Caller:
-    caller = caller_from_header(request.app.state.quarry.keys, request.headers.get("authorization"))
+    caller = await authenticated(request.app.state.quarry.auth, request.headers.get("authorization"),
+                                 request.headers.get(USER_TOKEN_HEADER))
     request.state.caller = caller
     return caller
 
@@ -45,7 +46,7 @@ def needs(*scopes: str) -> Callable[..., Any]:
     async def scoped(caller: Caller = Depends(current_caller)) -> Caller:
         held = set(caller.principal.scopes) | ({"write"} if "admin" in caller.principal.scopes else set())
         if not held & set(scopes):
-            raise Forbidden(f"this key lacks the '{scopes[0]}' scope")
+            raise Forbidden(f"this credential lacks the '{scopes[0]}' scope")
         return caller
     return scoped
 
@@ -84,7 +85,7 @@ def build_routers(models: RequestModels) -> list[APIRouter]:
     async def query(body: Any, request: Request, caller: Caller = Depends(current_caller),
                     service: Service = Depends(served)) -> JSONResponse:
         state = request.app.state.quarry
-        with state.gate.enter(caller.key_id):
+        with state.gate.enter(caller.gate_id):
             result = await run_in_threadpool(
                 service.query, caller.principal, body.question, k=body.k, max_attempts=body.max_attempts,
                 deadline_ms=body.deadline_ms, filters=_filters(body.filters), today=body.today,
@@ -99,7 +100,7 @@ def build_routers(models: RequestModels) -> list[APIRouter]:
     async def search_one(body: Any, request: Request, caller: Caller = Depends(current_caller),
                          service: Service = Depends(served)) -> JSONResponse:
         state = request.app.state.quarry
-        with state.gate.enter(caller.key_id):
+        with state.gate.enter(caller.gate_id):
             hits = await run_in_threadpool(service.search, caller.principal, body.retriever, body.query, body.k,
                                            _filters(body.filters))
         trace = uuid.uuid4().hex
@@ -114,7 +115,7 @@ def build_routers(models: RequestModels) -> list[APIRouter]:
         state = request.app.state.quarry
         trace = uuid.uuid4().hex
         result: SqlResult | Decline
-        with state.gate.enter(caller.key_id):
+        with state.gate.enter(caller.gate_id):
             if body.sql is not None:
                 require_scope(caller, "sql")
                 result = await run_in_threadpool(service.sql_statement, caller.principal, body.sql)
@@ -132,7 +133,7 @@ def build_routers(models: RequestModels) -> list[APIRouter]:
     async def document(doc_id: str, request: Request, caller: Caller = Depends(current_caller),
                        service: Service = Depends(served)) -> dict:
         state = request.app.state.quarry
-        with state.gate.enter(caller.key_id):
+        with state.gate.enter(caller.gate_id):
             doc = await run_in_threadpool(service.document, caller.principal, doc_id)
         request.state.audit = {"outcome": "document"}
         return document_json(doc)
@@ -150,7 +151,7 @@ def build_tools_router() -> APIRouter:
     async def list_tools(request: Request, format: Literal["openai", "anthropic"] = "openai",
                          caller: Caller = Depends(current_caller), service: Service = Depends(served)) -> JSONResponse:
         state = request.app.state.quarry
-        with state.gate.enter(caller.key_id):
+        with state.gate.enter(caller.gate_id):
             render = state.tools.openai if format == "openai" else state.tools.anthropic
             tools = await run_in_threadpool(render, service, caller.principal)
         return JSONResponse({"format": format, "tools": tools})
@@ -160,7 +161,7 @@ def build_tools_router() -> APIRouter:
     async def call(body: ToolCallIn, request: Request, caller: Caller = Depends(current_caller),
                    service: Service = Depends(served)) -> JSONResponse:
         state = request.app.state.quarry
-        with state.gate.enter(caller.key_id):
+        with state.gate.enter(caller.gate_id):
             done = await run_in_threadpool(state.tools.call, service, caller.principal, body.name, body.arguments)
         request.state.audit = tool_fields(done)
         state.metrics.count_tool(done)

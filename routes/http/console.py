@@ -21,7 +21,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from retrieval.errors import NotFound
 from routes.http.api import current_caller, needs
-from routes.service.auth import Caller
+from auth.caller import Caller
 from retrieval.evaluate import TOP, plot_grouping
 from routes.service.schemas import error_responses
 
@@ -83,7 +83,7 @@ def install_console(app: FastAPI, report_dir: Path) -> None:
         metrics = report_dir / "metrics.json"
         if not metrics.is_file():
             raise NotFound(f"no eval report yet: run `quarry eval LABELS --report {report_dir}` (the report_dir setting)")
-        with request.app.state.quarry.gate.enter(caller.key_id):
+        with request.app.state.quarry.gate.enter(caller.gate_id):
             result = json.loads(metrics.read_text())
         group_key, group_name = plot_grouping(result)
         markdown = report_dir / "report.md"

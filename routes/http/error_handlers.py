@@ -17,6 +17,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from auth.resource import challenge
 from retrieval.errors import RetrievalError, all_error_classes
 
 log = logging.getLogger("quarry.http")
@@ -101,7 +102,9 @@ def install_error_handlers(app: FastAPI) -> None:
                                   retryable=exc.retryable)
         headers = {"Retry-After": str(exc.context.get("retry_after", 1))} if exc.code == "rate_limited" else None
         if exc.code == "unauthenticated":
-            headers = {"WWW-Authenticate": "Bearer"}
+            quarry = getattr(request.app.state, "quarry", None)
+            identity = quarry.auth.identity if quarry is not None else None
+            headers = {"WWW-Authenticate": challenge(identity, getattr(exc, "reason", None))}
         return error_response(exc.code, exc.message, status=exc.http_status, retryable=exc.retryable, headers=headers)
 
     @app.exception_handler(RequestValidationError)

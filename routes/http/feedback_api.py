@@ -17,7 +17,7 @@ from starlette.concurrency import run_in_threadpool
 from quarry_client.models import FeedbackOut
 from routes.http.api import _body, current_caller, needs, served
 from routes.service.audit import feedback_fields
-from routes.service.auth import Caller
+from auth.caller import Caller
 from routes.service.feedback import FEEDBACK_TOOL
 from routes.service.schemas import error_responses
 from routes.service.service import Service
@@ -35,7 +35,7 @@ def build_feedback_router(tools: Toolset) -> APIRouter:
     @_body(spec.args)
     async def feedback(body: Any, request: Request, caller: Caller = Depends(current_caller),
                        service: Service = Depends(served)) -> JSONResponse:
-        with request.app.state.quarry.gate.enter(caller.key_id):
+        with request.app.state.quarry.gate.enter(caller.gate_id):
             out = await run_in_threadpool(spec.run, service, caller.principal, body)
         request.state.audit = feedback_fields(body)
         return JSONResponse(out)

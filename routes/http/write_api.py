@@ -26,7 +26,7 @@ from indexes.files import CONTENT_TYPES
 from quarry_client.models import WriteOut
 from retrieval.errors import InvalidRequest
 from routes.http.api import _body, current_caller, needs
-from routes.service.auth import Caller
+from auth.caller import Caller
 from routes.service.schemas import AclIn, DocumentIn, batch_model, error_responses
 from routes.service.service import AclWrite, DeleteWrite, FileBody, PutWrite, Service, Write
 from routes.service.write_access import check_target
@@ -73,7 +73,7 @@ async def _write(request: Request, caller: Caller, writes: Sequence[Write]) -> J
         identity = f"{request.method} {target}\n".encode() + await request.body()
         scoped = hashlib.sha256(f"{caller.principal.id}\n{header}".encode()).hexdigest()  # the caller's own key space
         idempotency = (scoped, identity)
-    with request.app.state.quarry.gate.enter(caller.key_id):
+    with request.app.state.quarry.gate.enter(caller.gate_id):
         out = await run_in_threadpool(service.write, caller.principal, list(writes), idempotency)
     request.state.audit = {"outcome": "write", "route": "write", "trace_id": f"generation-{out['generation']}"}
     return JSONResponse(out)
@@ -136,7 +136,7 @@ def build_write_routers(max_batch: int) -> list[APIRouter]:
                  summary="Fold the live changes into a new base snapshot now (admin scope)")
     async def compact(request: Request, caller: Caller = Depends(current_caller)) -> JSONResponse:
         state = request.app.state.quarry
-        with state.gate.enter(caller.key_id):
+        with state.gate.enter(caller.gate_id):
             out = await state.service.compact()
         return JSONResponse(out)
 

@@ -25,7 +25,7 @@ from starlette.types import Message, Receive, Scope, Send
 
 from retrieval.types import Principal
 from routes.service.audit import tool_fields
-from routes.service.auth import Caller, caller_from_header
+from auth.caller import USER_TOKEN_HEADER, Caller, authenticated
 from routes.service.service import Service
 from routes.service.tools import ToolCall, Toolset
 
@@ -109,13 +109,13 @@ class McpHttp:
         headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope.get("headers", [])}
         # A failed check raises: the app's one error handler answers it with its own status
         # (401 for a bad key, 500 when the keys file cannot be read, 429 over the limits).
-        caller: Caller = caller_from_header(self.state.keys, headers.get("authorization"))
+        caller: Caller = await authenticated(self.state.auth, headers.get("authorization"), headers.get(USER_TOKEN_HEADER))
         scope.setdefault("state", {})["caller"] = caller
         if scope["method"] == "GET":  # an event stream for server-initiated messages
-            self.state.gate.admit(caller.key_id)
+            self.state.gate.admit(caller.gate_id)
             await self._stream(scope, receive, send)
             return
-        with self.state.gate.enter(caller.key_id):
+        with self.state.gate.enter(caller.gate_id):
             await self.manager.handle_request(scope, receive, send)
 
     async def _stream(self, scope: Scope, receive: Receive, send: Send) -> None:

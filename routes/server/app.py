@@ -20,7 +20,7 @@ from typing import Any, AsyncIterator
 
 from fastapi import Depends, FastAPI, Request, Response, Security
 from fastapi.security import HTTPAuthorizationCredentials
-from fastapi.responses import PlainTextResponse
+from fastapi.responses import JSONResponse, PlainTextResponse
 from starlette.concurrency import run_in_threadpool
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
@@ -33,12 +33,15 @@ from routes.http.feedback_api import build_feedback_router
 from routes.mcp.endpoint import McpHttp
 from routes.service.audit import AuditLog, AuditRecord
 from routes.http.docs import install_docs
-from routes.service.auth import Caller, Gate, caller_from_header
+from routes.service.gate import Gate
 from routes.service.runtime import Runtime
 from routes.service.service import Service
 from routes.service.view import IndexView
 from routes.http.error_handlers import error_code, install_error_handlers
-from routes.service.keys import KeyStore
+from auth.caller import Authenticator, Caller, authenticated
+from auth.config import IdentityConfig, load_identity
+from auth.resource import WELL_KNOWN, metadata_path, protected_resource_metadata
+from auth.keys import KeyStore
 from routes.http.prometheus import Metrics
 from routes.http.console import ConsoleHeaders, install_console
 from routes.http.write_api import build_write_routers
@@ -56,11 +59,12 @@ AUDIT_REFUSAL = "the audit log cannot be written, and this server answers nothin
 @dataclass
 class AppState:
     """What handlers reach through `request.app.state.quarry`: the service (their only way to
-    the index), the keys and limits of callers, the tools, metrics and the audit log."""
+    the index), who callers are (keys and tokens) and their limits, the tools, metrics and the
+    audit log."""
 
     settings: Settings
     service: Service
-    keys: KeyStore | None
+    auth: Authenticator
     gate: Gate
     tools: Toolset
     metrics: Metrics = field(default_factory=Metrics)
@@ -161,7 +165,7 @@ class Observe:
             key_id=caller.key_id if caller else None, principal=caller.principal.id if caller else None,
             outcome="client_disconnected" if status == CLIENT_CLOSED else info.get("outcome"), route=info.get("route"),
             attempts=info.get("attempts"), stop_reason=info.get("stop_reason"), latency_ms=round(seconds * 1000, 3),
-            question=info.get("question"), doc_ids=info.get("doc_ids"),
+            question=info.get("question"), doc_ids=info.get("doc_ids"), app=caller.app if caller else None,
         )
 
     async def _write_now(self, scope: Scope, status: int, seconds: float, trace: str) -> bool:
@@ -232,7 +236,7 @@ class BodyLimit:
 
 
 def create_app(settings: Settings, engine: IndexView | None = None, keys: KeyStore | None = None,
-               own_engine: bool = False, runtime: Runtime | None = None) -> FastAPI:
+               own_engine: bool = False, runtime: Runtime | None = None, identity: IdentityConfig | None = None) -> FastAPI:
     """Build the app over `runtime` (which it closes when it stops), or over a runtime of its
     own. Without a served view, the lifespan loads the index of `settings` once. A ready
     `engine` stays its caller's to close unless `own_engine` (then the app closes it once it
@@ -247,13 +251,18 @@ def create_app(settings: Settings, engine: IndexView | None = None, keys: KeySto
         raise ValueError(f"the view's limits {served.limits} differ from the settings' {settings.limits}")
     runtime = runtime or Runtime(settings, engine, own_view=own_engine)
     tools = Toolset(settings.limits, feedback=lambda: state.audit.feedback if state.audit is not None else None)
-    state = AppState(settings, Service(runtime),
-                     keys if keys is not None else (KeyStore(settings.keys_file) if settings.keys_file else None),
+    if identity is None and settings.identity_file is not None:
+        identity = load_identity(settings.identity_file)
+    authenticator = Authenticator(keys if keys is not None else (KeyStore(settings.keys_file) if settings.keys_file else None),
+                                  identity)
+    state = AppState(settings, Service(runtime), authenticator,
                      Gate(settings.rate_per_second, settings.burst, settings.max_concurrent_per_key), tools)
     state.metrics.watch_shards(state.service.shard_stats)  # a sharded front's per-shard counts (none on one node)
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        if authenticator.verifier is not None:
+            await run_in_threadpool(authenticator.verifier.prime)
         await run_in_threadpool(runtime.load)
         if runtime.owns_index():
             await run_in_threadpool(runtime.open_writer)
@@ -279,6 +288,7 @@ def create_app(settings: Settings, engine: IndexView | None = None, keys: KeySto
     app.include_router(build_tools_router())
     app.include_router(build_feedback_router(tools))
     _add_ops_routes(app, state)
+    _add_resource_metadata(app, identity)
     install_docs(app)
     install_console(app, settings.report_dir or settings.index_dir / "report")
     mcp = McpHttp(state, settings.mcp_allowed_origins, settings.host, settings.mcp_stream_idle_seconds)
@@ -289,6 +299,20 @@ def create_app(settings: Settings, engine: IndexView | None = None, keys: KeySto
     app.add_middleware(ConsoleHeaders)
     app.add_middleware(Observe, state=state)
     return app
+
+
+def _add_resource_metadata(app: FastAPI, identity: IdentityConfig | None) -> None:
+    """RFC 9728's document, at the root well-known path and at the one for the resource's own
+    path (where MCP clients look first); absent when the identity file names no resource."""
+    document = protected_resource_metadata(identity) if identity is not None else None
+    if document is None or identity is None or identity.resource is None:
+        return
+
+    async def metadata() -> JSONResponse:
+        return JSONResponse(document, headers={"Cache-Control": "max-age=300"})
+
+    for path in dict.fromkeys((WELL_KNOWN, metadata_path(identity.resource))):
+        app.add_api_route(path, metadata, methods=["GET"], tags=["ops"], include_in_schema=False)
 
 
 @asynccontextmanager
@@ -325,7 +349,7 @@ def _add_ops_routes(app: FastAPI, state: AppState) -> None:
     async def readyz(request: Request, _: HTTPAuthorizationCredentials | None = Security(BEARER)) -> Response:
 
         header = request.headers.get("authorization")
-        caller = caller_from_header(state.keys, header) if header is not None else None
+        caller = await authenticated(state.auth, header) if header is not None else None
         try:
             await run_in_threadpool(state.service.probe)
         except Exception as exc:  # noqa: BLE001 - readiness reports, it does not raise
@@ -342,5 +366,5 @@ def _add_ops_routes(app: FastAPI, state: AppState) -> None:
              responses={200: {"content": {"text/plain": {"schema": {"type": "string"}}}, "description": "Prometheus text format"},
                         **error_responses(401, 403, 429)})
     async def metrics(caller: Caller = Depends(current_caller)) -> Response:
-        with state.gate.enter(caller.key_id):
+        with state.gate.enter(caller.gate_id):
             return PlainTextResponse(state.metrics.render())

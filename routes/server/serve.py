@@ -12,17 +12,20 @@ from uvicorn.config import LOGGING_CONFIG
 
 from retrieval.errors import InvalidRequest
 from routes.server.app import create_app
-from routes.service.keys import KeyStore
+from auth.keys import KeyStore
 from routes.service.runtime import Runtime
 from routes.service.settings import Settings
 
 HOW_TO_ADD_A_KEY = "create one with `quarry keys add --principal ID --keys FILE` and start with `--keys FILE`"
 
 
-def require_keys(settings: Settings) -> KeyStore:
-    """The keys file of `settings`, which must hold at least one key that is not revoked."""
+def require_keys(settings: Settings) -> KeyStore | None:
+    """The keys file of `settings`, which must hold at least one key that is not revoked; a
+    server with an identity file (tokens) may have none."""
     if settings.keys_file is None:
-        raise InvalidRequest(f"serve needs an API keys file: {HOW_TO_ADD_A_KEY}")
+        if settings.identity_file is not None:
+            return None
+        raise InvalidRequest(f"serve needs an API keys file or an identity file: {HOW_TO_ADD_A_KEY}")
     store = KeyStore(settings.keys_file)
     if not any(r.revoked_at is None for r in store.records()):
         raise InvalidRequest(f"keys file {settings.keys_file} holds no active key: {HOW_TO_ADD_A_KEY}")

@@ -35,13 +35,14 @@ CREATE TABLE IF NOT EXISTS audit (
     ts TIMESTAMPTZ NOT NULL, trace_id VARCHAR NOT NULL, key_id VARCHAR, principal VARCHAR,
     endpoint VARCHAR NOT NULL, http_status INTEGER NOT NULL, outcome VARCHAR, route VARCHAR,
     attempts INTEGER, stop_reason VARCHAR, latency_ms DOUBLE, question_chars INTEGER, question VARCHAR,
-    doc_ids VARCHAR
+    doc_ids VARCHAR, app VARCHAR
 )
 """
 # A database an earlier version wrote lacks the columns added since.
-MIGRATE = "ALTER TABLE audit ADD COLUMN IF NOT EXISTS doc_ids VARCHAR"
+MIGRATE = ("ALTER TABLE audit ADD COLUMN IF NOT EXISTS doc_ids VARCHAR",
+           "ALTER TABLE audit ADD COLUMN IF NOT EXISTS app VARCHAR")
 COLUMNS = ("ts, trace_id, key_id, principal, endpoint, http_status, outcome, route, attempts, stop_reason, latency_ms, "
-           "question_chars, question, doc_ids")
+           "question_chars, question, doc_ids, app")
 
 
 @dataclass(frozen=True)
@@ -58,6 +59,7 @@ class AuditRecord:
     latency_ms: float | None = None
     question: str | None = None
     doc_ids: tuple[str, ...] | None = None  # the documents of an answer's context, in rank order
+    app: str | None = None  # an app acting for its user (`principal`): the app's own principal id
 
 
 def answer_fields(answer: Mapping[str, Any], question: str | None) -> dict[str, Any]:
@@ -106,7 +108,8 @@ class AuditLog:
             self._con = duckdb.connect(str(path))
         self.path = path
         self._con.execute(SCHEMA)
-        self._con.execute(MIGRATE)
+        for statement in MIGRATE:
+            self._con.execute(statement)
         self.feedback = FeedbackStore(self._con, self.flush)
         self._queue: queue.Queue[tuple[AuditRecord, Done | None] | threading.Event | None] = queue.Queue(maxsize=10_000)
         self._thread = threading.Thread(target=self._run, name="quarry-audit", daemon=True)
@@ -158,10 +161,10 @@ class AuditLog:
         keep = self.keep_questions
         rows = [(now, r.trace_id, r.key_id, r.principal, r.endpoint, r.http_status, r.outcome, r.route, r.attempts,
                  r.stop_reason, r.latency_ms, len(r.question) if r.question is not None else None,
-                 r.question if keep else None, json.dumps(list(r.doc_ids)) if keep and r.doc_ids is not None else None)
+                 r.question if keep else None, json.dumps(list(r.doc_ids)) if keep and r.doc_ids is not None else None, r.app)
                 for r in batch]
         try:
-            self._con.executemany(f"INSERT INTO audit ({COLUMNS}) VALUES ({', '.join('?' * 14)})", rows)
+            self._con.executemany(f"INSERT INTO audit ({COLUMNS}) VALUES ({', '.join('?' * 15)})", rows)
             return True
         except duckdb.Error as e:  # the detail names the file: the log only
             log.error("could not write %d audit rows: %s", len(rows), e)

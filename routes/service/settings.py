@@ -72,6 +72,8 @@ class Settings(BaseSettings):
     host: str = setting("127.0.0.1", "Interface to listen on.", "server")
     port: int = setting(8000, "TCP port to listen on (0: any free port).", "server", ge=0, le=65535)
     keys_file: Path | None = setting(None, "API keys file (hashed keys; see `quarry keys`).", "server")
+    identity_file: Path | None = setting(None, "Identity file: token issuers, their claim mapping, and apps that may act "
+                                         "for their users (README, 'End users and identity providers').", "server")
     max_body_bytes: int = setting(64 * 1024, "Largest accepted request body; larger bodies get 413.", "server", ge=1)
     rate_per_second: float = setting(50.0, "Requests per second one key may make on average (token bucket).",
                                      "server", gt=0)

@@ -1,4 +1,4 @@
-"""Bearer-key authentication, scopes, and per-key rate and concurrency limits."""
+"""Per-caller rate and concurrency limits (who the caller is comes from the `auth` package)."""
 
 from __future__ import annotations
 
@@ -6,33 +6,9 @@ import math
 import threading
 import time
 from contextlib import contextmanager
-from dataclasses import dataclass
 from typing import Iterator
 
-from retrieval.errors import Forbidden, RateLimited, Unauthenticated
-from retrieval.types import Principal
-from routes.service.keys import KeyStore
-
-
-@dataclass(frozen=True)
-class Caller:
-    principal: Principal
-    key_id: str
-
-
-def caller_from_header(keys: KeyStore | None, authorization: str | None) -> Caller:
-    """`Authorization: Bearer <key>` -> the key's principal. The body never names a principal."""
-    if keys is None:
-        raise Unauthenticated("this server has no keys file; start it with --keys")
-    if not authorization or not authorization[:7].lower() == "bearer ":
-        raise Unauthenticated("missing Authorization: Bearer <key> header")
-    rec = keys.authenticate_key(authorization[7:].strip())
-    return Caller(rec.to_principal(), rec.key_id)
-
-
-def require_scope(caller: Caller, scope: str) -> None:
-    if scope not in caller.principal.scopes:
-        raise Forbidden(f"this key lacks the '{scope}' scope")
+from retrieval.errors import RateLimited
 
 
 class Gate:
