@@ -316,7 +316,7 @@ def main(attacker_nice: int = 0) -> None:
 
     from benchmarks.common import CACHE, ROOT, build_or_reuse, machine, make_embedder, write_json
     from benchmarks.hostile_sql import Peak
-    from routes.service.keys import KeyStore
+    from auth.keys import KeyStore
 
     index, _ = build_or_reuse("hostile-files-demo", [ROOT / "eval_data" / "demo" / "docs"], make_embedder())
     work = CACHE / "hostile-files-server"

@@ -34,7 +34,7 @@ from retrieval.search import search
 from retrieval.types import Filters, Principal
 from routes.cli.demo import ensure_demo_index
 from routes.service.view import open_view
-from routes.service.keys import KeyStore
+from auth.keys import KeyStore
 
 QUESTIONS = [json.loads(line)["question"] for line in (ROOT / "eval_data" / "demo" / "questions.jsonl").read_text().splitlines()
              if line.strip()]

@@ -99,7 +99,7 @@ class Server:
     """`quarry serve` in a child process, with a key for the attacker and one for another caller."""
 
     def __init__(self, index: Path, work: Path) -> None:
-        from routes.service.keys import KeyStore
+        from auth.keys import KeyStore
 
         store = KeyStore(work / "keys.json")
         self.attacker = store.add("mallory", ["sre"], ["query", "sql"])[0]

@@ -100,7 +100,7 @@ def main() -> None:
 
     from indexes.snapshot_build import build_snapshot
     from routes.server.app import create_app
-    from routes.service.keys import KeyStore
+    from auth.keys import KeyStore
     from routes.service.settings import Settings
 
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])

@@ -380,7 +380,7 @@ def grew(before: dict[str, float], after: dict[str, float]) -> dict[str, float]:
 
 @pytest.fixture(scope="session")
 def http_keys(tmp_path_factory):
-    from routes.service.keys import KeyStore
+    from auth.keys import KeyStore
 
     store = KeyStore(tmp_path_factory.mktemp("keys") / "keys.json")
     keys = {

@@ -206,7 +206,7 @@ def test_http_and_tool_answers_carry_the_numbers_of_the_readable_scope(scoped_en
     import httpx
 
     from routes.server.app import create_app
-    from routes.service.keys import KeyStore
+    from auth.keys import KeyStore
     from routes.service.settings import Settings
     from tests.conftest import LiveServer
 

@@ -126,7 +126,7 @@ def test_ingest_lists_links_and_fifos_it_never_read_and_keeps_the_environment_ou
 
 @pytest.mark.slow
 def test_serve_without_an_active_key_refuses_to_start_and_says_how_to_create_one(mini_index, tmp_path):
-    from routes.service.keys import KeyStore
+    from auth.keys import KeyStore
 
     revoked = KeyStore(tmp_path / "revoked.json")
     revoked.revoke(revoked.add("erin")[1].key_id)
@@ -139,7 +139,7 @@ def test_serve_without_an_active_key_refuses_to_start_and_says_how_to_create_one
 
 @pytest.mark.slow
 def test_serve_and_query_on_a_directory_without_a_snapshot_print_one_line_and_exit_2(tmp_path):
-    from routes.service.keys import KeyStore
+    from auth.keys import KeyStore
 
     KeyStore(tmp_path / "keys.json").add("erin")
     empty = tmp_path / "empty"

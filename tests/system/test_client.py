@@ -24,7 +24,7 @@ FINANCE_DOC = "note-finance-q3-2025-budget"
 def writable(tmp_path_factory, embedder):
     from indexes.snapshot_build import build_snapshot
     from routes.server.app import create_app
-    from routes.service.keys import KeyStore
+    from auth.keys import KeyStore
     from routes.service.settings import Settings
 
     root = tmp_path_factory.mktemp("client-writable")
@@ -176,7 +176,7 @@ def test_retryable_errors_are_retried_within_the_bound_and_4xx_never():
 
 def test_a_real_rate_limit_carries_retry_after(tmp_path, demo_engine):
     from routes.server.app import create_app
-    from routes.service.keys import KeyStore
+    from auth.keys import KeyStore
     from routes.service.settings import Settings
 
     store = KeyStore(tmp_path / "keys.json")

@@ -14,7 +14,7 @@ import threading
 
 import pytest
 
-from routes.service.keys import KeyStore
+from auth.keys import KeyStore
 from tests.conftest import PATIENCE_S, ROOT
 from tests.system.test_cli import quarry
 

@@ -19,7 +19,7 @@ def edge(tmp_path_factory, embedder):
     from indexes.snapshot_build import build_snapshot
     from routes.server.app import create_app
     from routes.service.view import open_view
-    from routes.service.keys import KeyStore
+    from auth.keys import KeyStore
     from routes.service.settings import Settings
 
     src = tmp_path_factory.mktemp("edge-src")

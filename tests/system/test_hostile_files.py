@@ -30,7 +30,7 @@ def _rss_mb() -> float:
 def served(tmp_path_factory, embedder):
     from indexes.snapshot_build import build_snapshot
     from routes.server.app import create_app
-    from routes.service.keys import KeyStore
+    from auth.keys import KeyStore
     from routes.service.settings import Settings
 
     root = tmp_path_factory.mktemp("hostile")

@@ -12,7 +12,7 @@ import pytest
 from retrieval.errors import RetrievalUnavailable
 
 from routes.server.app import create_app
-from routes.service.keys import KeyStore
+from auth.keys import KeyStore
 from routes.service.settings import Settings
 from tests.conftest import (FINANCE_FACTS, PATIENCE_S, LiveServer, StatementLog, TablesProbe, counter, grew, metrics_text,
                             wait_until)

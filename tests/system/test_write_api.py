@@ -22,7 +22,7 @@ def writable(tmp_path_factory, embedder):
     """A server that owns its index (so it writes to it), with a writer key."""
     from indexes.snapshot_build import build_snapshot
     from routes.server.app import create_app
-    from routes.service.keys import KeyStore
+    from auth.keys import KeyStore
     from routes.service.settings import Settings
 
     root = tmp_path_factory.mktemp("writable")
@@ -392,7 +392,7 @@ def slow_writer(tmp_path, embedder):
     from indexes.snapshot_build import build_snapshot
     from routes.server.app import create_app
     from routes.service.view import open_view
-    from routes.service.keys import KeyStore
+    from auth.keys import KeyStore
     from routes.service.settings import Settings
 
     class HeldEmbedder:

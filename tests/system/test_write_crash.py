@@ -44,7 +44,7 @@ def _start(index: Path, keys: Path, port: int, log: Path) -> subprocess.Popen:
 
 def test_kill_9_during_acknowledged_writes_loses_none_and_invents_none(tmp_path, embedder):
     from indexes.snapshot_build import build_snapshot
-    from routes.service.keys import KeyStore
+    from auth.keys import KeyStore
 
     index = tmp_path / "index"
     build_snapshot([MINI], index, embedder)

@@ -21,7 +21,7 @@ PAGE = b"<html><body><main><p>Quarterly vault inventory: 14 crates of Pellmarch 
 def server(tmp_path_factory, embedder):
     from indexes.snapshot_build import build_snapshot
     from routes.server.app import create_app
-    from routes.service.keys import KeyStore
+    from auth.keys import KeyStore
     from routes.service.settings import Settings
 
     root = tmp_path_factory.mktemp("prefixes")

@@ -194,7 +194,7 @@ async def _mcp_call(url: str, key: str, question: str) -> dict:
 
 def test_the_decline_reaches_http_the_sql_endpoint_mcp_and_the_tool_dispatcher(engines, tmp_path):
     from routes.server.app import create_app
-    from routes.service.keys import KeyStore
+    from auth.keys import KeyStore
     from routes.service.settings import Settings
 
     store = KeyStore(tmp_path / "keys.json")

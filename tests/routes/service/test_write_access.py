@@ -62,7 +62,7 @@ def test_a_put_or_acl_change_must_leave_the_writer_among_the_readers_unless_it_i
 
 
 def test_a_key_carries_its_prefixes_and_a_keys_file_without_them_still_loads(tmp_path):
-    from routes.service.keys import KeyStore
+    from auth.keys import KeyStore
 
     path = tmp_path / "keys.json"
     path.write_text(json.dumps({"keys": [{"key_id": "0011223344", "sha256": "0" * 64, "principal": "legacy",
