@@ -3,6 +3,7 @@ PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
+IDP_STAMP := tests/idp/node_modules/.installed
 INDEX ?= var/demo-index
 KEYS ?= var/demo-keys.json
 HOST ?= 127.0.0.1
@@ -31,8 +32,15 @@ lint: $(STAMP)
 	$(VENV)/bin/mypy
 	$(VENV)/bin/lint-imports
 
-test: lint
+test: lint $(IDP_STAMP)
 	$(PY) -m pytest
+
+# The OpenID Connect provider the token tests sign in with (tests/idp: oidc-provider, pinned by
+# its lock file). Without Node.js there is nothing to install, and those tests skip.
+$(IDP_STAMP): tests/idp/package.json tests/idp/package-lock.json
+	@if command -v node >/dev/null; then \
+		cd tests/idp && npm ci --no-audit --no-fund --silent && touch node_modules/.installed; \
+	else echo "node is not on PATH: the OpenID Connect provider tests will skip"; fi
 
 bench: $(STAMP)
 	$(PY) benchmarks/retrievers.py

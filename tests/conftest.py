@@ -407,3 +407,14 @@ def live(demo_engine, http_keys, tmp_path_factory):
         server.store = store
         server.app = app
         yield server
+
+
+@pytest.fixture(scope="module")
+def oidc_provider(tmp_path_factory):
+    """A started OpenID Connect provider (tests/idp_provider.py: standard_provider), one per test
+    module and shared by its tests, so a test must leave it as it found it (one that rotates keys
+    or adds resources starts its own)."""
+    from tests.idp_provider import standard_provider
+
+    with standard_provider(tmp_path_factory.mktemp("idp")) as idp:
+        yield idp
