@@ -46,13 +46,10 @@ class IdentityUnavailable(RetrievalUnavailable):
     caller may read. Retryable."""
 
 
-class TokenRefused(Unauthenticated):
-    """A token that does not verify: a 401 whose message starts with the reason class
-    (`expired`, `wrong_audience`, `unknown_key`...) and says nothing secret."""
-
-    def __init__(self, reason: str, detail: str) -> None:
-        super().__init__(f"token refused: {reason} ({detail})")
-        self.reason = reason
+def token_refused(reason: str, detail: str) -> Unauthenticated:
+    """The 401 of a token that does not verify: the reason class (`expired`, `wrong_audience`,
+    `unknown_key`...) first in its message and in its context, nothing secret."""
+    return Unauthenticated(f"token refused: {reason} ({detail})", reason=reason)
 
 
 class NeedsFetch(Exception):
@@ -112,10 +109,13 @@ class _State:
 class KeySource:
     """The public keys of one issuer, safe to share between threads."""
 
-    def __init__(self, cfg: IssuerConfig, fetch: Fetch = fetch_json, clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(self, cfg: IssuerConfig, fetch: Fetch = fetch_json, clock: Callable[[], float] = time.monotonic,
+                 on_read: Callable[[str, bool], None] | None = None) -> None:
+        """`on_read(issuer name, ok)` is told of every attempt to read the keys (a metric)."""
         self.cfg = cfg
         self._fetch = fetch
         self._clock = clock
+        self._on_read = on_read
         self._state = _State({}, jwks_uri=cfg.jwks_uri)
         self._lock = threading.Lock()
         self._verifiers: dict[tuple[str | None, str], jwt.PyJWK] = {}
@@ -149,7 +149,11 @@ class KeySource:
             keys = self._read()
         except OSError as e:
             log.warning("keys of issuer %s cannot be read: %s", self.cfg.name, e)
+            if self._on_read is not None:
+                self._on_read(self.cfg.name, False)
             return False
+        if self._on_read is not None:
+            self._on_read(self.cfg.name, True)
         if keys != self._state.keys:
             self._verifiers.clear()
         self._state.keys, self._state.fetched_at = keys, now
@@ -183,7 +187,7 @@ class KeySource:
                     raise IdentityUnavailable(f"the keys of issuer {self.cfg.name!r} cannot be had; retry later")
                 jwk = self._pick(kid)
             if jwk is None:
-                raise TokenRefused("unknown_key", "no key of the issuer has this kid")
+                raise token_refused("unknown_key", "no key of the issuer has this kid")
             return self._verifier(kid, alg, jwk)
 
     def _pick(self, kid: str | None) -> dict | None:
@@ -195,11 +199,11 @@ class KeySource:
     def _verifier(self, kid: str | None, alg: str, jwk: dict) -> jwt.PyJWK:
         kty, crv = _KEY_TYPE[alg]
         if jwk.get("kty") != kty or (crv is not None and jwk.get("crv") != crv) or jwk.get("alg", alg) != alg:
-            raise TokenRefused("algorithm_mismatch", "the token's algorithm does not match the key's")
+            raise token_refused("algorithm_mismatch", "the token's algorithm does not match the key's")
         cached = self._verifiers.get((kid, alg))
         if cached is None:
             try:
                 cached = self._verifiers[(kid, alg)] = jwt.PyJWK(jwk, algorithm=alg)
             except jwt.PyJWTError:
-                raise TokenRefused("unknown_key", "the issuer's key cannot be used") from None
+                raise token_refused("unknown_key", "the issuer's key cannot be used") from None
         return cached

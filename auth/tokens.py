@@ -12,13 +12,14 @@ signature work: the token's size, that it parses, that its `iss` is configured, 
 from __future__ import annotations
 
 import re
+import time
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping
 
 import jwt
 
 from auth.config import IdentityConfig, IssuerConfig
-from auth.jwks import Fetch, KeySource, TokenRefused, fetch_json
+from auth.jwks import Fetch, KeySource, fetch_json, token_refused
 from retrieval.types import Principal
 
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.@-]{0,127}")
@@ -55,7 +56,7 @@ def principal_from_claims(cfg: IssuerConfig, claims: Mapping[str, Any]) -> Princ
     or not a valid id refuses the token."""
     pid = claims.get(cfg.principal_claim)
     if not isinstance(pid, str) or not _NAME.fullmatch(pid) or pid == "public" or pid.startswith("group:"):
-        raise TokenRefused("claim_invalid", f"claim {cfg.principal_claim!r} is not a usable principal id")
+        raise token_refused("claim_invalid", f"claim {cfg.principal_claim!r} is not a usable principal id")
     groups: list[str] = []
     if cfg.groups_claim is not None:
         for g in _string_list(claims.get(cfg.groups_claim))[:MAX_GROUPS]:
@@ -72,9 +73,10 @@ def principal_from_claims(cfg: IssuerConfig, claims: Mapping[str, Any]) -> Princ
 class TokenVerifier:
     """Verifies tokens of the issuers of one identity configuration."""
 
-    def __init__(self, config: IdentityConfig, fetch: Fetch = fetch_json, clock: Callable[[], float] | None = None) -> None:
+    def __init__(self, config: IdentityConfig, fetch: Fetch = fetch_json, clock: Callable[[], float] = time.monotonic,
+                 on_read: Callable[[str, bool], None] | None = None) -> None:
         self.config = config
-        self.sources = {i.issuer: KeySource(i, fetch, clock) if clock else KeySource(i, fetch) for i in config.issuers}
+        self.sources = {i.issuer: KeySource(i, fetch, clock, on_read) for i in config.issuers}
         self._max_bytes = max((i.max_token_bytes for i in config.issuers), default=0)
 
     @staticmethod
@@ -88,43 +90,43 @@ class TokenVerifier:
             source.refresh()
 
     def verify(self, token: str, may_fetch: bool = True) -> VerifiedToken:
-        """The verified token, or `TokenRefused` (401) / `IdentityUnavailable` (503). Without
+        """The verified token, or a refused token (401) / `IdentityUnavailable` (503). Without
         `may_fetch`, a check that would read an issuer's keys raises `NeedsFetch`."""
         if len(token) > self._max_bytes:
-            raise TokenRefused("too_large", f"tokens are at most {self._max_bytes} bytes")
+            raise token_refused("too_large", f"tokens are at most {self._max_bytes} bytes")
         try:
             header = jwt.get_unverified_header(token)
             unverified = jwt.decode(token, options={"verify_signature": False})
         except jwt.PyJWTError:
-            raise TokenRefused("malformed", "not a signed JWT") from None
+            raise token_refused("malformed", "not a signed JWT") from None
         iss = unverified.get("iss")
         source = self.sources.get(iss) if isinstance(iss, str) else None
         if source is None:
-            raise TokenRefused("unknown_issuer", "its iss is not an issuer this server trusts")
+            raise token_refused("unknown_issuer", "its iss is not an issuer this server trusts")
         cfg = source.cfg
         if len(token) > cfg.max_token_bytes:
-            raise TokenRefused("too_large", f"tokens of this issuer are at most {cfg.max_token_bytes} bytes")
+            raise token_refused("too_large", f"tokens of this issuer are at most {cfg.max_token_bytes} bytes")
         alg = header.get("alg")
         if not isinstance(alg, str) or alg not in cfg.algorithms:
-            raise TokenRefused("algorithm_not_allowed", f"the issuer's tokens are signed with {list(cfg.algorithms)}")
+            raise token_refused("algorithm_not_allowed", f"the issuer's tokens are signed with {list(cfg.algorithms)}")
         kid = header.get("kid")
         key = source.key_for(kid if isinstance(kid, str) else None, alg, may_fetch)
         try:
             claims = jwt.decode(token, key=key, algorithms=[alg], audience=list(cfg.audience), issuer=cfg.issuer,
                                 leeway=cfg.clock_skew_s, options={"require": ["exp", "iss", "aud"]})
         except jwt.ExpiredSignatureError:
-            raise TokenRefused("expired", "its exp is past") from None
+            raise token_refused("expired", "its exp is past") from None
         except jwt.ImmatureSignatureError:
-            raise TokenRefused("not_yet_valid", "its nbf or iat is in the future") from None
+            raise token_refused("not_yet_valid", "its nbf or iat is in the future") from None
         except jwt.InvalidAudienceError:
-            raise TokenRefused("wrong_audience", "it was not issued for this server") from None
+            raise token_refused("wrong_audience", "it was not issued for this server") from None
         except jwt.InvalidIssuerError:
-            raise TokenRefused("unknown_issuer", "its iss is not an issuer this server trusts") from None
+            raise token_refused("unknown_issuer", "its iss is not an issuer this server trusts") from None
         except jwt.MissingRequiredClaimError as e:
-            raise TokenRefused("claim_missing", f"it has no {e.claim!r} claim") from None
+            raise token_refused("claim_missing", f"it has no {e.claim!r} claim") from None
         except jwt.InvalidSignatureError:
-            raise TokenRefused("bad_signature", "its signature does not verify") from None
+            raise token_refused("bad_signature", "its signature does not verify") from None
         except jwt.PyJWTError as e:
-            raise TokenRefused("invalid", type(e).__name__) from None
+            raise token_refused("invalid", type(e).__name__) from None
         principal = principal_from_claims(cfg, claims)
         return VerifiedToken(cfg.name, principal.id, principal, claims)

@@ -104,7 +104,7 @@ def install_error_handlers(app: FastAPI) -> None:
         if exc.code == "unauthenticated":
             quarry = getattr(request.app.state, "quarry", None)
             identity = quarry.auth.identity if quarry is not None else None
-            headers = {"WWW-Authenticate": challenge(identity, getattr(exc, "reason", None))}
+            headers = {"WWW-Authenticate": challenge(identity, exc.context.get("reason"))}
         return error_response(exc.code, exc.message, status=exc.http_status, retryable=exc.retryable, headers=headers)
 
     @app.exception_handler(RequestValidationError)

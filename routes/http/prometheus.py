@@ -33,6 +33,9 @@ class Metrics:
                               registry=self.registry)
         self.audit_dropped = Counter("quarry_audit_dropped_total", "Audit rows that could not be written, by reason "
                                      "(write_failed, queue_full)", ["reason"], registry=self.registry)
+        self.key_fetches = Counter("quarry_identity_key_fetches_total", "Reads of an identity provider's keys "
+                                   "(discovery and JWKS), by issuer and outcome (ok, failed)", ["issuer", "outcome"],
+                                   registry=self.registry)
         self.reloads = Counter("quarry_reloads_total", "New snapshots named by CURRENT, by outcome (switched: now "
                                "served; failed: refused, the old one keeps serving)", ["outcome"], registry=self.registry)
 

@@ -40,6 +40,7 @@ from routes.service.view import IndexView
 from routes.http.error_handlers import error_code, install_error_handlers
 from auth.caller import Authenticator, Caller, authenticated
 from auth.config import IdentityConfig, load_identity
+from auth.tokens import TokenVerifier
 from auth.resource import WELL_KNOWN, metadata_path, protected_resource_metadata
 from auth.keys import KeyStore
 from routes.http.prometheus import Metrics
@@ -253,10 +254,13 @@ def create_app(settings: Settings, engine: IndexView | None = None, keys: KeySto
     tools = Toolset(settings.limits, feedback=lambda: state.audit.feedback if state.audit is not None else None)
     if identity is None and settings.identity_file is not None:
         identity = load_identity(settings.identity_file)
+    metrics = Metrics()
+    verifier = TokenVerifier(identity, on_read=lambda issuer, ok: metrics.key_fetches.labels(issuer, "ok" if ok else "failed")
+                             .inc()) if identity is not None else None
     authenticator = Authenticator(keys if keys is not None else (KeyStore(settings.keys_file) if settings.keys_file else None),
-                                  identity)
+                                  identity, verifier)
     state = AppState(settings, Service(runtime), authenticator,
-                     Gate(settings.rate_per_second, settings.burst, settings.max_concurrent_per_key), tools)
+                     Gate(settings.rate_per_second, settings.burst, settings.max_concurrent_per_key), tools, metrics)
     state.metrics.watch_shards(state.service.shard_stats)  # a sharded front's per-shard counts (none on one node)
 
     @asynccontextmanager

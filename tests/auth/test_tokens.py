@@ -17,9 +17,9 @@ from cryptography.hazmat.primitives.asymmetric import ec, rsa
 
 from auth.caller import Authenticator
 from auth.config import IdentityConfig, IssuerConfig
-from auth.jwks import IdentityUnavailable, NeedsFetch, TokenRefused
+from auth.jwks import IdentityUnavailable, NeedsFetch
 from auth.tokens import TokenVerifier, principal_from_claims
-from retrieval.errors import Forbidden
+from retrieval.errors import Forbidden, Unauthenticated
 
 ISS = "https://idp.test"
 AUD = "https://quarry.test"
@@ -90,8 +90,8 @@ def verifier(keys: Keys, clock: Clock, **overrides: object) -> TokenVerifier:
 
 
 def reason(exc: pytest.ExceptionInfo) -> str:
-    assert isinstance(exc.value, TokenRefused)
-    return exc.value.reason
+    assert isinstance(exc.value, Unauthenticated)
+    return exc.value.context["reason"]
 
 
 def test_a_valid_token_maps_to_its_principal_groups_and_scopes(keys, clock) -> None:
@@ -113,7 +113,7 @@ def test_a_valid_token_maps_to_its_principal_groups_and_scopes(keys, clock) -> N
     ({"sub": "group:admin"}, "claim_invalid"),
 ])
 def test_tokens_outside_their_times_or_for_others_are_refused(keys, clock, claims, expected) -> None:
-    with pytest.raises(TokenRefused) as exc:
+    with pytest.raises(Unauthenticated) as exc:
         verifier(keys, clock).verify(keys.sign("k1", **claims))
     assert reason(exc) == expected
     assert exc.value.http_status == 401
@@ -122,7 +122,7 @@ def test_tokens_outside_their_times_or_for_others_are_refused(keys, clock, claim
 def test_clock_skew_is_bounded_by_the_issuer_setting(keys, clock) -> None:
     late = keys.sign("k1", exp=int(time.time()) - 30)
     assert verifier(keys, clock, clock_skew_s=60).verify(late).subject == "ana"
-    with pytest.raises(TokenRefused):
+    with pytest.raises(Unauthenticated):
         verifier(keys, clock, clock_skew_s=5).verify(late)
 
 
@@ -134,7 +134,7 @@ def test_alg_none_and_hmac_over_the_public_key_are_refused(keys, clock) -> None:
     v = verifier(keys, clock)
     payload = jwt.decode(keys.sign("k1"), options={"verify_signature": False})
     unsigned = f"{_b64(json.dumps({'alg': 'none', 'kid': 'k1'}).encode())}.{_b64(json.dumps(payload).encode())}."
-    with pytest.raises(TokenRefused) as exc:
+    with pytest.raises(Unauthenticated) as exc:
         v.verify(unsigned)
     assert reason(exc) == "algorithm_not_allowed"
     public_pem = keys.private["k1"].public_key().public_bytes(serialization.Encoding.PEM,
@@ -142,7 +142,7 @@ def test_alg_none_and_hmac_over_the_public_key_are_refused(keys, clock) -> None:
     header = _b64(json.dumps({"alg": "HS256", "kid": "k1", "typ": "JWT"}).encode())
     body = _b64(json.dumps(payload).encode())
     mac = hmac.new(public_pem, f"{header}.{body}".encode(), hashlib.sha256).digest()
-    with pytest.raises(TokenRefused) as exc:
+    with pytest.raises(Unauthenticated) as exc:
         v.verify(f"{header}.{body}.{_b64(mac)}")
     assert reason(exc) == "algorithm_not_allowed"
 
@@ -152,14 +152,14 @@ def test_a_tampered_payload_or_a_foreign_key_fails_the_signature(keys, clock) ->
     header, body, sig = keys.sign("k1").split(".")
     claims = json.loads(base64.urlsafe_b64decode(body + "=="))
     claims["groups"] = ["eng", "finance", "admin"]
-    with pytest.raises(TokenRefused) as exc:
+    with pytest.raises(Unauthenticated) as exc:
         v.verify(f"{header}.{_b64(json.dumps(claims).encode())}.{sig}")
     assert reason(exc) == "bad_signature"
     stranger = rsa.generate_private_key(public_exponent=65537, key_size=2048)
     now = int(time.time())
     forged = jwt.encode({"iss": ISS, "aud": AUD, "sub": "ana", "exp": now + 60}, stranger, algorithm="RS256",
                         headers={"kid": "k1"})
-    with pytest.raises(TokenRefused) as exc:
+    with pytest.raises(Unauthenticated) as exc:
         v.verify(forged)
     assert reason(exc) == "bad_signature"
 
@@ -170,17 +170,17 @@ def test_a_key_of_another_type_than_the_algorithm_is_refused(keys, clock) -> Non
     ec_key = ec.generate_private_key(ec.SECP256R1())
     token = jwt.encode({"iss": ISS, "aud": AUD, "sub": "ana", "exp": now + 60}, ec_key, algorithm="ES256",
                        headers={"kid": "k1"})
-    with pytest.raises(TokenRefused) as exc:
+    with pytest.raises(Unauthenticated) as exc:
         v.verify(token)
     assert reason(exc) == "algorithm_mismatch"
 
 
 def test_oversized_and_malformed_tokens_are_refused_before_any_key_work(keys, clock) -> None:
     v = verifier(keys, clock, max_token_bytes=1024)
-    with pytest.raises(TokenRefused) as exc:
+    with pytest.raises(Unauthenticated) as exc:
         v.verify(keys.sign("k1", pad="x" * 2000))
     assert reason(exc) == "too_large"
-    with pytest.raises(TokenRefused) as exc:
+    with pytest.raises(Unauthenticated) as exc:
         v.verify("a.b.c")
     assert reason(exc) == "malformed"
     assert keys.fetches == 0
@@ -195,7 +195,7 @@ def test_an_unknown_kid_refreshes_at_most_once_per_interval(keys, clock) -> None
     assert v.verify(keys.sign("k2")).subject == "ana"  # unknown kid -> one refresh, then accepted
     assert keys.fetches == fetched + 1
     for _ in range(5):  # invented kids within the interval: refused without asking the provider
-        with pytest.raises(TokenRefused) as exc:
+        with pytest.raises(Unauthenticated) as exc:
             v.verify(_with_kid(keys, "nope"))
         assert reason(exc) == "unknown_key"
     assert keys.fetches == fetched + 1

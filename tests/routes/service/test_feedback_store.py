@@ -95,7 +95,7 @@ def test_an_audit_database_of_an_earlier_version_gains_the_new_column_and_keeps_
         assert log.feedback.asked("alice", "old") == "answer_context"
         log.feedback.save(ALICE, "old", "answered", None)
         assert [(r.question, r.answer_docs) for r in log.feedback.rows()] == [("older", None)]
-        assert {r[1]: r[-1] for r in log.rows()} == {"old": None, "new": '["m01"]'}
+        assert {r[1]: (r[13], r[14]) for r in log.rows()} == {"old": (None, None), "new": ('["m01"]', None)}  # doc_ids, app
     finally:
         log.close()
 
