@@ -325,19 +325,26 @@ def demo_engine(demo_index, embedder):
     eng.close()
 
 
-class LiveServer:
-    """A real uvicorn server on a free loopback port, in a thread of the test process."""
+def free_port() -> int:
+    """A loopback port nothing listens on now (for a server whose URL must be known before it starts)."""
+    import socket
 
-    def __init__(self, app, graceful_s: float | None = None) -> None:
-        """`graceful_s` bounds how long shutdown waits for requests still in flight."""
-        import socket
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class LiveServer:
+    """A real uvicorn server on a loopback port (a free one unless given), in a thread of the test process."""
+
+    def __init__(self, app, graceful_s: float | None = None, port: int | None = None) -> None:
+        """`graceful_s` bounds how long shutdown waits for requests still in flight; `port`, when
+        the app must know its own URL (e.g. as a token audience), comes from `free_port()`."""
         import threading
 
         import uvicorn
 
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            self.port = s.getsockname()[1]
+        self.port = port if port is not None else free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=self.port, log_level="warning", lifespan="on",
                                                    timeout_graceful_shutdown=graceful_s))

@@ -5,6 +5,8 @@ assembled to pass.
 
     with standard_provider(folder) as idp:
         token = idp.user_token("ana", STANDARD_USERS["ana"]["password"], RESOURCE)
+        # or, for an authorization request some client built: the redirect's {code, state, iss}
+        redirect = idp.authorize(authorization_url, "ana", STANDARD_USERS["ana"]["password"])
 
 Tests take a started one from the `oidc_provider` fixture (tests/conftest.py: one per test module,
 shared by its tests); a test that restarts it (rotate_keys, add_resource) starts its own.
@@ -20,7 +22,6 @@ import json
 import secrets
 import shutil
 import signal
-import socket
 import subprocess
 from pathlib import Path
 from typing import Any
@@ -31,7 +32,7 @@ import pytest
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import rsa
 
-from tests.conftest import PATIENCE_S, wait_until
+from tests.conftest import PATIENCE_S, free_port, wait_until
 
 IDP_DIR = Path(__file__).resolve().parent / "idp"
 SCRIPT = IDP_DIR / "provider.mjs"
@@ -85,12 +86,6 @@ def _b64url_uint(value: int) -> str:
     return base64.urlsafe_b64encode(raw).rstrip(b"=").decode()
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 class SigningKey:
     """An RSA key with its `kid`, as a private JWK for the provider and a public one for the
     service (which must never see the private half)."""
@@ -126,7 +121,7 @@ class OidcProvider:
         self.clients = {c["client_id"]: c for c in clients}
         self.registered: dict[str, dict[str, Any]] = {}  # dynamically, since the last start
         self.keys = [SigningKey()]
-        self.port = _free_port()
+        self.port = free_port()
         self.metadata: dict[str, Any] = {}
         self._process: subprocess.Popen[bytes] | None = None
 
@@ -244,16 +239,14 @@ class OidcProvider:
             raise ProviderRefused(body.get("error", "?"), body.get("error_description", ""), r.status_code)
         return body["access_token"]
 
-    def user_token(self, user: str, password: str, resource: str, scope: str = "openid query",
-                   client_id: str = WEB_CLIENT) -> str:
-        """The JWT access token `user` gets for `resource` through the authorization code flow
-        with PKCE, as a browser would: the authorization request, the login form, consent
-        (given at once) and the code exchange. Raises ProviderRefused when there is no token."""
-        redirect_uri = self._client(client_id)["redirect_uris"][0]
-        verifier = secrets.token_urlsafe(48)
-        challenge = base64.urlsafe_b64encode(hashlib.sha256(verifier.encode()).digest()).rstrip(b"=").decode()
-        state = secrets.token_urlsafe(16)
-        with httpx.Client(timeout=PATIENCE_S) as http:
+    def authorize(self, authorization_url: str, user: str, password: str) -> dict[str, str]:
+        """What a browser sent to `authorization_url` (an authorization request, built by anyone)
+        ends with once `user` signs in on the login form and consent is given (at once): the
+        query of the redirect to the request's `redirect_uri` (`code`, `state`, `iss`), read
+        from the Location header and never followed. Raises ProviderRefused when the provider
+        turns the login or the request down."""
+        redirect_uri = parse_qs(urlsplit(authorization_url).query)["redirect_uri"][0]
+        with httpx.Client(timeout=PATIENCE_S) as browser:
 
             def follow(r: httpx.Response) -> httpx.Response | dict[str, str]:
                 """Redirects up to the client's redirect URI, whose query it returns, or the page they end on."""
@@ -263,22 +256,36 @@ class OidcProvider:
                     location = urljoin(str(r.url), r.headers["location"])
                     if location.startswith(redirect_uri):
                         return {k: v[0] for k, v in parse_qs(urlsplit(location).query).items()}
-                    r = http.get(location)
+                    r = browser.get(location)
                 raise AssertionError(f"more than 10 redirects, the last to {r.url}")
 
-            reached = follow(http.get(self.metadata["authorization_endpoint"], params={
-                "client_id": client_id, "response_type": "code", "redirect_uri": redirect_uri, "scope": scope,
-                "resource": resource, "state": state, "code_challenge": challenge, "code_challenge_method": "S256"}))
+            reached = follow(browser.get(authorization_url))
             if isinstance(reached, httpx.Response):  # the login form
                 assert reached.status_code == 200 and "<form" in reached.text, (reached.status_code, reached.text)
-                reached = follow(http.post(str(reached.url), data={"login": user, "password": password}))
-            if isinstance(reached, httpx.Response):
-                if reached.status_code == 401:
-                    raise ProviderRefused("login_failed", "the login form turned the login or password down", 401)
-                raise ProviderRefused("interaction_failed", reached.text[-500:], reached.status_code)
-            if "error" in reached:
-                raise ProviderRefused(reached["error"], reached.get("error_description", ""))
-            assert reached.get("state") == state, reached
+                reached = follow(browser.post(str(reached.url), data={"login": user, "password": password}))
+        if isinstance(reached, httpx.Response):
+            if reached.status_code == 401:
+                raise ProviderRefused("login_failed", "the login form turned the login or password down", 401)
+            raise ProviderRefused("interaction_failed", reached.text[-500:], reached.status_code)
+        if "error" in reached:
+            raise ProviderRefused(reached["error"], reached.get("error_description", ""))
+        return reached
+
+    def user_token(self, user: str, password: str, resource: str, scope: str = "openid query",
+                   client_id: str = WEB_CLIENT) -> str:
+        """The JWT access token `user` gets for `resource` through the authorization code flow
+        with PKCE, as a browser would: the authorization request, the login form, consent
+        (given at once) and the code exchange. Raises ProviderRefused when there is no token."""
+        redirect_uri = self._client(client_id)["redirect_uris"][0]
+        verifier = secrets.token_urlsafe(48)
+        challenge = base64.urlsafe_b64encode(hashlib.sha256(verifier.encode()).digest()).rstrip(b"=").decode()
+        state = secrets.token_urlsafe(16)
+        request = httpx.URL(self.metadata["authorization_endpoint"], params={
+            "client_id": client_id, "response_type": "code", "redirect_uri": redirect_uri, "scope": scope,
+            "resource": resource, "state": state, "code_challenge": challenge, "code_challenge_method": "S256"})
+        reached = self.authorize(str(request), user, password)
+        assert reached.get("state") == state, reached
+        with httpx.Client(timeout=PATIENCE_S) as http:
             return self._token(http, client_id, {"grant_type": "authorization_code", "code": reached["code"],
                                                  "redirect_uri": redirect_uri, "code_verifier": verifier, "resource": resource})
 

@@ -22,6 +22,11 @@ const config = JSON.parse(readFileSync(process.argv[2], 'utf8'));
 const users = config.users;
 const resources = new Map(config.resources.map((r) => [r.indicator, r.scope]));
 const signingKid = config.jwks.keys[0].kid;
+// The provider lists its resources' scopes as its own (scopes_supported), as a provider that
+// serves a resource server does: an MCP client names the scopes it will ask for when it
+// registers (RFC 7591 `scope`, taken from the resource's metadata), and oidc-provider refuses a
+// registration naming a scope it does not list.
+const resourceScopes = [...new Set(config.resources.flatMap((r) => r.scope.split(' ')))];
 
 // A client's own groups travel beside its metadata, not in it: oidc-provider would reject an
 // unknown property, and a client that registers itself must not be able to claim any.
@@ -44,6 +49,7 @@ const provider = new Provider(config.issuer, {
   jwks: config.jwks,
   cookies: { keys: [randomBytes(32).toString('base64url')] },
   claims: { openid: ['sub'], email: ['email', 'email_verified'] },
+  scopes: ['openid', 'offline_access', ...resourceScopes],
   async findAccount(ctx, id) {
     const user = users[id];
     if (!user) return undefined;
