@@ -22,7 +22,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from retrieval.errors import InvalidRequest
-from retrieval.types import SCOPES
+from retrieval.types import SCOPES, check_write_prefix
 
 # Public-key algorithms only: an issuer's JWKS holds public keys, and an HMAC algorithm over a
 # public key is the classic forgery (anyone holding the public key can sign).
@@ -73,6 +73,16 @@ class IssuerConfig(_Strict):
         if bad:
             raise ValueError(f"unknown scopes {bad}; expected some of {list(SCOPES)}")
         return scopes
+
+    @field_validator("write_prefixes")
+    @classmethod
+    def _valid_prefixes(cls, prefixes: tuple[str, ...] | None) -> tuple[str, ...] | None:
+        for prefix in prefixes or ():
+            try:
+                check_write_prefix(prefix)
+            except InvalidRequest as e:
+                raise ValueError(e.message) from None
+        return prefixes
 
     @model_validator(mode="after")
     def _one_key_source(self) -> "IssuerConfig":

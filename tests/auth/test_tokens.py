@@ -242,6 +242,8 @@ def test_groups_and_scopes_are_narrowed_by_prefix_and_allowlist() -> None:
 def test_the_identity_file_refuses_hmac_algorithms_and_dangling_references() -> None:
     with pytest.raises(ValueError, match="HS256"):
         issuer(algorithms=["HS256"])
+    with pytest.raises(ValueError, match="invalid document id"):
+        issuer(write_prefixes=["notes/"])
     with pytest.raises(ValueError, match="exactly one"):
         IssuerConfig.model_validate({"name": "x", "issuer": ISS, "audience": [AUD]})
     with pytest.raises(ValueError, match="not configured"):

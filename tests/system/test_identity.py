@@ -13,6 +13,7 @@ import hashlib
 import hmac
 import json
 import time
+from pathlib import Path
 
 import anyio
 import httpx
@@ -26,7 +27,7 @@ from mcp.client.streamable_http import streamable_http_client
 
 from auth.config import IdentityConfig
 from auth.keys import KeyStore
-from tests.conftest import DEMO, PATIENCE_S, LiveServer, assert_alike, counter, stable_answer, wait_until
+from tests.conftest import DEMO, MINI, PATIENCE_S, LiveServer, assert_alike, counter, stable_answer, wait_until
 from tests.idp_provider import APP_CLIENT, BARE_APP_CLIENT, OTHER_RESOURCE, RESOURCE, RESOURCE_SCOPE, WEB_CLIENT, OidcProvider
 
 pytestmark = pytest.mark.slow
@@ -193,7 +194,7 @@ def _signed(idp: OidcProvider, **claims: object) -> str:
     return jwt.encode(body, idp.private_key_pem(kid), algorithm="RS256", headers={"kid": kid, "typ": "at+jwt"})
 
 
-def _refusals(idp: OidcProvider, site: LiveServer, tmp_path) -> dict[str, tuple[dict[str, str], int, str]]:
+def _refusals(idp: OidcProvider, site: LiveServer, tmp_path: Path) -> dict[str, tuple[dict[str, str], int, str]]:
     now = int(time.time())
     good = site.tokens["bob"]
     header, body, sig = good.split(".")
@@ -224,15 +225,29 @@ def _refusals(idp: OidcProvider, site: LiveServer, tmp_path) -> dict[str, tuple[
     }
 
 
-def test_every_refused_token_gets_its_status_and_no_answer(idp, site, tmp_path) -> None:
-    for name, (headers, status, reason) in _refusals(idp, site, tmp_path).items():
-        for path, body in (("/v1/query", {"question": QUESTIONS[0]["question"]}), ("/v1/search", {"query": "ledger"})):
-            r = httpx.post(site.url + path, json=body, headers=headers, timeout=60)
-            assert r.status_code == status, (name, path, r.text)
-            error = r.json()["error"]
-            assert set(r.json()) == {"error"} and reason in error["message"], (name, error)
-            if status == 401:
-                assert 'error="invalid_token"' in r.headers["www-authenticate"], name
+@pytest.fixture(scope="module")
+def refusals(idp, site, tmp_path_factory) -> dict[str, tuple[dict[str, str], int, str]]:
+    return _refusals(idp, site, tmp_path_factory.mktemp("refusals"))
+
+
+REFUSALS = ["expired", "not yet valid", "wrong issuer", "wrong audience", "alg none", "HS256 with the public key", "unknown kid",
+            "over the size limit", "tampered payload", "app without act_as", "app widening a user",
+            "user token of an issuer not configured"]
+
+
+@pytest.mark.parametrize("case", REFUSALS)
+def test_a_refused_token_gets_its_status_and_no_answer(site, refusals, case) -> None:
+    assert sorted(refusals) == sorted(REFUSALS)
+    headers, status, reason = refusals[case]
+    calls = (("/v1/query", {"question": QUESTIONS[0]["question"]}), ("/v1/search", {"query": "ledger", "retriever": "bm25"}),
+             ("/v1/tools/call", {"call_id": "c", "name": "search", "arguments": {"query": "ledger"}}))
+    for path, body in calls:
+        r = httpx.post(site.url + path, json=body, headers=headers, timeout=60)
+        assert r.status_code == status, (path, r.text)
+        error = r.json()["error"]
+        assert set(r.json()) == {"error"} and reason in error["message"], error
+        if status == 401:
+            assert 'error="invalid_token"' in r.headers["www-authenticate"]
 
 
 def test_unknown_kids_refresh_the_keys_at_most_once_per_interval(idp, site) -> None:
@@ -316,3 +331,31 @@ def test_a_provider_down_is_served_from_cached_keys_until_their_age_limit_then_5
             assert "retry" in r.json()["error"]["message"]
             idp.start()
             wait_until(lambda: ask().status_code == 200, "answers again once the keys can be read", poll=0.5)
+
+
+def test_a_tokens_scopes_decide_its_writes(idp, embedder, tmp_path) -> None:
+    """A provider grants `write` only where the identity file allows it, within the issuer's
+    write prefixes; an app acting for a user writes only with a scope both hold."""
+    from indexes.snapshot_build import build_snapshot
+    from routes.server.app import create_app
+    from routes.service.settings import Settings
+
+    build_snapshot([MINI], tmp_path / "index", embedder)
+    ident = identity(idp, allowed_scopes=["query", "write"], write_prefixes=["notes-"])
+    app = create_app(Settings(index_dir=tmp_path / "index", reload_interval_s=0.2), identity=ident)
+    writer = idp.user_token("bob", USERS["bob"]["password"], RESOURCE, scope="openid query write")
+    reader = idp.user_token("bob", USERS["bob"]["password"], RESOURCE, scope="openid query")
+    acting = idp.app_token(APP_CLIENT, RESOURCE, "query")
+    body = {"title": "Quillon ledger note", "text": "The quillon ledger closes on the third working day.",
+            "acl": ["group:finance"]}
+    with LiveServer(app) as server:
+        def put(doc_id: str, headers: dict[str, str]) -> httpx.Response:
+            return httpx.put(f"{server.url}/v1/documents/{doc_id}", json=body, headers=headers, timeout=60)
+
+        assert put("notes-q1", bearer(reader)).status_code == 403  # no write scope in the token
+        r = put("notes-q1", bearer(acting, writer))
+        assert r.status_code == 403, r.text  # the app itself holds no write
+        assert put("other-q1", bearer(writer)).status_code == 403  # outside the issuer's write prefixes
+        r = put("notes-q1", bearer(writer))
+        assert r.status_code in (200, 201), r.text
+        wait_until(lambda: "notes-q1" in found(search(server.url, reader, "quillon ledger")), "the write to be served")
