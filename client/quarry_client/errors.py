@@ -8,7 +8,10 @@ class). An evidence gap is not among them: it is a normal `Answer` with `status 
 
 from __future__ import annotations
 
+import re
 from typing import Any
+
+_AUTH_PARAM = re.compile(r'([A-Za-z_]+)\s*=\s*"([^"]*)"')
 
 
 class QuarryError(Exception):
@@ -41,7 +44,21 @@ class SqlRejected(InvalidRequest):
 
 
 class Unauthenticated(QuarryError):
+    """401: no credential, or one the server does not accept. `challenge` is the answer's
+    `WWW-Authenticate` (it names the reason class of a refused token, never the token)."""
+
     code = "unauthenticated"
+
+    def __init__(self, message: str, *, challenge: str | None = None, **kw: Any) -> None:
+        super().__init__(message, **kw)
+        self.challenge = challenge
+
+    @property
+    def token_expired(self) -> bool:
+        """The server refused a token because its `exp` is past (`error="invalid_token"`,
+        `error_description="expired"`): a fresh token from its provider may be accepted."""
+        params = dict(_AUTH_PARAM.findall(self.challenge or ""))
+        return params.get("error") == "invalid_token" and params.get("error_description") == "expired"
 
 
 class Forbidden(QuarryError):
@@ -123,4 +140,6 @@ def from_response(status: int, body: Any, headers: Any) -> QuarryError:
             kw["retry_after"] = float(headers.get("retry-after", 1))
         except (TypeError, ValueError):
             kw["retry_after"] = 1.0
+    if issubclass(cls, Unauthenticated):
+        kw["challenge"] = headers.get("www-authenticate")
     return cls(message, **kw)

@@ -20,45 +20,7 @@ from auth.config import IdentityConfig, IssuerConfig
 from auth.jwks import IdentityUnavailable, NeedsFetch
 from auth.tokens import TokenVerifier, principal_from_claims
 from retrieval.errors import Forbidden, Unauthenticated
-
-ISS = "https://idp.test"
-AUD = "https://quarry.test"
-
-
-class Keys:
-    """RSA keys with kids, their public JWKS, and a fetch that serves it (or fails) and counts."""
-
-    def __init__(self) -> None:
-        self.private: dict[str, rsa.RSAPrivateKey] = {}
-        self.published: list[str] = []
-        self.fetches = 0
-        self.down = False
-
-    def add(self, kid: str) -> None:
-        self.private[kid] = rsa.generate_private_key(public_exponent=65537, key_size=2048)
-        self.published.insert(0, kid)
-
-    def jwks(self) -> dict:
-        keys = []
-        for kid in self.published:
-            jwk = json.loads(jwt.algorithms.RSAAlgorithm.to_jwk(self.private[kid].public_key()))
-            keys.append(jwk | {"kid": kid, "use": "sig", "alg": "RS256"})
-        return {"keys": keys}
-
-    def fetch(self, url: str, timeout: float) -> dict:
-        self.fetches += 1
-        if self.down:
-            raise OSError("connection refused")
-        if url.endswith("/.well-known/openid-configuration"):
-            return {"issuer": ISS, "jwks_uri": ISS + "/jwks"}
-        return self.jwks()
-
-    def sign(self, kid: str, **claims: object) -> str:
-        now = int(time.time())
-        body = {"iss": ISS, "aud": AUD, "sub": "ana", "iat": now, "exp": now + 300, "groups": ["eng"],
-                "scope": "query sql"} | claims
-        return jwt.encode({k: v for k, v in body.items() if v is not None}, self.private[kid], algorithm="RS256",
-                          headers={"kid": kid})
+from tests.auth.jwt_keys import AUD, ISS, Keys
 
 
 class Clock:

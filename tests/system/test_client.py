@@ -1,5 +1,7 @@
 """The typed client against real uvicorn servers: every method, every error type, bounded
-retries of retryable errors only, sync and async."""
+retries of retryable errors only, sync and async; token providers called before every try,
+the one retry of an expired token, credentials never shown (the client against a server
+that verifies tokens: test_client_tokens.py)."""
 
 from __future__ import annotations
 
@@ -40,15 +42,17 @@ def writable(tmp_path_factory, embedder):
 
 
 class Scripted:
-    """A real HTTP server answering a fixed sequence of (status, body) and counting requests:
-    the server side of the retry tests (the client is what they test)."""
+    """A real HTTP server answering a fixed sequence of (status, body), counting requests and
+    keeping their headers: the server side of the retry tests (the client is what they test)."""
 
     def __init__(self, answers: list[tuple[int, dict]], headers: dict[str, str] | None = None) -> None:
         self.answers, self.headers, self.requests = answers, headers or {}, 0
+        self.seen: list[dict[str, str]] = []
 
         async def any_path(request: Request) -> JSONResponse:
             status, body = self.answers[min(self.requests, len(self.answers) - 1)]
             self.requests += 1
+            self.seen.append(dict(request.headers))
             return JSONResponse(body, status_code=status, headers=self.headers)
 
         self.app = Starlette(routes=[Route("/{path:path}", any_path, methods=["GET", "POST", "PUT", "DELETE", "PATCH"])])
@@ -249,3 +253,104 @@ def test_the_async_client_matches_the_sync_one(live, writable):
         return n_503, n_403
 
     assert asyncio.run(retries()) == (3, 1)
+
+
+class Counter:
+    """A token provider returning `t1`, `t2`, ... (or always `fixed`), counting its calls."""
+
+    def __init__(self, prefix: str = "t", fixed: str | None = None) -> None:
+        self.prefix, self.fixed, self.calls = prefix, fixed, 0
+
+    def __call__(self) -> str:
+        self.calls += 1
+        return self.fixed if self.fixed is not None else f"{self.prefix}{self.calls}"
+
+    async def async_call(self) -> str:
+        return self()
+
+
+SEARCH_OK = (200, {"retriever": "bm25", "hits": [], "trace_id": "t"})
+EXPIRED = {"WWW-Authenticate": 'Bearer resource_metadata="http://x/.well-known/oauth-protected-resource", '
+                               'error="invalid_token", error_description="expired"'}
+
+
+def test_token_providers_are_called_before_every_try_and_their_token_sent():
+    with Scripted([(503, _error("retrieval_unavailable", True)), (429, _error("rate_limited", True)), SEARCH_OK],
+                  headers={"Retry-After": "0"}) as srv:
+        key, user = Counter("app"), Counter("user")
+        with Quarry(srv.url, key, max_retries=3, backoff=0.01, user_token=user) as q:
+            assert q.search("x").hits == []
+        assert (key.calls, user.calls, srv.requests) == (3, 3, 3)
+        assert [h["authorization"] for h in srv.seen] == ["Bearer app1", "Bearer app2", "Bearer app3"]
+        assert [h["x-quarry-user-token"] for h in srv.seen] == ["user1", "user2", "user3"]
+    with Scripted([SEARCH_OK]) as srv:
+        with Quarry(srv.url, "static-key", user_token="default-user") as q:
+            q.search("x")
+            q.search("x", user_token="per-call")  # a per-call user wins over the client's
+            q.search("x", user_token=Counter("u"))
+        with Quarry(srv.url, "static-key") as q:
+            q.search("x")  # no user token: no header
+        assert [h.get("x-quarry-user-token") for h in srv.seen] == ["default-user", "per-call", "u1", None]
+        assert {h["authorization"] for h in srv.seen} == {"Bearer static-key"}
+
+    async def run():
+        with Scripted([(503, _error("retrieval_unavailable", True)), SEARCH_OK]) as srv:
+            key, user = Counter("app"), Counter("user")
+            async with AsyncQuarry(srv.url, key.async_call, backoff=0.01) as q:  # an async provider
+                await q.search("x", user_token=user)  # a sync one, per call
+            return key.calls, user.calls, [(h["authorization"], h["x-quarry-user-token"]) for h in srv.seen]
+
+    assert asyncio.run(run()) == (2, 2, [("Bearer app1", "user1"), ("Bearer app2", "user2")])
+
+
+def test_an_expired_token_is_retried_once_only_when_its_provider_gives_another():
+    refused = (401, _error("unauthenticated", False))
+    with Scripted([refused], headers=EXPIRED) as srv:
+        with Quarry(srv.url, "a-static-token", max_retries=3) as q, pytest.raises(qe.Unauthenticated) as e:
+            q.query("x")
+        assert srv.requests == 1 and e.value.token_expired  # a string cannot be refreshed
+    with Scripted([refused], headers=EXPIRED) as srv:
+        provider = Counter()
+        with Quarry(srv.url, provider, max_retries=3) as q, pytest.raises(qe.Unauthenticated):
+            q.query("x")
+        assert srv.requests == 2 and provider.calls == 2  # one retry with the new token, never more
+    with Scripted([refused], headers=EXPIRED) as srv:
+        same = Counter(fixed="the-same-token")
+        with Quarry(srv.url, same, max_retries=3) as q, pytest.raises(qe.Unauthenticated):
+            q.query("x")
+        assert srv.requests == 1 and same.calls == 2  # asked again, gave the refused token: no retry
+    with Scripted([refused, SEARCH_OK], headers=EXPIRED) as srv:
+        user = Counter("user")
+        with Quarry(srv.url, "app-key", max_retries=0, user_token=user) as q:
+            assert q.search("x").hits == []  # the user's token expired: the retry is not one of max_retries
+        assert [h["x-quarry-user-token"] for h in srv.seen] == ["user1", "user2"]
+    with Scripted([refused], headers={"WWW-Authenticate": 'Bearer error="invalid_token", '
+                                                         'error_description="bad_signature"'}) as srv:
+        with Quarry(srv.url, Counter(), max_retries=3) as q, pytest.raises(qe.Unauthenticated) as e:
+            q.query("x")
+        assert srv.requests == 1 and not e.value.token_expired  # any other 401 is never retried
+
+    async def run():
+        with Scripted([refused], headers=EXPIRED) as srv:
+            provider = Counter()
+            async with AsyncQuarry(srv.url, provider.async_call) as q:
+                try:
+                    await q.query("x")
+                except qe.Unauthenticated:
+                    pass
+            return srv.requests, provider.calls
+
+    assert asyncio.run(run()) == (2, 2)
+
+
+def test_credentials_never_show_in_reprs_or_errors():
+    secret, user_secret = "qk_abcdef0123_secretpart", "eyJhbGciOi.user.secret"
+    with Scripted([(401, _error("unauthenticated", False))], headers=EXPIRED) as srv:
+        with Quarry(srv.url, secret, user_token=user_secret, max_retries=0) as q, pytest.raises(qe.Unauthenticated) as e:
+            q.query("x")
+        shown = " ".join([repr(q), str(q._http.headers), repr(e.value), str(e.value), repr(e.value.body)])
+        assert secret not in shown and user_secret not in shown
+        assert repr(q) == f"Quarry({srv.url!r}, api_key=<hidden>, user_token=<hidden>)"
+        assert repr(AsyncQuarry(srv.url, Counter())) == f"AsyncQuarry({srv.url!r}, api_key=<provider>, user_token=None)"
+    with pytest.raises(TypeError):
+        Quarry("http://127.0.0.1:1", None)  # type: ignore[arg-type]
