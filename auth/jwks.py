@@ -119,6 +119,7 @@ class KeySource:
         self._state = _State({}, jwks_uri=cfg.jwks_uri)
         self._lock = threading.Lock()
         self._verifiers: dict[tuple[str | None, str], jwt.PyJWK] = {}
+        self.generation = 0  # grows whenever the key set changes: verifications of an older one are redone
 
     # -- reading the keys ----------------------------------------------------------------------
     def _read(self) -> dict[str | None, dict]:
@@ -156,6 +157,7 @@ class KeySource:
             self._on_read(self.cfg.name, True)
         if keys != self._state.keys:
             self._verifiers.clear()
+            self.generation += 1
         self._state.keys, self._state.fetched_at = keys, now
         return True
 
@@ -164,21 +166,34 @@ class KeySource:
         return last is None or now - last >= self.cfg.refresh_interval_s
 
     # -- the key for one token -----------------------------------------------------------------
+    def check_fresh(self, may_fetch: bool = True) -> int:
+        """Keys young enough to trust (refreshed first when past half their age), else
+        `IdentityUnavailable`; returns the key set's generation. Every token check passes here,
+        a remembered verification included."""
+        with self._lock:
+            self._fresh_locked(self._clock(), may_fetch)
+            return self.generation
+
+    def _fresh_locked(self, now: float, may_fetch: bool) -> None:
+        st = self._state
+        age = None if st.fetched_at is None else now - st.fetched_at
+        if (age is None or age >= self.cfg.keys_max_age_s / 2) and self._may_try(now):
+            if not may_fetch:
+                raise NeedsFetch
+            self._refresh_locked(now)
+            age = None if st.fetched_at is None else now - st.fetched_at
+        if age is None or age >= self.cfg.keys_max_age_s:
+            if st.keys:
+                st.keys = {}
+                self.generation += 1
+            raise IdentityUnavailable(f"the keys of issuer {self.cfg.name!r} cannot be had; retry later")
+
     def key_for(self, kid: str | None, alg: str, may_fetch: bool = True) -> jwt.PyJWK:
         """The key that must have signed a token with header `kid` and `alg`. Without
         `may_fetch`, a check that would read the keys raises `NeedsFetch` instead."""
         now = self._clock()
         with self._lock:
-            st = self._state
-            age = None if st.fetched_at is None else now - st.fetched_at
-            if (age is None or age >= self.cfg.keys_max_age_s / 2) and self._may_try(now):
-                if not may_fetch:
-                    raise NeedsFetch
-                self._refresh_locked(now)
-                age = None if st.fetched_at is None else now - st.fetched_at
-            if age is None or age >= self.cfg.keys_max_age_s:
-                st.keys = {}
-                raise IdentityUnavailable(f"the keys of issuer {self.cfg.name!r} cannot be had; retry later")
+            self._fresh_locked(now, may_fetch)
             jwk = self._pick(kid)
             if jwk is None and self._may_try(now):
                 if not may_fetch:

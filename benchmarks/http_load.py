@@ -40,11 +40,12 @@ QUESTIONS = [json.loads(line)["question"] for line in (ROOT / "eval_data" / "dem
              if line.strip()]
 
 
-def start_server(index: Path, keys: Path, port: int) -> subprocess.Popen:
+def start_server(index: Path, keys: Path, port: int, extra: tuple[str, ...] = ()) -> subprocess.Popen:
     env = dict(os.environ, QUARRY_RATE_PER_SECOND="100000", QUARRY_BURST="100000", QUARRY_MAX_CONCURRENT_PER_KEY="1000",
                QUARRY_TODAY="2025-11-01")
     proc = subprocess.Popen([sys.executable, "-m", "routes.cli.main", "serve", "--index", str(index), "--keys", str(keys),
-                             "--port", str(port)], cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                             "--port", str(port), *extra], cwd=ROOT, env=env, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL)
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline:
         try:

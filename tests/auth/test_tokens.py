@@ -244,3 +244,24 @@ def test_a_credential_without_act_as_cannot_present_a_user(keys, clock) -> None:
         auth.caller(f"Bearer {keys.sign('k1', sub='ana')}", user)
     with pytest.raises(ValueError, match="either key_id"):
         IdentityConfig.model_validate({"issuers": [], "apps": [{"key_id": "a", "issuer": "corp", "subject": "x"}]})
+
+
+def test_a_remembered_verification_still_expires_and_ends_with_its_key(keys, clock) -> None:
+    wall = [time.time()]
+    v = TokenVerifier(IdentityConfig(issuers=(issuer(clock_skew_s=0, refresh_interval_s=0),)), fetch=keys.fetch, clock=clock,
+                      wall=lambda: wall[0])
+    token = keys.sign("k1", exp=int(wall[0]) + 60)
+    assert v.verify(token).subject == "ana"
+    fetched = keys.fetches
+    assert v.verify(token).subject == "ana" and keys.fetches == fetched  # remembered: no key work
+    wall[0] += 61
+    with pytest.raises(Unauthenticated) as exc:
+        v.verify(token)
+    assert reason(exc) == "expired"
+    wall[0] -= 61
+    keys.add("k2")
+    keys.published.remove("k1")  # the provider dropped the key that signed it
+    clock.now += 10_000  # past the keys' half age: the next check reads them again
+    with pytest.raises(Unauthenticated) as exc:
+        v.verify(token)
+    assert reason(exc) == "unknown_key"
