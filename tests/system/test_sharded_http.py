@@ -15,6 +15,7 @@ import pytest
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 
+from auth.config import IdentityConfig
 from indexes.shards import build_shards, load_cluster
 from indexes.snapshot_build import BuildOptions
 from retrieval.shard import LocalShard
@@ -23,6 +24,7 @@ from routes.service.runtime import Runtime
 from routes.service.settings import Settings
 from routes.service.sharded import open_sharded
 from routes.service.view import open_view
+from tests.auth.jwt_keys import AUD, ISS, Keys
 from tests.conftest import DEMO, LiveServer, assert_alike, stable_answer
 
 pytestmark = pytest.mark.slow
@@ -52,8 +54,13 @@ def servers(demo_index, embedder, http_keys, tmp_path_factory):
     view = open_sharded(sharded, [LocalShard(s.chunks, s.bm25, s.dense, s.catalog) for s in snapshots], embedder,
                         runtime.resources, front_settings, fan_out)
     runtime.generations.install(view, owned=True)
+    signer = Keys()  # end users' tokens too: the front takes them as one node does
+    signer.add("k1")
+    identity = IdentityConfig.model_validate({"issuers": [{"name": "corp", "issuer": ISS, "audience": [AUD],
+                                                           "jwks_file": str(signer.write_jwks(folder / "jwks.json"))}]})
     with LiveServer(create_app(one_settings, engine=single, keys=store)) as one, \
-            LiveServer(create_app(front_settings, keys=store, runtime=runtime)) as front:
+            LiveServer(create_app(front_settings, keys=store, runtime=runtime, identity=identity)) as front:
+        front.signer = signer
         yield one, front, keys
     fan_out.shutdown()
     single.close()
@@ -87,6 +94,22 @@ def test_the_front_answers_queries_searches_documents_and_sql_as_the_single_node
     sql = {"sql": "SELECT count(*) AS n FROM incidents"}
     rows = [call(server, "POST", "/v1/sql", keys["alice"], sql).json()["rows"] for server in (front, one)]
     assert rows[0] == rows[1] and rows[0]["data"] == [[120]]
+
+
+def test_end_user_tokens_on_the_front_see_what_keys_with_the_same_groups_see_on_one_node(servers):
+    one, front, keys = servers
+    for who, groups in (("alice", ["sre"]), ("bob", ["finance"]), ("erin", [])):
+        token = front.signer.sign("k1", sub=who, groups=groups, scope="query")
+        for question in QUESTIONS[:2]:
+            body = {"question": question, "deadline_ms": 60000}
+            want, got = call(one, "POST", "/v1/query", keys[who], body), call(front, "POST", "/v1/query", token, body)
+            assert (got.status_code, want.status_code) == (200, 200), got.text
+            assert_alike(stable_answer(got.json()), stable_answer(want.json()), f"{who}: {question}")
+        doc = call(front, "GET", "/v1/documents/note-finance-q3-2025-budget", token)
+        assert doc.status_code == call(one, "GET", "/v1/documents/note-finance-q3-2025-budget", keys[who]).status_code
+    expired = front.signer.sign("k1", sub="bob", groups=["finance"], exp=1)
+    r = call(front, "POST", "/v1/search", expired, {"query": "budget", "retriever": "bm25"})
+    assert r.status_code == 401 and r.json()["error"]["message"].startswith("token refused: expired")
 
 
 def test_the_front_keeps_the_nodes_auth_errors_and_read_only_writes(servers):
