@@ -197,3 +197,29 @@ def test_a_gap_says_its_passages_are_partial_and_a_request_in_flight_shows(brows
     assert page.is_hidden("#partial-note")
     _local_only(live, requests)
     page.close()
+
+
+def test_a_pasted_access_token_asks_as_its_user(browser, demo_engine, tmp_path):
+    """An end user's token from an identity provider works in the key field as a key does."""
+    from auth.config import IdentityConfig
+    from routes.server.app import create_app
+    from routes.service.settings import Settings
+    from tests.auth.jwt_keys import AUD, ISS, Keys
+    from tests.conftest import LiveServer
+
+    signer = Keys()
+    signer.add("k1")
+    identity = IdentityConfig.model_validate({"issuers": [{"name": "corp", "issuer": ISS, "audience": [AUD],
+                                                           "jwks_file": str(signer.write_jwks(tmp_path / "jwks.json"))}]})
+    with LiveServer(create_app(Settings(index_dir=tmp_path), engine=demo_engine, identity=identity)) as server:
+        page, requests, problems = _page(browser, server)
+        page.goto(server.url + "/console")
+        _ask(page, signer.sign("k1", sub="bob", groups=["finance"], scope="query"), BUDGET)
+        assert page.text_content("#status") == "answer_context"
+        assert page.eval_on_selector_all("#context .passage", "els => els.map(e => e.dataset.docId)")[0] == FINANCE_DOC
+        page.fill("#key", signer.sign("k1", sub="bob", groups=["finance"], exp=1))
+        page.click("#submit")
+        page.wait_for_selector("#error:not([hidden])")
+        assert "token refused: expired" in (page.text_content("#error") or "")
+        _local_only(server, requests)
+        page.close()
