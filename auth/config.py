@@ -41,7 +41,8 @@ class IssuerConfig(_Strict):
     audience: tuple[str, ...] = Field(min_length=1, description="Accepted `aud` values: this server's own identifiers.")
     discovery: bool = Field(False, description="Find `jwks_uri` in <issuer>/.well-known/openid-configuration.")
     jwks_uri: str | None = Field(None, max_length=2048, description="Where its public keys are served.")
-    jwks_file: Path | None = Field(None, description="Its public keys in a file, for hosts that reach no network.")
+    jwks_file: Path | None = Field(None, description="Its public keys in a file (relative to the identity file), for "
+                                   "hosts that reach no network.")
     algorithms: tuple[str, ...] = Field(("RS256",), min_length=1, description="Signature algorithms accepted.")
     principal_claim: str = Field("sub", min_length=1, description="The claim that is the principal id.")
     groups_claim: str | None = Field("groups", description="The claim listing groups or roles (None: no groups).")
@@ -150,6 +151,10 @@ def load_identity(path: Path) -> IdentityConfig:
         raw = json.loads(Path(path).read_text())
     except (OSError, ValueError) as e:
         raise InvalidRequest(f"identity file {path} is unreadable: {type(e).__name__}: {e}") from None
+    for issuer in raw.get("issuers", []) if isinstance(raw, dict) and isinstance(raw.get("issuers"), list) else []:
+        keys = issuer.get("jwks_file") if isinstance(issuer, dict) else None
+        if isinstance(keys, str) and not Path(keys).is_absolute():  # relative to the identity file, not the cwd
+            issuer["jwks_file"] = str(Path(path).resolve().parent / keys)
     try:
         return IdentityConfig.model_validate(raw)
     except ValidationError as e:

@@ -19,7 +19,7 @@ from auth.caller import Authenticator
 from auth.config import IdentityConfig, IssuerConfig
 from auth.jwks import IdentityUnavailable, NeedsFetch
 from auth.tokens import TokenVerifier, principal_from_claims
-from retrieval.errors import Forbidden, Unauthenticated
+from retrieval.errors import Forbidden, InvalidRequest, Unauthenticated
 from tests.auth.jwt_keys import AUD, ISS, Keys
 
 
@@ -265,3 +265,20 @@ def test_a_remembered_verification_still_expires_and_ends_with_its_key(keys, clo
     with pytest.raises(Unauthenticated) as exc:
         v.verify(token)
     assert reason(exc) == "unknown_key"
+
+
+def test_an_identity_file_reads_its_keys_file_beside_it(keys, tmp_path, monkeypatch) -> None:
+    from auth.config import load_identity
+
+    folder = tmp_path / "conf"
+    folder.mkdir()
+    keys.write_jwks(folder / "jwks.json")
+    (folder / "identity.json").write_text(json.dumps({"issuers": [{"name": "corp", "issuer": ISS, "audience": [AUD],
+                                                                   "jwks_file": "jwks.json"}]}))
+    monkeypatch.chdir(tmp_path)  # not the identity file's folder
+    verifier = TokenVerifier(load_identity(folder / "identity.json"))
+    assert verifier.verify(keys.sign("k1")).subject == "ana"
+    (folder / "bad.json").write_text(json.dumps({"issuers": [{"name": "corp", "issuer": ISS, "audience": [AUD]}],
+                                                 "extra": 1}))
+    with pytest.raises(InvalidRequest, match="extra"):
+        load_identity(folder / "bad.json")
