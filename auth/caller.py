@@ -68,7 +68,7 @@ class Authenticator:
         credential = authorization[7:].strip()
         if self.verifier is not None and TokenVerifier.looks_like_jwt(credential):
             token = self.verifier.verify(credential, may_fetch)
-            own, cred_id, app_id = token.principal, token.credential, f"jwt:{token.issuer}:{token.subject}"
+            own, cred_id, app_id = token.principal, token.credential, f"jwt:{token.issuer}:{token.sub}"
         else:
             if self.keys is None:
                 raise Unauthenticated("missing or malformed API key")
@@ -95,8 +95,18 @@ class Authenticator:
             raise Forbidden(f"the user holds {len(wider)} group(s) outside what this app may act for")
         p = user.principal
         scopes = p.scopes & own.scopes
+        writes = {"write", "admin"} & scopes
         return Principal(p.id, tuple(g for g in p.groups if g in allowed), scopes,
-                         p.write_prefixes if {"write", "admin"} & scopes else None)
+                         narrowest(p.write_prefixes, own.write_prefixes) if writes else None)
+
+
+def narrowest(a: tuple[str, ...] | None, b: tuple[str, ...] | None) -> tuple[str, ...] | None:
+    """The ids both prefix sets allow (None: every id): of each pair where one prefix starts
+    with the other, the longer one."""
+    if a is None or b is None:
+        return b if a is None else a
+    both = [x if x.startswith(y) else y for x in a for y in b if x.startswith(y) or y.startswith(x)]
+    return tuple(dict.fromkeys(both))
 
 
 async def authenticated(auth: Authenticator, authorization: str | None, user_token: str | None = None) -> Caller:

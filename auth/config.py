@@ -45,6 +45,9 @@ class IssuerConfig(_Strict):
                                    "hosts that reach no network.")
     algorithms: tuple[str, ...] = Field(("RS256",), min_length=1, description="Signature algorithms accepted.")
     principal_claim: str = Field("sub", min_length=1, description="The claim that is the principal id.")
+    principal_prefix: str = Field("", max_length=32, pattern=r"^([A-Za-z0-9][A-Za-z0-9_.@-]*)?$",
+                                  description="Put before every principal id of this issuer (e.g. `partner.`), so the "
+                                  "users of two issuers cannot name each other.")
     groups_claim: str | None = Field("groups", description="The claim listing groups or roles (None: no groups).")
     group_prefix: str = Field("", description="Keep only groups starting with this, and strip it.")
     scope_prefix: str = Field("", description="Keep only scopes starting with this, and strip it.")
@@ -99,7 +102,7 @@ class AppConfig(_Strict):
 
     key_id: str | None = Field(None, description="The app's API key (its id, as `quarry keys list` shows).")
     issuer: str | None = Field(None, description="Or: the issuer name of the app's own token ...")
-    subject: str | None = Field(None, description="... and that token's principal (a client id).")
+    subject: str | None = Field(None, description="... and that token's `sub` (a client id).")
     act_as: bool = Field(False, description="May send an end user's token in X-Quarry-User-Token.")
     user_issuers: tuple[str, ...] | None = Field(None, description="Issuers whose user tokens it may pass (None: all).")
     groups: tuple[str, ...] = Field((), description="The groups it may act for: the allowlist.")

@@ -19,9 +19,10 @@ import json
 import logging
 import threading
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Mapping
+from typing import Any, Callable, Iterator, Mapping
 
 import httpx
 import jwt
@@ -61,7 +62,9 @@ Fetch = Callable[[str, float], Mapping[str, Any]]
 
 
 def fetch_json(url: str, timeout: float) -> Mapping[str, Any]:
-    """GET `url` as a JSON object, at most `MAX_DOCUMENT_BYTES`; any failure raises OSError."""
+    """GET `url` as a JSON object, at most `MAX_DOCUMENT_BYTES` within `timeout` in all (not
+    per read: a server dripping a byte at a time is cut off); any failure raises OSError."""
+    deadline = time.monotonic() + timeout
     try:
         with httpx.stream("GET", url, timeout=timeout, follow_redirects=False,
                           headers={"Accept": "application/json"}) as response:
@@ -72,6 +75,8 @@ def fetch_json(url: str, timeout: float) -> Mapping[str, Any]:
                 body += chunk
                 if len(body) > MAX_DOCUMENT_BYTES:
                     raise OSError(f"{url} is larger than {MAX_DOCUMENT_BYTES} bytes")
+                if time.monotonic() > deadline:
+                    raise OSError(f"{url} took longer than {timeout:g} s")
     except httpx.HTTPError as e:
         raise OSError(f"{url}: {type(e).__name__}") from None
     try:
@@ -134,8 +139,10 @@ class KeySource:
             if doc.get("issuer") != self.cfg.issuer:
                 raise OSError(f"{url} names issuer {doc.get('issuer')!r}, not {self.cfg.issuer!r}")
             uri = doc.get("jwks_uri")
-            if not isinstance(uri, str) or not uri.startswith(("https://", "http://")):
-                raise OSError(f"{url} names no jwks_uri")
+            # keys over plain HTTP only from an issuer that is itself plain HTTP (a test or a loopback provider)
+            schemes = ("https://", "http://") if self.cfg.issuer.startswith("http://") else ("https://",)
+            if not isinstance(uri, str) or not uri.startswith(schemes):
+                raise OSError(f"{url} names no usable jwks_uri")
             self._state.jwks_uri = uri
         return public_signing_keys(self._fetch(self._state.jwks_uri, self.cfg.fetch_timeout_s))
 
@@ -161,6 +168,17 @@ class KeySource:
         self._state.keys, self._state.fetched_at = keys, now
         return True
 
+    @contextmanager
+    def _locked(self, may_fetch: bool) -> Iterator[None]:
+        """The lock; without `may_fetch` (an event loop) never waited for: a fetch in another
+        thread holds it, so the check moves to a worker thread rather than stall the loop."""
+        if not self._lock.acquire(blocking=may_fetch):
+            raise NeedsFetch
+        try:
+            yield
+        finally:
+            self._lock.release()
+
     def _may_try(self, now: float) -> bool:
         last = self._state.attempted_at
         return last is None or now - last >= self.cfg.refresh_interval_s
@@ -170,7 +188,7 @@ class KeySource:
         """Keys young enough to trust (refreshed first when past half their age), else
         `IdentityUnavailable`; returns the key set's generation. Every token check passes here,
         a remembered verification included."""
-        with self._lock:
+        with self._locked(may_fetch):
             self._fresh_locked(self._clock(), may_fetch)
             return self.generation
 
@@ -192,7 +210,7 @@ class KeySource:
         """The key that must have signed a token with header `kid` and `alg`. Without
         `may_fetch`, a check that would read the keys raises `NeedsFetch` instead."""
         now = self._clock()
-        with self._lock:
+        with self._locked(may_fetch):
             self._fresh_locked(now, may_fetch)
             jwk = self._pick(kid)
             if jwk is None and self._may_try(now):

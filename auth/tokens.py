@@ -16,6 +16,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import json
+import math
 import re
 import threading
 import time
@@ -38,7 +39,7 @@ class VerifiedToken:
     issuer: str  # the issuer's configured name
     subject: str  # the mapped principal id
     principal: Principal
-    claims: Mapping[str, Any]
+    sub: str | None = None  # the token's own `sub`: what an app is known by (never a claim its user may edit)
 
     @property
     def credential(self) -> str:
@@ -46,10 +47,11 @@ class VerifiedToken:
         return f"jwt:{self.issuer}:{self.subject}"
 
 
-def _string_list(value: Any) -> list[str]:
-    """A claim holding names: a JSON list of strings, or one space-separated string."""
+def _string_list(value: Any, spaced: bool) -> list[str]:
+    """A claim holding names: a JSON list of strings; a single string is one name, or, for
+    `spaced` claims (`scope`, RFC 8693), names separated by spaces."""
     if isinstance(value, str):
-        return value.split()
+        return value.split() if spaced else [value]
     if isinstance(value, list):
         return [v for v in value if isinstance(v, str)]
     return []
@@ -59,17 +61,18 @@ def principal_from_claims(cfg: IssuerConfig, claims: Mapping[str, Any]) -> Princ
     """The principal a verified token stands for. Groups and scopes the configuration does
     not accept are dropped (which narrows, never widens); a principal claim that is missing
     or not a valid id refuses the token."""
-    pid = claims.get(cfg.principal_claim)
-    if not isinstance(pid, str) or not _NAME.fullmatch(pid) or pid == "public" or pid.startswith("group:"):
+    claimed = claims.get(cfg.principal_claim)
+    pid = cfg.principal_prefix + claimed if isinstance(claimed, str) else None
+    if pid is None or not _NAME.fullmatch(pid) or pid == "public" or pid.startswith("group:"):
         raise token_refused("claim_invalid", f"claim {cfg.principal_claim!r} is not a usable principal id")
     groups: list[str] = []
     if cfg.groups_claim is not None:
-        for g in _string_list(claims.get(cfg.groups_claim))[:MAX_GROUPS]:
+        for g in _string_list(claims.get(cfg.groups_claim), spaced=False)[:MAX_GROUPS]:
             if g.startswith(cfg.group_prefix):
                 name = g[len(cfg.group_prefix):]
                 if _NAME.fullmatch(name):
                     groups.append(name)
-    granted = _string_list(claims.get("scope")) or _string_list(claims.get("scp"))
+    granted = _string_list(claims.get("scope"), spaced=True) or _string_list(claims.get("scp"), spaced=True)
     scopes = {s[len(cfg.scope_prefix):] for s in granted if s.startswith(cfg.scope_prefix)} & set(cfg.allowed_scopes)
     return Principal(pid, tuple(dict.fromkeys(groups)), frozenset(scopes),
                      cfg.write_prefixes if "write" in scopes or "admin" in scopes else None)
@@ -83,9 +86,13 @@ def _number(claims: Mapping[str, Any], name: str) -> float | None:
     value = claims.get(name)
     if value is None:
         return None
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise token_refused("invalid", f"its {name!r} is not a number")
-    return float(value)
+    try:
+        number = float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else math.nan
+    except OverflowError:
+        number = math.nan
+    if not math.isfinite(number):
+        raise token_refused("invalid", f"its {name!r} is not a finite number")
+    return number
 
 
 def check_claims(claims: Mapping[str, Any], cfg: IssuerConfig, now: float) -> None:
@@ -121,7 +128,7 @@ def _unverified(token: str) -> tuple[dict, dict]:
         raise token_refused("malformed", "not a signed JWT")
     try:
         header, claims = (json.loads(base64.urlsafe_b64decode(p + "=" * (-len(p) % 4))) for p in parts[:2])
-    except ValueError:
+    except (ValueError, RecursionError):  # RecursionError: JSON nested past the parser's depth
         raise token_refused("malformed", "not a signed JWT") from None
     if not isinstance(header, dict) or not isinstance(claims, dict):
         raise token_refused("malformed", "not a signed JWT")
@@ -171,6 +178,8 @@ class TokenVerifier:
     def verify(self, token: str, may_fetch: bool = True) -> VerifiedToken:
         """The verified token, or a refused token (401) / `IdentityUnavailable` (503). Without
         `may_fetch`, a check that would read an issuer's keys raises `NeedsFetch`."""
+        if not self.sources:
+            raise token_refused("unknown_issuer", "this server trusts no issuer")
         if len(token) > self._max_bytes:
             raise token_refused("too_large", f"tokens are at most {self._max_bytes} bytes")
         digest = hashlib.sha256(token.encode()).digest()
@@ -187,16 +196,15 @@ class TokenVerifier:
                 raise token_refused("not_yet_valid", "its nbf or iat is in the future")
             if generation == memo.generation:
                 return memo.token
-        verified, source, generation = self._verify(token, may_fetch)
-        claims = verified.claims
-        not_before = max(float(claims.get("nbf", 0) or 0), float(claims.get("iat", 0) or 0))
+        verified, source, generation, claims = self._verify(token, may_fetch)
+        not_before = max(_number(claims, "nbf") or 0.0, _number(claims, "iat") or 0.0)
         with self._memo_lock:
-            self._memo[digest] = _Memo(verified, source, generation, not_before, float(claims["exp"]))
+            self._memo[digest] = _Memo(verified, source, generation, not_before, _number(claims, "exp") or 0.0)
             if len(self._memo) > MEMO_SIZE:
                 self._memo.popitem(last=False)
         return verified
 
-    def _verify(self, token: str, may_fetch: bool) -> tuple[VerifiedToken, KeySource, int]:
+    def _verify(self, token: str, may_fetch: bool) -> tuple[VerifiedToken, KeySource, int, Mapping[str, Any]]:
         header, unverified = _unverified(token)
         iss = unverified.get("iss")
         source = self.sources.get(iss) if isinstance(iss, str) else None
@@ -220,6 +228,7 @@ class TokenVerifier:
         if not valid:
             raise token_refused("bad_signature", "its signature does not verify")
         check_claims(unverified, cfg, self._wall())
-        claims = unverified
-        principal = principal_from_claims(cfg, claims)
-        return VerifiedToken(cfg.name, principal.id, principal, claims), source, generation
+        principal = principal_from_claims(cfg, unverified)
+        sub = unverified.get("sub")
+        return (VerifiedToken(cfg.name, principal.id, principal, sub if isinstance(sub, str) else None), source, generation,
+                unverified)

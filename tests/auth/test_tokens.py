@@ -282,3 +282,116 @@ def test_an_identity_file_reads_its_keys_file_beside_it(keys, tmp_path, monkeypa
                                                  "extra": 1}))
     with pytest.raises(InvalidRequest, match="extra"):
         load_identity(folder / "bad.json")
+
+
+def test_a_check_on_the_event_loop_never_waits_for_a_fetch_in_another_thread(keys, clock) -> None:
+    import threading
+
+    release, fetching = threading.Event(), threading.Event()
+
+    def slow(url: str, timeout: float) -> dict:
+        fetching.set()
+        release.wait(30)
+        return keys.fetch(url, timeout)
+
+    v = TokenVerifier(IdentityConfig(issuers=(issuer(),)), fetch=slow, clock=clock)
+    token = keys.sign("k1")
+    worker = threading.Thread(target=v.verify, args=(token,))
+    worker.start()
+    assert fetching.wait(30)
+    with pytest.raises(NeedsFetch):  # the loop hands the check to a thread instead of blocking on the lock
+        v.verify(keys.sign("k1", sub="bo"), may_fetch=False)
+    release.set()
+    worker.join(30)
+    assert v.verify(keys.sign("k1", sub="bo"), may_fetch=False).subject == "bo"
+
+
+def test_a_key_document_served_a_byte_at_a_time_is_cut_off_at_the_fetch_timeout() -> None:
+    import socket
+    import threading
+
+    from auth.jwks import fetch_json
+
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(1)
+    done = threading.Event()
+
+    def drip() -> None:
+        conn, _ = listener.accept()
+        conn.recv(4096)
+        conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 100000\r\n\r\n")
+        while not done.is_set():
+            try:
+                conn.sendall(b" ")
+            except OSError:
+                break
+            done.wait(0.05)
+        conn.close()
+
+    thread = threading.Thread(target=drip, daemon=True)
+    thread.start()
+    try:
+        with pytest.raises(OSError, match="took longer"):
+            fetch_json(f"http://127.0.0.1:{listener.getsockname()[1]}/jwks", timeout=0.5)
+    finally:
+        done.set()
+        listener.close()
+
+
+@pytest.mark.parametrize("exp", ["NaN", "Infinity", "1e400", '"soon"', "true"])
+def test_a_time_claim_that_is_not_a_finite_number_is_refused(keys, clock, exp) -> None:
+    v = verifier(keys, clock)
+    header, body, _ = keys.sign("k1").split(".")
+    text = json.dumps(json.loads(base64.urlsafe_b64decode(body + "==")) | {"exp": "EXP"}).replace('"EXP"', exp)
+    signing_input = f"{header}.{_b64(text.encode())}"
+    from cryptography.hazmat.primitives import hashes
+    from cryptography.hazmat.primitives.asymmetric import padding
+    sig = keys.private["k1"].sign(signing_input.encode(), padding.PKCS1v15(), hashes.SHA256())
+    with pytest.raises(Unauthenticated) as exc:
+        v.verify(f"{signing_input}.{_b64(sig)}")
+    assert reason(exc) == "invalid"
+
+
+def test_json_nested_past_the_parser_is_malformed_not_a_crash(keys, clock) -> None:
+    with pytest.raises(Unauthenticated) as exc:
+        verifier(keys, clock).verify(f"{_b64(b'[' * 3000)}.e30.x")
+    assert reason(exc) == "malformed"
+
+
+def test_a_groups_string_is_one_group_and_a_principal_prefix_keeps_issuers_apart() -> None:
+    p = principal_from_claims(issuer(principal_prefix="partner."), {"sub": "alice", "groups": "Finance Admins"})
+    assert p.id == "partner.alice" and p.groups == ()  # "Finance Admins" is one name, and not a valid one
+    assert principal_from_claims(issuer(), {"sub": "alice", "groups": "finance"}).groups == ("finance",)
+
+
+def test_discovery_that_names_keys_over_plain_http_is_not_used(keys, clock) -> None:
+    def fetch(url: str, timeout: float) -> dict:
+        if url.endswith("/.well-known/openid-configuration"):
+            return {"issuer": ISS, "jwks_uri": "http://idp.test/jwks"}
+        return keys.jwks()
+
+    v = TokenVerifier(IdentityConfig(issuers=(issuer(),)), fetch=fetch, clock=clock)
+    with pytest.raises(IdentityUnavailable):
+        v.verify(keys.sign("k1"))
+
+
+def test_an_app_is_known_by_its_tokens_sub_and_acts_within_its_own_write_prefixes(keys, clock, tmp_path) -> None:
+    from auth.caller import narrowest
+    from auth.keys import KeyStore
+
+    identity = IdentityConfig.model_validate({
+        "issuers": [issuer(principal_claim="email", allowed_scopes=["query", "write"]).model_dump()],
+        "apps": [{"issuer": "corp", "subject": "rag-app", "act_as": True, "groups": ["eng"]}]})
+    store = KeyStore(tmp_path / "keys.json")
+    app_key, rec = store.add("pipeline", [], ["query", "write"], write_prefixes=["pipeline-"])
+    identity = identity.model_copy(update={"apps": (*identity.apps, *IdentityConfig.model_validate(
+        {"issuers": [issuer().model_dump()], "apps": [{"key_id": rec.key_id, "act_as": True, "groups": ["eng"]}]}).apps)})
+    auth = Authenticator(store, identity, TokenVerifier(identity, fetch=keys.fetch, clock=clock))
+    user = keys.sign("k1", sub="u1", email="bo@corp.test", scope="query write")
+    # a user whose editable email equals the app's subject is not the app
+    with pytest.raises(Forbidden, match="act_as"):
+        auth.caller(f"Bearer {keys.sign('k1', sub='u2', email='rag-app')}", user)
+    acting = auth.caller(f"Bearer {app_key}", user)
+    assert acting.principal.id == "bo@corp.test" and acting.principal.write_prefixes == ("pipeline-",)
+    assert narrowest(("a-", "b-x"), ("a-1", "b-")) == ("a-1", "b-x") and narrowest(("a-",), ("b-",)) == ()
