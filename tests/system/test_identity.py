@@ -359,3 +359,25 @@ def test_a_tokens_scopes_decide_its_writes(idp, embedder, tmp_path) -> None:
         r = put("notes-q1", bearer(writer))
         assert r.status_code in (200, 201), r.text
         wait_until(lambda: "notes-q1" in found(search(server.url, reader, "quillon ledger")), "the write to be served")
+
+
+def test_the_client_and_both_retrievers_with_provider_tokens_see_what_keys_see(site) -> None:
+    from pydantic import SecretStr
+
+    from quarry_client import Quarry
+    from quarry_client.langchain import QuarryRetriever as LangChainRetriever
+    from quarry_client.llamaindex import QuarryRetriever as LlamaIndexRetriever
+
+    question = QUESTIONS[0]["question"]
+    for user in ("bob", "erin"):
+        token = site.tokens[user]
+        with Quarry(site.url, site.keys[user]) as by_key, Quarry(site.url, lambda token=token: token) as by_token, \
+                Quarry(site.url, site.app_token) as app:
+            want = stable_answer(by_key.query(question).model_dump())
+            assert_alike(want, stable_answer(by_token.query(question).model_dump()), user)
+            assert_alike(want, stable_answer(app.query(question, user_token=token).model_dump()), user)
+        keyed = LangChainRetriever(base_url=site.url, api_key=SecretStr(site.keys[user])).invoke(question)
+        acting = LangChainRetriever(base_url=site.url, token_provider=lambda: site.app_token).invoke(question, user_token=token)
+        assert [d.id for d in acting] == [d.id for d in keyed]
+        nodes = LlamaIndexRetriever(site.url, token_provider=lambda token=token: token).retrieve(question)
+        assert [n.node.node_id for n in nodes] == [d.id for d in keyed]
