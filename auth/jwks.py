@@ -206,9 +206,10 @@ class KeySource:
                 self.generation += 1
             raise IdentityUnavailable(f"the keys of issuer {self.cfg.name!r} cannot be had; retry later")
 
-    def key_for(self, kid: str | None, alg: str, may_fetch: bool = True) -> jwt.PyJWK:
-        """The key that must have signed a token with header `kid` and `alg`. Without
-        `may_fetch`, a check that would read the keys raises `NeedsFetch` instead."""
+    def key_for(self, kid: str | None, alg: str, may_fetch: bool = True) -> tuple[jwt.PyJWK, int]:
+        """The key that must have signed a token with header `kid` and `alg`, and the key set's
+        generation it came from. Without `may_fetch`, a check that would read the keys raises
+        `NeedsFetch` instead."""
         now = self._clock()
         with self._locked(may_fetch):
             self._fresh_locked(now, may_fetch)
@@ -221,7 +222,7 @@ class KeySource:
                 jwk = self._pick(kid)
             if jwk is None:
                 raise token_refused("unknown_key", "no key of the issuer has this kid")
-            return self._verifier(kid, alg, jwk)
+            return self._verifier(kid, alg, jwk), self.generation
 
     def _pick(self, kid: str | None) -> dict | None:
         keys = self._state.keys

@@ -217,8 +217,7 @@ class TokenVerifier:
         if not isinstance(alg, str) or alg not in cfg.algorithms:
             raise token_refused("algorithm_not_allowed", f"the issuer's tokens are signed with {list(cfg.algorithms)}")
         kid = header.get("kid")
-        generation = source.check_fresh(may_fetch)
-        key = source.key_for(kid if isinstance(kid, str) else None, alg, may_fetch)
+        key, generation = source.key_for(kid if isinstance(kid, str) else None, alg, may_fetch)
         signing_input, _, signature = token.rpartition(".")
         try:
             raw = base64.urlsafe_b64decode(signature + "=" * (-len(signature) % 4))

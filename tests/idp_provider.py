@@ -305,9 +305,11 @@ class OidcProvider:
         return body
 
 
-def standard_provider(folder: Path, access_token_ttl: int = 300) -> OidcProvider:
-    """A provider, not yet started, with STANDARD_USERS, the web client and two apps (one in
-    group:eng, one in no group), and RESOURCE and OTHER_RESOURCE as audiences."""
+def standard_provider(folder: Path, access_token_ttl: int = 300,
+                      users: dict[str, dict[str, Any]] = STANDARD_USERS) -> OidcProvider:
+    """A provider, not yet started, with `users` (STANDARD_USERS unless given), the web client
+    and two apps (one in group:eng, one in no group), and RESOURCE and OTHER_RESOURCE as
+    audiences."""
     clients = [
         {"client_id": WEB_CLIENT, "client_secret": secrets.token_urlsafe(24), "redirect_uris": [REDIRECT_URI],
          "grant_types": ["authorization_code"], "response_types": ["code"], "token_endpoint_auth_method": "client_secret_basic"},
@@ -316,5 +318,5 @@ def standard_provider(folder: Path, access_token_ttl: int = 300) -> OidcProvider
         {"client_id": BARE_APP_CLIENT, "client_secret": secrets.token_urlsafe(24), "grant_types": ["client_credentials"],
          "response_types": [], "redirect_uris": []},
     ]
-    return OidcProvider(folder, users=STANDARD_USERS, clients=clients,
+    return OidcProvider(folder, users=users, clients=clients,
                         resources={RESOURCE: RESOURCE_SCOPE, OTHER_RESOURCE: RESOURCE_SCOPE}, access_token_ttl=access_token_ttl)

@@ -28,7 +28,7 @@ from mcp.client.streamable_http import streamable_http_client
 from auth.config import IdentityConfig
 from auth.keys import KeyStore
 from tests.conftest import DEMO, MINI, PATIENCE_S, LiveServer, assert_alike, counter, stable_answer, wait_until
-from tests.idp_provider import APP_CLIENT, BARE_APP_CLIENT, OTHER_RESOURCE, RESOURCE, RESOURCE_SCOPE, WEB_CLIENT, OidcProvider
+from tests.idp_provider import APP_CLIENT, BARE_APP_CLIENT, OTHER_RESOURCE, RESOURCE, OidcProvider, standard_provider
 
 pytestmark = pytest.mark.slow
 
@@ -46,21 +46,9 @@ SQL_QUESTION = "How many deployments were rolled back?"
 
 
 def provider(folder, users=USERS) -> OidcProvider:
-    import secrets
-
-    from tests.idp_provider import REDIRECT_URI
-
+    """The standard clients (tests/idp_provider.py) with the demo corpus's users."""
     folder.mkdir(parents=True, exist_ok=True)
-    clients = [
-        {"client_id": WEB_CLIENT, "client_secret": secrets.token_urlsafe(24), "redirect_uris": [REDIRECT_URI],
-         "grant_types": ["authorization_code"], "response_types": ["code"], "token_endpoint_auth_method": "client_secret_basic"},
-        {"client_id": APP_CLIENT, "client_secret": secrets.token_urlsafe(24), "grant_types": ["client_credentials"],
-         "response_types": [], "redirect_uris": []},
-        {"client_id": BARE_APP_CLIENT, "client_secret": secrets.token_urlsafe(24), "grant_types": ["client_credentials"],
-         "response_types": [], "redirect_uris": []},
-    ]
-    return OidcProvider(folder, users=users, clients=clients,
-                        resources={RESOURCE: RESOURCE_SCOPE, OTHER_RESOURCE: RESOURCE_SCOPE})
+    return standard_provider(folder, users=users)
 
 
 def identity(idp: OidcProvider, **issuer: object) -> IdentityConfig:
