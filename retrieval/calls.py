@@ -18,6 +18,7 @@ from concurrent.futures import Executor, Future
 from dataclasses import dataclass
 from typing import Any, Callable
 
+from retrieval.deadline import carried
 from retrieval.errors import RetrievalUnavailable
 
 
@@ -55,6 +56,8 @@ class CallPool:
             return len(self._abandoned)
 
     def submit(self, fn: Callable[..., Any], *args: Any) -> Future[Any]:
+        """Run `fn(*args)` on a worker, with the caller's context (its question's deadline)."""
+        fn = carried(fn)
         with self._lock:
             if len(self._abandoned) > self.spare:  # the spare threads are all taken: a call would queue
                 raise RetrievalUnavailable(f"{len(self._abandoned)} retriever calls that timed out are still running; "

@@ -35,6 +35,7 @@ from typing import Any, Callable, Mapping, Sequence
 from retrieval.calls import CallScope
 from retrieval.constraints import Constraints, extract
 from retrieval.dates import dated_first
+from retrieval.deadline import question_deadline
 from retrieval.errors import InvalidRequest, RetrievalError, RetrievalTimeout, RetrievalUnavailable
 from retrieval.fusion import rrf
 from retrieval.grader import Grade
@@ -202,7 +203,14 @@ def _understand(question: str, access: AccessScope, deps: LoopDeps, filters: Fil
 def run_loop(question: str, principal: Principal, budget: Budget, deps: LoopDeps, filters: Filters = Filters(),
              today: date | None = None) -> LoopResult:
     """Answer one question for one principal within the budget (see module docstring);
-    `today` resolves the question's relative dates (default: `deps.today()`)."""
+    `today` resolves the question's relative dates (default: `deps.today()`). Every call made
+    for it, on any thread, is bounded by its deadline (retrieval/deadline.py)."""
+    with question_deadline(budget.deadline_ms / 1000.0):
+        return _run_loop(question, principal, budget, deps, filters, today)
+
+
+def _run_loop(question: str, principal: Principal, budget: Budget, deps: LoopDeps, filters: Filters,
+              today: date | None) -> LoopResult:
     clock, policy = deps.clock, deps.policy
     started = clock()
     trace_id = uuid.uuid4().hex

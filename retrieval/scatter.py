@@ -36,6 +36,7 @@ from typing import Callable, Iterable, Sequence, TypeVar
 
 import numpy as np
 
+from retrieval.deadline import carried
 from retrieval.errors import ServerFault
 from retrieval.fusion import fuse_hits
 from retrieval.retrievers.hybrid import FusionParams
@@ -61,9 +62,11 @@ def sum_stats(stats: Iterable[CollectionStats]) -> CollectionStats:
 
 
 def each(shards: Sequence[Shard], call: Callable[[Shard], T], fan_out: Executor | None) -> list[T]:
+    """`call` on every shard, at once on `fan_out`'s threads (each with the caller's context,
+    so the question's deadline bounds every shard's call: retrieval/deadline.py)."""
     if fan_out is None or len(shards) < 2:
         return [call(s) for s in shards]
-    return list(fan_out.map(call, shards))
+    return list(fan_out.map(carried(call), shards))
 
 
 def scatter_bm25(shards: Sequence[Shard], query: str, access: AccessScope, k: int, filters: Filters,

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import logging
 import socket
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from ray import serve
@@ -62,21 +61,11 @@ def open_front(settings: Settings, replicas: int = 2, retry_s: float = 10.0, att
     shards = attach_shards(index_dir, retry_s) if attach else deploy_shards(
         index_dir, replicas, retry_s, model=model, model_id=embedder.model_id)
     runtime = Runtime(settings)
-    fan_out = ThreadPoolExecutor(len(shards), thread_name_prefix="quarry-shards")
     try:
-        view = open_sharded(index_dir, shards, embedder, runtime.resources, settings, fan_out)
+        view = open_sharded(index_dir, shards, embedder, runtime.resources, settings, runtime.resources.shard_calls)
     except BaseException:
-        fan_out.shutdown(wait=False)
         runtime.close()
         raise
-    closing = view.on_close
-
-    def close() -> None:
-        if closing is not None:
-            closing()
-        fan_out.shutdown(wait=False)
-
-    view.on_close = close
     runtime.generations.install(view, owned=True)
     runtime.writer = ShardedWriter(runtime.generations, settings.write_batch_max, settings.write_max_key_bytes)
     return runtime

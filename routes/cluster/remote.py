@@ -2,8 +2,10 @@
 handle to the shard's replicas, with retries inside a deadline.
 
 Serve routes each call to a live replica of the shard. A replica or node that dies under a
-call fails that call only; it is sent again, to another replica, while the deadline allows
-(`retry_s`, per call). A shard with no live replica within the deadline makes the call a
+call fails that call only; it is sent again, to another replica, while the call's window
+allows: `retry_s`, cut to the question's time left when the call is made for a question
+(retrieval/deadline.py), but never under `MIN_CALL_S`. A try that runs out of the window
+is cancelled on the replica, so work nobody waits for stops. A shard with no live replica within the deadline makes the call a
 typed, retryable `RetrievalUnavailable` naming the shard: the front never answers from the
 other shards alone (a partial context would be a silently wrong one). An error the shard's
 code raised is never retried: a typed `RetrievalError` is the caller's answer, anything else
@@ -22,6 +24,7 @@ import ray.exceptions
 import ray.serve.exceptions
 from ray.serve.handle import DeploymentHandle
 
+from retrieval.deadline import call_window
 from retrieval.errors import RetrievalError, RetrievalUnavailable, ServerFault
 from retrieval.entities import Sightings
 from retrieval.shard import EntityKind, Evidence
@@ -33,6 +36,9 @@ log = logging.getLogger("quarry.cluster")
 # replica yet looks like to a caller (after RayTaskError: the shard's own code raised).
 UNAVAILABLE = (ray.exceptions.RayError, ray.serve.exceptions.RayServeException, TimeoutError)
 RETRY_PAUSE_S = 0.05
+# The shortest window a call made for a question gets, even with its time spent: one short try
+# (a few milliseconds of shard work), not a failed answer for a question about to be graded.
+MIN_CALL_S = 0.25
 
 
 class RemoteShard:
@@ -55,7 +61,8 @@ class RemoteShard:
             setattr(self, what, getattr(self, what) + 1)
 
     def _call(self, method: str, *args: Any) -> Any:
-        deadline = time.monotonic() + self.retry_s
+        window = call_window(self.retry_s, MIN_CALL_S)
+        deadline = time.monotonic() + window
         failure: BaseException | None = None
         self._count("calls")
         while True:
@@ -66,8 +73,9 @@ class RemoteShard:
                 self._count("retried")
                 log.info("shard %02d: %s failed on a replica (%s); sending it again", self.shard, method,
                          type(failure).__name__)
+            response = getattr(self._handle, method).remote(*args)
             try:
-                return getattr(self._handle, method).remote(*args).result(timeout_s=left)
+                return response.result(timeout_s=left)
             except ray.exceptions.RayTaskError as e:  # the shard's code raised: its answer, never retried
                 cause = e.cause
                 if isinstance(cause, RetrievalError):
@@ -77,10 +85,12 @@ class RemoteShard:
                 raise
             except UNAVAILABLE as e:
                 failure = e
+                if isinstance(e, TimeoutError):
+                    response.cancel()  # nobody waits for it any more
                 time.sleep(min(RETRY_PAUSE_S, max(0.0, deadline - time.monotonic())))
         self._count("unavailable")
         raise RetrievalUnavailable(f"shard {self.shard:02d} has no live replica "
-                                   f"({type(failure).__name__ if failure else 'no answer'} within {self.retry_s:g} s); "
+                                   f"({type(failure).__name__ if failure else 'no answer'} within {window:.3g} s); "
                                    "retry shortly")
 
     def bm25_stats(self, query: str, access: AccessScope, filters: Filters) -> CollectionStats:

@@ -29,6 +29,7 @@ class Resources:
     name_keys: Lru[str, str]  # entity name keys, kept across the entity index builds of every view
     call_pool: CallPool  # at most `workers` retriever calls at once on `calls`, whichever view makes them
     extractors: ExtractorPool  # worker processes for PUT file bodies (started on first use)
+    shard_calls: ThreadPoolExecutor  # a cluster front's concurrent calls to its shards (threads start on first use)
 
     @classmethod
     def open(cls, settings: Settings) -> Resources:
@@ -43,12 +44,13 @@ class Resources:
             key_memo(),
             CallPool(settings.workers, settings.spare_workers, threads=calls),
             extraction_pool(settings),
+            ThreadPoolExecutor(settings.shard_workers, thread_name_prefix="quarry-shards"),
         )
 
     def shutdown(self) -> None:
         """Cancel what is queued and let the threads end once idle (none is waited for); stop
         the extraction workers."""
-        for pool in (self.calls, self.side, self.profiles, self.watchdogs, self.walkers):
+        for pool in (self.calls, self.side, self.profiles, self.watchdogs, self.walkers, self.shard_calls):
             pool.shutdown(wait=False, cancel_futures=True)
         self.extractors.close()
 

@@ -208,6 +208,8 @@ class Settings(BaseSettings):
                                 "threads", ge=1)
     profile_workers: int = setting(2, "Threads that build table profiles (apart from the retriever threads).",
                                    "threads", ge=1)
+    shard_workers: int = setting(32, "Threads a cluster front calls its shards on: each call in flight to one shard "
+                                 "holds one, so this bounds questions in flight x shards.", "threads", ge=1)
     threads: int | None = setting(None, "Torch and OpenMP threads for embedding (default: the libraries' choice).",
                                   "threads", ge=1)
     onnx_threads: int | None = setting(None, "onnxruntime intra-op threads for query embedding (default: the "
