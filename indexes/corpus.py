@@ -43,6 +43,7 @@ TABLE_SUFFIXES = {".csv", ".parquet"}
 FIELDS = {"id", "_id", "text", "title", "source", "date", "metadata", "acl"}
 MAX_TEXT_BYTES = 4 * MAX_TEXT_CHARS  # a Markdown or text file past it holds more characters than a document may
 MAX_JSONL_LINE_BYTES = 32 * 1024 * 1024  # one JSONL document: its text JSON-escaped, and its fields
+MAX_LISTED = 50  # bad files an ingest's error lists by name (it counts them all)
 _LOGGED_ID_RE = re.compile(r"[^\s#][^\s]{0,255}")  # the id rule before check_doc_id, for changes logged then
 
 
@@ -108,15 +109,31 @@ def iter_documents(sources: Sequence[Path], default_acl: Sequence[str] = ADMIN_O
     files, _ = discover(sources, reader.skipped)
     reader.roots.update(root for _, root in files)
     seen: dict[str, int] = {}  # id -> where it was first seen: file number << 32 | line
+    problems: list[IngestError] = []  # one per file: the rest of the folder is still read, and all are reported
     for number, (path, root) in enumerate(files):
-        for loaded in _load_file(path, root, tuple(default_acl), reader):
-            path_s, _, line = loaded.origin.rpartition(":")
-            first = seen.get(loaded.doc.id)
-            if first is not None:
-                where = f"{files[first >> 32][0]}:{first & 0xFFFFFFFF}"
-                raise IngestError(f"duplicate document id {loaded.doc.id!r} (first at {where})", path_s, int(line))
-            seen[loaded.doc.id] = number << 32 | int(line)
-            yield loaded
+        try:
+            for loaded in _load_file(path, root, tuple(default_acl), reader):
+                path_s, _, line = loaded.origin.rpartition(":")
+                first = seen.get(loaded.doc.id)
+                if first is not None:
+                    where = f"{files[first >> 32][0]}:{first & 0xFFFFFFFF}"
+                    raise IngestError(f"duplicate document id {loaded.doc.id!r} (first at {where})", path_s, int(line))
+                seen[loaded.doc.id] = number << 32 | int(line)
+                yield loaded
+        except IngestError as e:
+            problems.append(e)
+    if problems:
+        raise every_problem(problems)
+
+
+def every_problem(problems: Sequence[IngestError]) -> IngestError:
+    """One error for the bad files of one read: the first as it is when it is the only one,
+    else all of them, one per line (the first MAX_LISTED), so a folder is fixed in one round."""
+    if len(problems) == 1:
+        return problems[0]
+    listed = "\n".join(f"  {p.message}" for p in problems[:MAX_LISTED])
+    more = f"\n  ... and {len(problems) - MAX_LISTED} more" if len(problems) > MAX_LISTED else ""
+    return IngestError(f"{len(problems)} files cannot be ingested (nothing was published):\n{listed}{more}")
 
 
 def _read(path: Path, root: Path) -> str:
@@ -216,9 +233,13 @@ def _jsonl_document(path: Path, n: int, line: str, default_acl: tuple[str, ...])
 
 def _load_markdown(path: Path, root: Path, text: str, default_acl: tuple[str, ...],
                    reader: FileReader | None = None) -> LoadedDocument | None:
-    """A Markdown or text file as one document (None: its name makes no id, and it is listed)."""
+    """A Markdown or text file as one document (None: its name makes no id, or it is empty and
+    skipped, and it is listed)."""
     meta, body = split_front_matter(text, str(path))
-    record = dict(meta)
+    if not body.strip():
+        _empty_file(path, reader)  # raises unless the file is skipped
+        return None
+    record = _front_matter_fields(meta, str(path), reader is not None and reader.strict_fields)
     if reader is not None:  # folder manifests and a sidecar fill in what the front matter does not say
         manifest, sidecar = reader.overrides(path, root)
         both = sorted(set(sidecar) & set(meta))
@@ -239,6 +260,51 @@ def _load_markdown(path: Path, root: Path, text: str, default_acl: tuple[str, ..
     except InvalidRequest as e:
         raise IngestError(_clamped(e.message), str(path), 1) from None
     return LoadedDocument(doc, f"{path}:1")
+
+
+def _empty_file(path: Path, reader: FileReader | None) -> None:
+    """A Markdown or text file with no text (after its front matter): a bad file, left out
+    and listed with `skip_bad`, else an error that says so."""
+    if reader is not None and reader.skip_bad:
+        reader.skipped[str(path)] = Skipped(shown(path), "empty", "the file holds no text after its front matter")
+        return None
+    raise IngestError("empty: the file holds no text after its front matter "
+                      "(--skip-bad-files leaves such files out and lists them)", str(path), 1)
+
+
+def _front_matter_fields(meta: dict[str, Any], where: str, strict: bool) -> dict[str, Any]:
+    """A front matter's document fields, its other keys moved into `metadata` (a team's notes
+    carry `reported_by`, `site`, `tags`...): a date becomes its ISO text, a list of plain
+    values their comma-separated text; a nested value, or a key also set in `metadata`, is an
+    error naming it. `strict` refuses any key outside the fields, as a JSONL line does."""
+    extra = {str(k): v for k, v in meta.items() if k not in FIELDS}
+    if not extra:
+        return dict(meta)
+    if strict:
+        raise IngestError(f"unknown front-matter fields {sorted(extra)}; allowed: {sorted(FIELDS - {'_id'})} "
+                          "(without strict fields they go to metadata)", where, 1)
+    record = {k: v for k, v in meta.items() if k in FIELDS}
+    metadata = record.get("metadata")
+    if metadata is not None and not isinstance(metadata, dict):
+        return record  # make_document names the bad metadata
+    merged = dict(metadata or {})
+    for key, value in extra.items():
+        if key in merged:
+            raise IngestError(f"{key!r} set both as a front-matter field and in its metadata; keep one", where, 1)
+        merged[key] = _metadata_value(key, value, where)
+    record["metadata"] = merged
+    return record
+
+
+def _metadata_value(key: str, value: Any, where: str) -> str | int | float | bool | None:
+    if isinstance(value, (date, datetime)):
+        return value.isoformat()
+    if value is None or isinstance(value, (str, int, float, bool)):
+        return value
+    if isinstance(value, list) and all(isinstance(v, (str, int, float, bool, date)) for v in value):
+        return ", ".join(v.isoformat() if isinstance(v, date) else str(v) for v in value)
+    raise IngestError(f"front-matter field {key!r} holds a {type(value).__name__} of mappings or lists; metadata holds "
+                      "strings, numbers, booleans or lists of them", where, 1)
 
 
 def make_document(record: dict[str, Any], default_source: str | None, default_acl: tuple[str, ...],

@@ -133,6 +133,7 @@ class FileReader:
     files either stopping the ingest or collected in `skipped`."""
 
     skip_bad: bool = False
+    strict_fields: bool = False  # a Markdown front matter's keys outside the document fields stop the ingest (else: metadata)
     skipped: dict[str, Skipped] = field(default_factory=dict)
     pool: ExtractorPool | None = None  # where files are extracted (default: one worker of its own, made on first use)
     roots: set[Path] = field(default_factory=set)  # the source folders: below them, files are read following no link

@@ -101,7 +101,7 @@ class ShardPlan:
     t_load: float
 
     def documents(self, reader: FileReader | None = None) -> Iterator[LoadedDocument]:
-        return iter_documents(self.sources, self.options.default_acl, reader or FileReader(skip_bad=self.options.skip_bad_files))
+        return iter_documents(self.sources, self.options.default_acl, reader or self.options.file_reader())
 
     def mine(self, shard: int, reader: FileReader | None = None) -> Iterator[LoadedDocument]:
         """Shard `shard`'s documents, in source order."""
@@ -127,7 +127,7 @@ def plan_shards(sources: Sequence[Path], shards: int, options: BuildOptions,
         whole.update(record)
         parts[TABLES_SHARD].update(record)
     counts = [0] * shards
-    for ld in iter_documents(sources, options.default_acl, reader or FileReader(skip_bad=options.skip_bad_files)):
+    for ld in iter_documents(sources, options.default_acl, reader or options.file_reader()):
         record, i = document_record(ld.doc), shard_of(ld.doc.id, shards)
         whole.update(record)
         parts[i].update(record)
@@ -150,7 +150,7 @@ def build_shards(sources: Sequence[Path], index_dir: Path, embedder: Embedder, s
         raise IngestError(f"--shards must be between 1 and {MAX_SHARDS}, not {shards}")
     if shards == 1:
         return build_snapshot(sources, index_dir, embedder, options, progress)
-    reader = FileReader(skip_bad=options.skip_bad_files)
+    reader = options.file_reader()
     plan = plan_shards(sources, shards, options, reader)
 
     def in_process(plan: ShardPlan, protect: dict[int, frozenset[str]]) -> list[dict[str, Any]]:

@@ -68,8 +68,13 @@ class BuildOptions:
     dense_graph_from: int | None = 200_000  # chunks from which the dense index has HNSW graphs (None: never)
     dense_whole_graph: bool = True  # with two or more class graphs, one more over all their rows (indexes/dense_index.py)
     embed_batch: int = 4096  # texts per embedding batch; each finished batch is journaled (indexes/embed_journal.py)
-    skip_bad_files: bool = False  # a bad PDF, DOCX or HTML file is left out and listed, instead of stopping the ingest
+    skip_bad_files: bool = False  # a bad PDF, DOCX or HTML file, or an empty text file, is left out and listed, not a stop
+    strict_fields: bool = False  # front-matter keys outside the document fields stop the ingest (default: they go to metadata)
     document_batch: int = 32_768  # documents an ingest holds in memory at a time (at most BATCH_CHARS of text)
+
+    def file_reader(self) -> FileReader:
+        """The reader one ingest reads its sources with (every pass), by these options' rules."""
+        return FileReader(skip_bad=self.skip_bad_files, strict_fields=self.strict_fields)
 
 
 def index_text(doc: Document, chunk: Chunk) -> str:
@@ -168,7 +173,7 @@ def build_snapshot(
     t0 = time.perf_counter()
     tables = plan_tables(discover(sources)[1], options.default_acl)
     stamp = _stamp(sources)
-    reader = FileReader(skip_bad=options.skip_bad_files)  # one for both passes: each file is extracted once
+    reader = options.file_reader()  # one for both passes: each file is extracted once
 
     def documents() -> Iterator[LoadedDocument]:
         return iter_documents(sources, options.default_acl, reader)

@@ -71,8 +71,12 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("--no-reuse", dest="reuse_embeddings", action="store_const", const=False, default=None,
                     help="embed every chunk again instead of reusing vectors of unchanged chunks from the current snapshot")
     sp.add_argument("--skip-bad-files", action="store_true",
-                    help="leave out PDF, DOCX and HTML files that give no text (encrypted, corrupt, scans, empty) and list "
-                         "them, instead of stopping the ingest on the first (malformed JSONL, sidecars and ACLs always stop it)")
+                    help="leave out PDF, DOCX and HTML files that give no text (encrypted, corrupt, scans, empty) and empty "
+                         "Markdown or text files, and list them, instead of stopping the ingest (malformed JSONL, sidecars "
+                         "and ACLs always stop it; every such problem of the sources is reported in one run)")
+    sp.add_argument("--strict-fields", action="store_true",
+                    help="refuse front-matter keys outside the document fields (id, title, source, date, metadata, acl) "
+                         "instead of keeping them in the document's metadata")
     sp.add_argument("--shards", type=int, default=1,
                     help="write N shard snapshots (documents by a stable hash of their id) and a cluster manifest, "
                          "DIR/cluster.json, for a sharded deployment; tables go to shard 00 (default 1: one snapshot)")

@@ -42,7 +42,6 @@ import ray
 
 from indexes.embed_journal import EmbedJournal
 from indexes.embedder import Embedder
-from indexes.files import FileReader
 from indexes.shards import ShardPlan, build_member, plan_shards, publish_shards, unembedded
 from indexes.snapshot_build import BuildOptions
 from indexes.snapshot_load import read_manifest
@@ -179,7 +178,7 @@ def cluster_ingest(sources: Sequence[Path], index_dir: Path, shards: int, option
     if actors < 1 or batch < 1:
         raise IngestError(f"--actors and the batch size must be at least 1, not {actors} and {batch}")
     stats, t0 = stats or IngestStats(), time.perf_counter()
-    reader = FileReader(skip_bad=options.skip_bad_files)
+    reader = options.file_reader()
     plan = plan_shards(sources, shards, options, reader)
     embedder = Embedder(Path(model) if model else None)
     stats.seconds["validate"] = round(time.perf_counter() - t0, 3)

@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 
 from indexes.corpus import ADMIN_ONLY, load_documents
+from indexes.files import FileReader
 from retrieval.errors import IngestError
 
 
@@ -173,3 +174,67 @@ def test_ids_of_every_script_and_with_dots_inside_are_accepted(tmp_path):
     ids = ["rn-ledger-2.4.1", "dbpedia:Foo_(bar)", "日本語-3", "naïve", "..x", "a?b%c"]
     path = write(tmp_path / "a.jsonl", "".join(line(id=i, text="t") for i in ids))
     assert [d.doc.id for d in load_documents([path])] == ids
+
+
+def test_front_matter_keys_outside_the_fields_go_to_metadata(tmp_path):
+    write(tmp_path / "notes" / "pump.md",
+          "---\ntitle: Pump 4 seal\nreported_by: odette\nsite: Corrow Quay\nlogged: 2025-03-04\nhours: 3.5\n"
+          "tags: [pump, seal, 4]\nmetadata:\n  team: plant\n---\nThe seal on pump 4 weeps.\n")
+    doc = load_documents([tmp_path])[0].doc
+    assert doc.title == "Pump 4 seal" and doc.text.startswith("The seal")
+    assert doc.metadata == {"team": "plant", "reported_by": "odette", "site": "Corrow Quay", "logged": "2025-03-04",
+                            "hours": 3.5, "tags": "pump, seal, 4"}
+
+
+@pytest.mark.parametrize("front, message", [
+    ("site: a\nmetadata:\n  site: b\n", "'site' set both as a front-matter field and in its metadata"),
+    ("owner:\n  name: x\n", "front-matter field 'owner' holds a dict"),
+    ("steps: [[1, 2]]\n", "front-matter field 'steps' holds a list"),
+])
+def test_a_front_matter_key_that_metadata_cannot_hold_names_itself(tmp_path, front, message):
+    write(tmp_path / "n.md", f"---\n{front}---\nbody\n")
+    with pytest.raises(IngestError, match=message) as err:
+        load_documents([tmp_path])
+    assert err.value.path == str(tmp_path / "n.md") and err.value.line == 1
+
+
+def test_strict_fields_keep_the_error_for_unknown_front_matter_keys(tmp_path):
+    write(tmp_path / "n.md", "---\nreported_by: odette\n---\nbody\n")
+    with pytest.raises(IngestError, match=r"unknown front-matter fields \['reported_by'\]"):
+        load_documents([tmp_path], reader=FileReader(strict_fields=True))
+
+
+def test_an_empty_text_file_is_a_bad_file_skipped_with_the_flag_and_named_without_it(tmp_path):
+    write(tmp_path / "empty.md", "")
+    write(tmp_path / "only-front.md", "---\ntitle: nothing yet\n---\n  \n")
+    write(tmp_path / "ok.md", "# Fine\ntext\n")
+    reader = FileReader(skip_bad=True)
+    assert [d.doc.id for d in load_documents([tmp_path], reader=reader)] == ["ok"]
+    assert {(Path(s.path).name, s.reason) for s in reader.skipped.values()} == {("empty.md", "empty"),
+                                                                                ("only-front.md", "empty")}
+    with pytest.raises(IngestError, match="2 files cannot be ingested") as err:
+        load_documents([tmp_path])
+    assert "empty.md:1: empty" in err.value.message and "only-front.md:1: empty" in err.value.message
+
+
+def test_every_bad_file_of_a_folder_is_reported_in_one_run(tmp_path):
+    write(tmp_path / "a.jsonl", line(id="a1", text="fine") + line(id="a2"))
+    write(tmp_path / "b.md", "---\ntitle: [unclosed\n---\nbody\n")
+    write(tmp_path / "c.md", "# Good\nbody\n")
+    write(tmp_path / "d.md", "---\nacl: [everyone]\n---\nbody\n")
+    write(tmp_path / "e.jsonl", line(id="a1", text="again"))
+    with pytest.raises(IngestError) as err:
+        load_documents([tmp_path])
+    message = err.value.message
+    assert message.startswith("4 files cannot be ingested (nothing was published)")
+    for expected in ("a.jsonl:2: document 'a2' has no text", "b.md:", "malformed front matter", "d.md:1:",
+                     "e.jsonl:1: duplicate document id 'a1'"):
+        assert expected in message, message
+    assert "c.md" not in message
+
+
+def test_one_bad_file_is_reported_as_it_always_was(tmp_path):
+    write(tmp_path / "a.jsonl", line(id="a1", text="fine") + line(id="a2"))
+    with pytest.raises(IngestError) as err:
+        load_documents([tmp_path])
+    assert (err.value.path, err.value.line) == (str(tmp_path / "a.jsonl"), 2)

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -393,6 +394,12 @@ def test_a_shard_whose_application_is_gone_is_a_typed_retryable_unavailable(clus
             with pytest.raises(RetrievalUnavailable) as err:
                 view.query(question, PRINCIPALS[0], deadline_ms=LOOP_LIMITS.max_deadline_ms)
             assert err.value.retryable
+        # a question's deadline shorter than the shard's own window (3 s) bounds the wait on it
+        started = time.monotonic()
+        with pytest.raises(RetrievalUnavailable, match=r"within ([0-9.e-]+) s") as err:
+            view.query(LOOP_QUESTIONS[0], PRINCIPALS[0], deadline_ms=1000)
+        print(f"a 1 s question with shard 01 gone: 503 after {time.monotonic() - started:.2f} s (shard window 3 s)")
+        assert float(re.search(r"within ([0-9.e-]+) s", str(err.value)).group(1)) <= 1.0, str(err.value)
     finally:
         close()
 
