@@ -16,6 +16,7 @@ import zipfile
 from typing import Any, Iterator
 
 import docx
+from docx.opc.constants import RELATIONSHIP_TYPE as RT
 from docx.oxml.ns import qn
 
 from indexes.extract.record import MAX_TEXT_CHARS, BadFile, Extracted
@@ -54,9 +55,7 @@ def extract_docx(data: bytes, max_chars: int = MAX_TEXT_CHARS) -> Extracted:
         blocks = list(itertools.islice(_blocks(document.element.body, levels), MAX_BLOCKS + 1))
         if len(blocks) > MAX_BLOCKS:  # content controls open into more
             raise BadFile("too_large", f"the body holds more than {MAX_BLOCKS} paragraphs and tables")
-        props = document.core_properties
-        core = {name: getattr(props, name) for name in ("title", "author", "subject", "keywords", "category",
-                                                        "created", "modified")}
+        core = _core_properties(document)
     except BadFile:
         raise
     except Exception as error:  # python-docx on a zip that is no Word document: any failure is the file's
@@ -72,6 +71,20 @@ def extract_docx(data: bytes, max_chars: int = MAX_TEXT_CHARS) -> Extracted:
         metadata["modified"] = core["modified"].date().isoformat()
     created = core["created"].date() if core["created"] is not None else None
     return Extracted(text=text, regions=regions, title=title, date=created, metadata=metadata)
+
+
+_CORE = ("title", "author", "subject", "keywords", "category", "created", "modified")
+
+
+def _core_properties(document: Any) -> dict[str, Any]:
+    """The file's own core properties, all None when it has none: python-docx then makes up
+    defaults (title "Word Document", modified now) that would pass for the file's."""
+    try:
+        document.part.package.part_related_by(RT.CORE_PROPERTIES)
+    except KeyError:
+        return dict.fromkeys(_CORE)
+    props = document.core_properties
+    return {name: getattr(props, name) for name in _CORE}
 
 
 def _check_archive(infos: list[zipfile.ZipInfo]) -> None:
@@ -135,7 +148,19 @@ def _paragraph_level(p: Any, levels: dict[str, int]) -> int | None:
     if own is not None:
         return own if own <= _BODY_LEVEL else None
     style = p.find(f"{qn('w:pPr')}/{qn('w:pStyle')}")
-    return levels.get(style.get(qn("w:val"), "")) if style is not None else None
+    if style is None:
+        return None
+    style_id = style.get(qn("w:val"), "")
+    return levels[style_id] if style_id in levels else _level_by_id(style_id)
+
+
+def _level_by_id(style_id: str) -> int | None:
+    """A heading level read from a style id the styles part does not define ("Heading2",
+    "Title"): some generators write the paragraphs' style ids and leave the styles out."""
+    if style_id.lower() == "title":
+        return 0
+    match = _HEADING_NAME.fullmatch(style_id)
+    return int(match.group(1)) if match else None
 
 
 def _style_levels(document: Any) -> dict[str, int]:

@@ -297,3 +297,52 @@ def test_a_page_nested_past_any_real_one_is_refused_before_it_is_parsed():
     sloppy = "<html><body>" + "<p>para<li>item<td>cell<br>" * 5000 + "</body></html>"
     assert nesting_bound(sloppy)[0] < 5  # elements a parser closes by itself are not depth
     assert extract_html(sloppy.encode()).text
+
+
+def _rewritten(data: bytes, change: Callable[[str, bytes], bytes | None]) -> bytes:
+    """The .docx with each part passed through `change` (None drops the part)."""
+    out = io.BytesIO()
+    with zipfile.ZipFile(io.BytesIO(data)) as src, zipfile.ZipFile(out, "w", zipfile.ZIP_DEFLATED) as dst:
+        for info in src.infolist():
+            body = change(info.filename, src.read(info))
+            if body is not None:
+                dst.writestr(info.filename, body)
+    return out.getvalue()
+
+
+def _manual() -> bytes:
+    document = docx.Document()
+    document.add_heading("Pump manual", level=0)
+    document.add_heading("Seals", level=1)
+    document.add_paragraph("Replace the seal every 2,000 hours.")
+    document.add_heading("Checks", level=2)
+    document.add_paragraph("Look for weeping at the gland.")
+    buffer = io.BytesIO()
+    document.save(buffer)
+    return buffer.getvalue()
+
+
+def test_a_docx_without_core_properties_gets_no_made_up_title_or_date():
+    def drop_core(name: str, body: bytes) -> bytes | None:
+        if name == "docProps/core.xml":
+            return None
+        if name == "_rels/.rels":
+            return re.sub(rb"<Relationship [^>]*core-properties[^>]*/>", b"", body)
+        return body
+
+    doc = extract_docx(_rewritten(_manual(), drop_core))
+    assert doc.title == "Pump manual"  # the Title paragraph, not python-docx's "Word Document"
+    assert doc.date is None and "modified" not in doc.metadata and "author" not in doc.metadata
+
+
+def test_docx_headings_come_from_style_ids_the_styles_part_leaves_out():
+    def drop_heading_styles(name: str, body: bytes) -> bytes:
+        if name != "word/styles.xml":
+            return body
+        return re.sub(rb'<w:style [^>]*w:styleId="(?:Heading\d|Title)".*?</w:style>', b"", body, flags=re.DOTALL)
+
+    stripped = _rewritten(_manual(), drop_heading_styles)
+    assert b'w:styleId="Heading1"' not in zipfile.ZipFile(io.BytesIO(stripped)).read("word/styles.xml")
+    doc = extract_docx(stripped)
+    assert [r.section for r in doc.regions] == [("Pump manual",), ("Pump manual", "Seals"),
+                                                 ("Pump manual", "Seals", "Checks")]
