@@ -154,7 +154,7 @@ def main() -> None:
     for name in ("all", "one_attempt", "one_hybrid_attempt"):
         print(name, out[name])
     print("calls per question by method:", out["calls_per_question_by_method"])
-    write_json(f"shard-rounds-{args.tag}.json", out)
+    write_json(f"shard-rounds-{args.tag}", out)
 
 
 if __name__ == "__main__":

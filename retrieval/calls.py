@@ -18,7 +18,7 @@ from concurrent.futures import Executor, Future
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from retrieval.deadline import carried
+from retrieval.question_scope import carried
 from retrieval.errors import RetrievalUnavailable
 
 

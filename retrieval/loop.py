@@ -35,7 +35,7 @@ from typing import Any, Callable, Mapping, Sequence
 from retrieval.calls import CallScope
 from retrieval.constraints import Constraints, extract
 from retrieval.dates import dated_first
-from retrieval.deadline import question_deadline
+from retrieval.question_scope import question_scope
 from retrieval.errors import InvalidRequest, RetrievalError, RetrievalTimeout, RetrievalUnavailable
 from retrieval.fusion import rrf
 from retrieval.grader import Grade
@@ -204,8 +204,8 @@ def run_loop(question: str, principal: Principal, budget: Budget, deps: LoopDeps
              today: date | None = None) -> LoopResult:
     """Answer one question for one principal within the budget (see module docstring);
     `today` resolves the question's relative dates (default: `deps.today()`). Every call made
-    for it, on any thread, is bounded by its deadline (retrieval/deadline.py)."""
-    with question_deadline(budget.deadline_ms / 1000.0):
+    for it, on any thread, is bounded by its deadline (retrieval/question_scope.py)."""
+    with question_scope(budget.deadline_ms / 1000.0):
         return _run_loop(question, principal, budget, deps, filters, today)
 
 

@@ -71,6 +71,7 @@ class ShardParts:
     encode_query: Callable[[str], np.ndarray]
     fusion: FusionParams
     fan_out: Executor | None
+    side: Executor | None = None  # the dense half of hybrid calls, beside the BM25 half (apart from `fan_out`)
 
 
 # Each builder imports its retriever when it is called: the route list is read by the CLI and
@@ -134,7 +135,7 @@ def _scatter_dense(parts: ShardParts) -> ShardedDense:
 def _scatter_hybrid(parts: ShardParts) -> Retriever:
     from retrieval.scatter import ShardedHybrid
 
-    return ShardedHybrid(_scatter_bm25(parts), _scatter_dense(parts), parts.fusion)
+    return ShardedHybrid(_scatter_bm25(parts), _scatter_dense(parts), parts.fusion, parts.side)
 
 
 @dataclass(frozen=True)

@@ -36,12 +36,12 @@ from typing import Callable, Iterable, Sequence, TypeVar
 
 import numpy as np
 
-from retrieval.deadline import carried
+from retrieval.question_scope import carried, remembered
 from retrieval.errors import ServerFault
 from retrieval.fusion import fuse_hits
 from retrieval.retrievers.hybrid import FusionParams
 from retrieval.shard import Shard
-from retrieval.types import AccessScope, CollectionStats, Filters, Hit
+from retrieval.types import NO_FILTERS, AccessScope, CollectionStats, Filters, Hit
 
 T = TypeVar("T")
 NO_STATS = CollectionStats(0, 0.0, {})
@@ -63,16 +63,32 @@ def sum_stats(stats: Iterable[CollectionStats]) -> CollectionStats:
 
 def each(shards: Sequence[Shard], call: Callable[[Shard], T], fan_out: Executor | None) -> list[T]:
     """`call` on every shard, at once on `fan_out`'s threads (each with the caller's context,
-    so the question's deadline bounds every shard's call: retrieval/deadline.py)."""
+    so the question's deadline bounds every shard's call: retrieval/question_scope.py)."""
     if fan_out is None or len(shards) < 2:
         return [call(s) for s in shards]
     return list(fan_out.map(carried(call), shards))
 
 
+def stats_key(query: str, access: AccessScope) -> tuple[str, str, frozenset[str]]:
+    """Where a question's scope remembers the summed statistics of `query` over the rows
+    `access` may read, without filters (retrieval/question_scope.py)."""
+    return ("stats", query, access.tokens)
+
+
+def scatter_stats(shards: Sequence[Shard], query: str, access: AccessScope, filters: Filters,
+                  fan_out: Executor | None = None) -> CollectionStats:
+    """The summed statistics of `query` (one round; none when this question read them already)."""
+    def read() -> CollectionStats:
+        return sum_stats(each(shards, lambda s: s.bm25_stats(query, access, filters), fan_out))
+
+    return remembered(stats_key(query, access), read) if filters == NO_FILTERS else read()
+
+
 def scatter_bm25(shards: Sequence[Shard], query: str, access: AccessScope, k: int, filters: Filters,
                  fan_out: Executor | None = None) -> list[Hit]:
-    """BM25 over every shard's readable chunks as one collection (two rounds: statistics, then scores)."""
-    stats = sum_stats(each(shards, lambda s: s.bm25_stats(query, access, filters), fan_out))
+    """BM25 over every shard's readable chunks as one collection (two rounds: statistics, then
+    scores; one when the question's statistics were read already)."""
+    stats = scatter_stats(shards, query, access, filters, fan_out)
     if stats.n == 0 or k <= 0:
         return []
     return merge_hits(each(shards, lambda s: s.bm25(query, access, k, filters, stats), fan_out), k)
@@ -131,15 +147,24 @@ class ShardedExact:
 
 
 class ShardedHybrid:
-    """The hybrid route over shards: bm25 and dense merged over every shard, then fused."""
+    """The hybrid route over shards: bm25 and dense merged over every shard, then fused. With
+    `side` (an executor apart from the fan-out's, which the dense side's own scatter uses),
+    the dense side runs beside the BM25 side, so the route waits one round less."""
 
     name = "hybrid"
 
-    def __init__(self, lexical: ShardedBm25, semantic: ShardedDense, params: FusionParams = FusionParams()) -> None:
-        self._lexical, self._semantic, self.params = lexical, semantic, params
+    def __init__(self, lexical: ShardedBm25, semantic: ShardedDense, params: FusionParams = FusionParams(),
+                 side: Executor | None = None) -> None:
+        self._lexical, self._semantic, self.params, self._side = lexical, semantic, params, side
 
     def search(self, query: str, access: AccessScope, k: int, filters: Filters) -> list[Hit]:
         depth = max(k, self.params.depth)
-        sides = {self._lexical.name: self._lexical.search(query, access, depth, filters),
-                 self._semantic.name: self._semantic.search(query, access, depth, filters)}
+        if self._side is None:
+            bm25 = self._lexical.search(query, access, depth, filters)
+            dense = self._semantic.search(query, access, depth, filters)
+        else:
+            later = self._side.submit(carried(self._semantic.search), query, access, depth, filters)
+            bm25 = self._lexical.search(query, access, depth, filters)
+            dense = later.result()
+        sides = {self._lexical.name: bm25, self._semantic.name: dense}
         return fuse_hits(sides, self.params.method, self.params.rrf_k, self.params.weights, k)

@@ -18,7 +18,12 @@ readable rows of all shards, so a forbidden chunk on any shard moves none of the
   documents carrying it (retrieval/entities.py `Sightings`); summed, the longest-first scan
   and the one-document rule (`Named.docs`) see what one index of every row sees.
 
-Per question this costs a few rounds of one call per shard (concurrent on `fan_out`).
+Per question this costs a few rounds of one call per shard (concurrent on `fan_out`). Reading
+the question is one of them (`read_question`: the statistics of its text and of each name
+word, and both kinds of sightings, in one call per shard), and what a round merged is
+remembered for the rest of the question (retrieval/question_scope.py), so the question's
+statistics serve routing, the BM25 route and the evidence signals, and its title sightings
+serve entity linking and the grader's links.
 """
 
 from __future__ import annotations
@@ -34,11 +39,33 @@ from retrieval.entities import NO_SIGHTINGS, Sightings, bridge_texts, name_key, 
 from retrieval.linking import ranked_links
 from retrieval.lru import Lru
 from retrieval.policy import LinkedDoc
-from retrieval.scatter import each, sum_stats
-from retrieval.shard import EntityKind, Evidence, Shard
+from retrieval.question_scope import remember, remembered
+from retrieval.scatter import each, scatter_stats, stats_key
+from retrieval.shard import EntityKind, Evidence, Reading, Shard
 from retrieval.signals import Moments, absent_of, with_signals
 from retrieval.text import name_words
 from retrieval.types import NO_FILTERS, AccessScope, CollectionStats, Hit
+
+
+def read_question(shards: Sequence[Shard], question: str, access: AccessScope, fan_out: Executor | None) -> Reading:
+    """The shards' readings of `question` summed (one round), once per question; its parts
+    are remembered under the keys the finer calls below look up."""
+    def read() -> Reading:
+        names = name_words(question)
+        parts = each(shards, lambda s: s.read(question, names, access), fan_out)
+        reading = reduce(lambda a, b: a + b, parts[1:], parts[0])
+        remember(stats_key(question, access), reading.stats)
+        for name, stats in zip(names, reading.name_stats, strict=True):
+            remember(stats_key(name, access), stats)
+        remember(sightings_key(question, access, "titles"), reading.titles)
+        remember(sightings_key(question, access, "names"), reading.names)
+        return reading
+
+    return remembered(("read", question, access.tokens), read)
+
+
+def sightings_key(text: str, access: AccessScope, kind: EntityKind) -> tuple[str, str, frozenset[str], EntityKind]:
+    return ("sightings", text, access.tokens, kind)
 
 
 def term_counts(stats: CollectionStats) -> tuple[int, int, int]:
@@ -60,12 +87,13 @@ class ShardedSignals:
             64, 64 << 20, lambda _key, v: v[1].nbytes + v[2].nbytes)
 
     def _stats(self, query: str, access: AccessScope) -> CollectionStats:
-        return sum_stats(each(self._shards, lambda s: s.bm25_stats(query, access, NO_FILTERS), self._fan_out))
+        return scatter_stats(self._shards, query, access, NO_FILTERS, self._fan_out)
 
     def term_stats(self, question: str, access: AccessScope) -> tuple[int, int, int]:
         return term_counts(self._stats(question, access))
 
     def absent_names(self, question: str, access: AccessScope, known: Sequence[str] = ()) -> list[str]:
+        read_question(self._shards, question, access, self._fan_out)  # every name word's statistics in one round
         return absent_of(name_words(question), known, lambda name: self.term_stats(name, access))
 
     def _background(self, access: AccessScope, stats: CollectionStats) -> tuple[np.ndarray, np.ndarray]:
@@ -105,6 +133,11 @@ class ShardedLinker:
         self._shards, self._encode, self._fan_out = list(shards), encode, fan_out
 
     def _sightings(self, texts: Sequence[str], access: AccessScope, kind: EntityKind) -> list[Sightings]:
+        if len(texts) == 1:
+            return [remembered(sightings_key(texts[0], access, kind), lambda: self._scan(texts, access, kind)[0])]
+        return self._scan(texts, access, kind)
+
+    def _scan(self, texts: Sequence[str], access: AccessScope, kind: EntityKind) -> list[Sightings]:
         merged = [NO_SIGHTINGS] * len(texts)
         for part in each(self._shards, lambda s: s.sightings(texts, access, kind), self._fan_out):
             merged = [a + b for a, b in zip(merged, part, strict=True)]
@@ -112,8 +145,8 @@ class ShardedLinker:
 
     def entities(self, text: str, access: AccessScope) -> list[str]:
         skip = identifiers(text)
-        titles, = self._sightings([text], access, "titles")
-        names, = self._sightings([text], access, "names")
+        reading = read_question(self._shards, text, access, self._fan_out)  # both kinds of sightings, one round
+        titles, names = reading.titles, reading.names
         return list(dict.fromkeys(pick(titles.candidates, titles.readable, skip) + pick(names.candidates, names.readable, skip)))
 
     def bridge_docs(self, hits: Sequence[Hit], question: str, access: AccessScope) -> tuple[str, ...]:

@@ -24,7 +24,7 @@ Protocols, so retrieval/ imports no index).
 
 from __future__ import annotations
 
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from threading import Lock
 from typing import Callable, Literal, Protocol, Sequence
 
@@ -41,10 +41,32 @@ EntityKind = Literal["titles", "names"]  # document titles (with their identifie
 Evidence = tuple[float, float, float, float]  # a chunk's (bm25, qcov, tcov, dense) against a question
 
 
+@dataclass(frozen=True)
+class Reading:
+    """What reading a question asks of a shard, in one call: the BM25 statistics of its text
+    and of each of its name words, and the entity sightings of its titles and metadata names
+    in the text. Shards' readings add up to the cluster's."""
+
+    stats: CollectionStats
+    name_stats: tuple[CollectionStats, ...]
+    titles: Sightings
+    names: Sightings
+
+    def __add__(self, other: Reading) -> Reading:
+        return Reading(self.stats + other.stats,
+                       tuple(a + b for a, b in zip(self.name_stats, other.name_stats, strict=True)),
+                       self.titles + other.titles, self.names + other.names)
+
+
 class Shard(Protocol):
     """The retrieval calls a front makes to one shard. Each enforces `access` (and
     `filters`) inside the shard before ranking, and returns hits best first (equal scores
     by chunk id)."""
+
+    def read(self, question: str, names: Sequence[str], access: AccessScope) -> Reading:
+        """Reading a question, in one call (`Reading`): what routing, the absent-name check and
+        entity linking need of this shard, over the rows `access` may read."""
+        ...
 
     def bm25_stats(self, query: str, access: AccessScope, filters: Filters) -> CollectionStats:
         """This shard's share of BM25's collection statistics over the rows `access` may read
@@ -144,6 +166,16 @@ class LocalShard:
         self._memo = memo
         self._entities: dict[EntityKind, EntityIndex] | None = None
         self._lock = Lock()
+
+    def read(self, question: str, names: Sequence[str], access: AccessScope) -> Reading:
+        allowed = self._chunks.mask(access, NO_FILTERS)
+
+        def stats(text: str) -> CollectionStats:
+            return replace(self._bm25.collection_stats(text, allowed), version=self.version)
+
+        return Reading(stats(question), tuple(stats(n) for n in names),
+                       self._entity_index("titles").sightings(question, allowed, self._chunks.doc_ids),
+                       self._entity_index("names").sightings(question, allowed, self._chunks.doc_ids))
 
     def bm25_stats(self, query: str, access: AccessScope, filters: Filters) -> CollectionStats:
         return replace(self._bm25.collection_stats(query, self._chunks.mask(access, filters)), version=self.version)

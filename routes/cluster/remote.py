@@ -4,7 +4,7 @@ handle to the shard's replicas, with retries inside a deadline.
 Serve routes each call to a live replica of the shard. A replica or node that dies under a
 call fails that call only; it is sent again, to another replica, while the call's window
 allows: `retry_s`, cut to the question's time left when the call is made for a question
-(retrieval/deadline.py), but never under `MIN_CALL_S`. A try that runs out of the window
+(retrieval/question_scope.py), but never under `MIN_CALL_S`. A try that runs out of the window
 is cancelled on the replica, so work nobody waits for stops. A shard with no live replica within the deadline makes the call a
 typed, retryable `RetrievalUnavailable` naming the shard: the front never answers from the
 other shards alone (a partial context would be a silently wrong one). An error the shard's
@@ -24,10 +24,10 @@ import ray.exceptions
 import ray.serve.exceptions
 from ray.serve.handle import DeploymentHandle
 
-from retrieval.deadline import call_window
+from retrieval.question_scope import call_window
 from retrieval.errors import RetrievalError, RetrievalUnavailable, ServerFault
 from retrieval.entities import Sightings
-from retrieval.shard import EntityKind, Evidence
+from retrieval.shard import EntityKind, Evidence, Reading
 from retrieval.signals import Moments
 from retrieval.types import AccessScope, CollectionStats, Document, Filters, Hit
 
@@ -92,6 +92,9 @@ class RemoteShard:
         raise RetrievalUnavailable(f"shard {self.shard:02d} has no live replica "
                                    f"({type(failure).__name__ if failure else 'no answer'} within {window:.3g} s); "
                                    "retry shortly")
+
+    def read(self, question: str, names: Sequence[str], access: AccessScope) -> Reading:
+        return self._call("read", question, list(names), access)
 
     def bm25_stats(self, query: str, access: AccessScope, filters: Filters) -> CollectionStats:
         return self._call("bm25_stats", query, access, filters)

@@ -29,7 +29,7 @@ from indexes.shards import load_member, shard_dir
 from indexes.snapshot_load import Snapshot
 from indexes.wal import JSONObject
 from retrieval.entities import Sightings, key_memo
-from retrieval.shard import EntityKind, Evidence, LocalShard
+from retrieval.shard import EntityKind, Evidence, LocalShard, Reading
 from retrieval.signals import Moments
 from retrieval.types import AccessScope, CollectionStats, Document, Filters, Hit
 
@@ -58,6 +58,9 @@ class ShardReplica:
     @property
     def _local(self) -> LocalShard:
         return self._log.current()
+
+    def read(self, question: str, names: Sequence[str], access: AccessScope) -> Reading:
+        return self._local.read(question, names, access)
 
     def bm25_stats(self, query: str, access: AccessScope, filters: Filters) -> CollectionStats:
         return self._local.bm25_stats(query, access, filters)

@@ -70,6 +70,7 @@ class ShardedView:
     seq: int = 0  # the index generation: each shard numbers its own writes (routes/service/sharded_writes.py)
     max_chars: int = DEFAULT_MAX_CHARS  # the ingest's chunking, which a written document gets too
     ingest_acl: tuple[str, ...] = ADMIN_ONLY  # the ingest's default ACL, likewise
+    side: Executor | None = None  # runs a hybrid call's dense side beside its BM25 side (None: one after the other)
     retrievers: dict[str, Retriever] = field(init=False)
     deps: LoopDeps = field(init=False)
 
@@ -77,7 +78,7 @@ class ShardedView:
         if self.policy is None:
             self.policy = Policy(FeatureRouter(self.policies.router), SignalGrader(self.policies.grader))
         encode = self.embedder.encode_query
-        parts = ShardParts(self.shards, encode, self.policies.fusion, self.fan_out)
+        parts = ShardParts(self.shards, encode, self.policies.fusion, self.fan_out, self.side)
         self.retrievers = {r.name: r.scatter(parts) for r in REGISTRY if r.scatter is not None}
         if self.tables is not None:
             self.retrievers["sql"] = self.tables
@@ -177,7 +178,8 @@ def open_sharded(index_dir: Path, shards: Sequence[Shard], embedder: Embedder, r
         return ShardedView(shards, embedder, limits or settings.limits, Policies.load(index_dir, settings.fusion),
                            CallScope(resources.call_pool), fan_out, tables, today,
                            has_tables=bool(manifest["counts"].get("tables")), on_close=held.close, index_dir=index_dir,
-                           manifest=served, max_chars=max_chars, ingest_acl=ingest_acl)
+                           manifest=served, max_chars=max_chars, ingest_acl=ingest_acl,
+                           side=resources.side if fan_out is not None else None)
     except BaseException:
         held.close()
         raise

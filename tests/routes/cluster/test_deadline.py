@@ -16,7 +16,7 @@ import pytest
 ray_exceptions = pytest.importorskip("ray.exceptions", reason="the cluster extra is not installed")
 
 from indexes.shards import build_shards, load_cluster  # noqa: E402
-from retrieval.deadline import question_deadline, time_left  # noqa: E402
+from retrieval.question_scope import question_scope, time_left  # noqa: E402
 from retrieval.errors import RetrievalUnavailable  # noqa: E402
 from retrieval.limits import Limits  # noqa: E402
 from retrieval.shard import LocalShard  # noqa: E402
@@ -121,7 +121,7 @@ def test_a_search_outside_any_question_keeps_the_shards_own_window(cluster, embe
 
 def test_a_call_made_as_the_deadline_ends_still_gets_one_short_try(cluster, embedder):
     dead = Handle(None)
-    with question_deadline(0.0), pytest.raises(RetrievalUnavailable, match=f"within {MIN_CALL_S:g} s"):
+    with question_scope(0.0), pytest.raises(RetrievalUnavailable, match=f"within {MIN_CALL_S:g} s"):
         RemoteShard(dead, 1, retry_s=RETRY_S).describe()
     assert dead.windows and dead.windows[0] > 0 and max(dead.windows) <= MIN_CALL_S
 
@@ -146,18 +146,18 @@ def test_a_try_that_runs_out_of_its_window_is_cancelled_on_the_replica():
             return Method()
 
     slow = Slow(None)
-    with question_deadline(0.3), pytest.raises(RetrievalUnavailable):
+    with question_scope(0.3), pytest.raises(RetrievalUnavailable):
         RemoteShard(slow, 0, retry_s=RETRY_S).describe()
     assert slow.cancelled == len(slow.windows) >= 1
 
 
-def test_fan_out_threads_and_retriever_threads_see_the_question_deadline():
+def test_fan_out_threads_and_retriever_threads_see_the_question_scope():
     from retrieval.calls import CallPool
     from retrieval.scatter import each
 
     with ThreadPoolExecutor(4) as threads:
         pool = CallPool(2, threads=threads)
-        with question_deadline(5.0):
+        with question_scope(5.0):
             seen = each([1, 2, 3], lambda _: (time_left(), threading.current_thread().name), threads)
             submitted = pool.submit(time_left).result()
         after = pool.submit(time_left).result()
