@@ -39,7 +39,7 @@ from retrieval.types import Document, check_acl, check_doc_id
 ADMIN_ONLY: tuple[str, ...] = ("group:admin",)
 DOC_SUFFIXES = {".jsonl": "jsonl", ".md": "markdown", ".markdown": "markdown", ".txt": "text",
                 ".pdf": "file", ".docx": "file", ".html": "file", ".htm": "file"}
-TABLE_SUFFIXES = {".csv", ".parquet"}
+TABLE_SUFFIXES = {".csv", ".parquet", ".xlsx"}
 FIELDS = {"id", "_id", "text", "title", "source", "date", "metadata", "acl"}
 MAX_TEXT_BYTES = 4 * MAX_TEXT_CHARS  # a Markdown or text file past it holds more characters than a document may
 MAX_JSONL_LINE_BYTES = 32 * 1024 * 1024  # one JSONL document: its text JSON-escaped, and its fields

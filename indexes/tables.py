@@ -1,6 +1,8 @@
-"""CSV and Parquet files become DuckDB tables (schema `data`) in the snapshot catalog.
+"""CSV and Parquet files, and each worksheet of an .xlsx workbook (indexes/spreadsheets.py),
+become DuckDB tables (schema `data`) in the snapshot catalog.
 
-A table is named after its file (lower case, non-alphanumerics to `_`). Its table-level ACL
+A table is named after its file (lower case, non-alphanumerics to `_`); a workbook's sheets
+after the file and the sheet (`fleet_defects`), unless it has one sheet. Its table-level ACL
 comes from a sidecar `<name>.acl.json` (`{"acl": [...]}`) beside the file, else the ingest
 default. A column named `acl` is a row-level ACL: each cell a JSON list (or a list column in
 Parquet) validated like a document ACL; the service filters rows by it and never returns it.
@@ -16,7 +18,7 @@ import hashlib
 import json
 import os
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Sequence
 
@@ -24,13 +26,15 @@ import duckdb
 import pyarrow as pa
 
 from indexes.source_files import open_regular, read_regular
+from indexes.spreadsheets import read_sheet, sheet_names
 from retrieval.errors import IngestError, InvalidRequest
 from retrieval.sql.schema import ColumnInfo, TableInfo
 from retrieval.types import check_acl, valid_acl_entry
 
 _NAME_OK = re.compile(r"[a-z][a-z0-9_]{0,62}")
 _COLUMN_OK = re.compile(r'[^"\x00-\x1f\x7f]+')  # the SQL the service writes quotes column names
-SIDECAR_FIELDS = {"acl", "types", "key", "description", "aliases", "columns"}
+SIDECAR_FIELDS = {"acl", "types", "key", "description", "aliases", "columns", "sheets"}
+SHEET_FIELDS = {"types", "key", "description", "aliases", "columns"}  # what a workbook's sidecar may say per sheet
 MAX_DESCRIPTION = 500  # characters of a table's or a column's description
 MAX_ALIASES = 16  # aliases per table or column, each at most MAX_ALIAS characters
 MAX_ALIAS = 64
@@ -50,6 +54,12 @@ class TableSource:
     description: str = ""
     aliases: tuple[str, ...] = ()
     columns: tuple[tuple[str, str, tuple[str, ...]], ...] = ()  # (column, description, aliases) from the sidecar
+    sheet: str | None = None  # the worksheet of an .xlsx workbook this table is
+
+    @property
+    def origin(self) -> str:
+        """Where the rows come from, as answers cite it: the file, and the sheet of a workbook."""
+        return str(self.path) if self.sheet is None else f"{self.path}#{self.sheet}"
 
 
 def table_name(path: Path) -> str:
@@ -60,36 +70,92 @@ def table_name(path: Path) -> str:
 
 
 def plan_tables(paths: Sequence[Path], default_acl: tuple[str, ...]) -> list[TableSource]:
-    """Names and table ACLs of the table files; errors name the file."""
+    """Names and table ACLs of the table files (a workbook's: of each sheet); errors name the file."""
     out: dict[str, TableSource] = {}
     for path in paths:
-        name = table_name(path)
-        if name in out:
-            raise IngestError(f"two files map to table {name!r} (also {out[name].path})", str(path))
-        sidecar = path.with_name(f"{path.stem}.acl.json")
-        acl = default_acl
-        if os.path.lexists(sidecar):
-            try:
-                meta = json.loads(read_regular(sidecar, MAX_SIDECAR_BYTES).decode("utf-8"))
-            except OSError as e:
-                raise IngestError(f"unreadable ACL sidecar: {e.strerror}", str(sidecar)) from None
-            except (UnicodeDecodeError, json.JSONDecodeError) as e:
-                raise IngestError(f"unreadable ACL sidecar: {e}", str(sidecar)) from None
-            if not isinstance(meta, dict) or set(meta) - SIDECAR_FIELDS or "acl" not in meta:
-                raise IngestError('a sidecar holds {"acl": [...]} and optionally "types": {column: type}, "key": column, '
-                                  '"description": text, "aliases": [names] and "columns": {column: {"description", "aliases"}}',
-                                  str(sidecar))
-            try:
-                acl = check_acl(meta["acl"])
-            except InvalidRequest as e:
-                raise IngestError(e.message, str(sidecar)) from None
-            types, key = _declared(meta, str(sidecar))
-            description, aliases = _notes(meta, str(sidecar), "the table")
-            columns = _column_notes(meta.get("columns", {}), str(sidecar))
-            out[name] = TableSource(name, path, acl, types, key, description, aliases, columns)
-            continue
-        out[name] = TableSource(name, path, acl)
+        for src in _plan_file(path, default_acl):
+            if src.name in out:
+                raise IngestError(f"two files or sheets map to table {src.name!r} (also {out[src.name].origin})",
+                                  src.origin)
+            out[src.name] = src
     return list(out.values())
+
+
+def _plan_file(path: Path, default_acl: tuple[str, ...]) -> list[TableSource]:
+    name = table_name(path)
+    whole = _plan_one(path, name, default_acl)
+    if path.suffix.lower() != ".xlsx":
+        if whole.sheet_notes:
+            raise IngestError('"sheets" is for a workbook (.xlsx) only', str(whole.sidecar))
+        return [whole.source]
+    sheets = sheet_names(path)
+    if not sheets:
+        raise IngestError("the workbook has no sheet holding a value", str(path))
+    unknown = sorted(set(whole.sheet_notes) - set(sheets))
+    if unknown:
+        raise IngestError(f'"sheets" names {unknown[0]!r}, which is no sheet holding a value of the workbook '
+                          f"(its sheets: {', '.join(sheets)})", str(whole.sidecar))
+    out = []
+    for sheet in sheets:
+        table = name if len(sheets) == 1 else f"{name}_{_part(sheet)}"
+        if not _NAME_OK.fullmatch(table):
+            raise IngestError(f"cannot derive a table name from sheet {sheet!r}", str(path))
+        notes = whole.sheet_notes.get(sheet, {})
+        src = whole.source
+        if notes:
+            where = f"{whole.sidecar} (sheet {sheet!r})"
+            types, key = _declared({"types": dict(src.types), "key": src.key, **notes}, where)
+            description, aliases = _notes({"description": src.description, "aliases": list(src.aliases), **notes}, where,
+                                          "the sheet")
+            columns = _column_notes(notes.get("columns", {}), where) if "columns" in notes else src.columns
+            src = TableSource(src.name, path, src.acl, types, key, description, aliases, columns)
+        out.append(replace(src, name=table, sheet=sheet))
+    return out
+
+
+def _part(sheet: str) -> str:
+    return re.sub(r"[^a-z0-9_]+", "_", sheet.lower()).strip("_")
+
+
+@dataclass(frozen=True)
+class _Planned:
+    source: TableSource
+    sidecar: Path
+    sheet_notes: dict[str, dict]
+
+
+def _plan_one(path: Path, name: str, default_acl: tuple[str, ...]) -> _Planned:
+    """The file's table, named `name`, with what its sidecar says (a workbook's per-sheet notes aside)."""
+    sidecar = path.with_name(f"{path.stem}.acl.json")
+    acl = default_acl
+    if os.path.lexists(sidecar):
+        try:
+            meta = json.loads(read_regular(sidecar, MAX_SIDECAR_BYTES).decode("utf-8"))
+        except OSError as e:
+            raise IngestError(f"unreadable ACL sidecar: {e.strerror}", str(sidecar)) from None
+        except (UnicodeDecodeError, json.JSONDecodeError) as e:
+            raise IngestError(f"unreadable ACL sidecar: {e}", str(sidecar)) from None
+        if not isinstance(meta, dict) or set(meta) - SIDECAR_FIELDS or "acl" not in meta:
+            raise IngestError('a sidecar holds {"acl": [...]} and optionally "types": {column: type}, "key": column, '
+                              '"description": text, "aliases": [names], "columns": {column: {"description", "aliases"}} and, '
+                              'for a workbook, "sheets": {sheet: {those per sheet}}',
+                              str(sidecar))
+        try:
+            acl = check_acl(meta["acl"])
+        except InvalidRequest as e:
+            raise IngestError(e.message, str(sidecar)) from None
+        types, key = _declared(meta, str(sidecar))
+        description, aliases = _notes(meta, str(sidecar), "the table")
+        columns = _column_notes(meta.get("columns", {}), str(sidecar))
+        return _Planned(TableSource(name, path, acl, types, key, description, aliases, columns), sidecar,
+                        _sheet_notes(meta.get("sheets", {}), str(sidecar)))
+    return _Planned(TableSource(name, path, acl), sidecar, {})
+
+
+def _sheet_notes(sheets: object, where: str) -> dict[str, dict]:
+    if not isinstance(sheets, dict) or not all(isinstance(v, dict) and not set(v) - SHEET_FIELDS for v in sheets.values()):
+        raise IngestError(f'"sheets" maps sheet names to {{{", ".join(sorted(SHEET_FIELDS))}}}', where)
+    return {str(k): v for k, v in sheets.items()}
 
 
 def _declared(meta: dict, where: str) -> tuple[tuple[tuple[str, str], ...], str | None]:
@@ -164,17 +230,10 @@ def load_tables(con: duckdb.DuckDBPyConnection, sources: Sequence[TableSource]) 
     """Create `data.<name>` for each source inside the caller's transaction."""
     infos = []
     for src in sources:
-        reader = "read_parquet(?)" if src.path.suffix.lower() == ".parquet" else "read_csv(?, header = true, sample_size = -1)"
-        try:
-            with open_regular(src.path) as f:  # a file swapped for a link since it was found is refused
-                opened = f"/dev/fd/{f.fileno()}"
-                try:
-                    con.execute(f'CREATE TABLE data."{src.name}" AS SELECT * FROM {reader}', [opened])
-                except duckdb.Error as e:
-                    raise IngestError(f"cannot load table: {str(e).splitlines()[0].replace(opened, str(src.path))}",
-                                      str(src.path)) from None
-        except OSError as e:
-            raise IngestError(f"cannot read file: {e.strerror}", str(src.path)) from None
+        if src.sheet is not None:
+            _load_sheet(con, src)
+        else:
+            _load_file(con, src)
         columns = [ColumnInfo(n, t) for n, t, *_ in con.execute(f'DESCRIBE data."{src.name}"').fetchall()]
         names = [c.name for c in columns]
         for n in names:
@@ -199,9 +258,39 @@ def load_tables(con: duckdb.DuckDBPyConnection, sources: Sequence[TableSource]) 
             name=src.name, columns=tuple(columns), acl=src.acl, row_acl=row_acl,
             id_column=_declared_key(con, src, names, rows) if src.key else _id_column(con, src.name, columns, rows),
             doc_column="doc_id" if "doc_id" in names else None,
-            rows=int(rows), source=str(src.path), description=src.description, aliases=src.aliases,
+            rows=int(rows), source=src.origin, description=src.description, aliases=src.aliases,
         ))
     return infos
+
+
+def _load_file(con: duckdb.DuckDBPyConnection, src: TableSource) -> None:
+    reader = "read_parquet(?)" if src.path.suffix.lower() == ".parquet" else "read_csv(?, header = true, sample_size = -1)"
+    try:
+        with open_regular(src.path) as f:  # a file swapped for a link since it was found is refused
+            opened = f"/dev/fd/{f.fileno()}"
+            try:
+                con.execute(f'CREATE TABLE data."{src.name}" AS SELECT * FROM {reader}', [opened])
+            except duckdb.Error as e:
+                raise IngestError(f"cannot load table: {str(e).splitlines()[0].replace(opened, str(src.path))}",
+                                  str(src.path)) from None
+    except OSError as e:
+        raise IngestError(f"cannot read file: {e.strerror}", str(src.path)) from None
+
+
+def _load_sheet(con: duckdb.DuckDBPyConnection, src: TableSource) -> None:
+    assert src.sheet is not None
+    try:
+        rows = read_sheet(src.path, src.sheet)
+    except OSError as e:
+        raise IngestError(f"cannot read file: {e.strerror}", str(src.path)) from None
+    view = f"quarry_sheet_{src.name}"
+    con.register(view, rows)
+    try:
+        con.execute(f'CREATE TABLE data."{src.name}" AS SELECT * FROM "{view}"')
+    except duckdb.Error as e:
+        raise IngestError(f"cannot load table: {str(e).splitlines()[0]}", src.origin) from None
+    finally:
+        con.unregister(view)
 
 
 def _with_notes(src: TableSource, columns: list[ColumnInfo]) -> list[ColumnInfo]:

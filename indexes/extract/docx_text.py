@@ -20,12 +20,10 @@ from docx.opc.constants import RELATIONSHIP_TYPE as RT
 from docx.oxml.ns import qn
 
 from indexes.extract.record import MAX_TEXT_CHARS, BadFile, Extracted
+from indexes.extract.zip_bounds import check_archive
 from indexes.extract.sections import Block, assemble
 
 OLE_MAGIC = bytes.fromhex("D0CF11E0A1B11AE1")  # an encrypted OOXML file is an OLE compound file
-MAX_UNZIPPED_BYTES = 256 * 1024 * 1024  # a zip that inflates past this is refused (a zip bomb)
-MAX_XML_BYTES = 64 * 1024 * 1024  # its XML parts, which are parsed into trees of about 10x their size
-MAX_ENTRIES = 10_000  # parts of one archive (a Word file has a few dozen, and one per image)
 MAX_BLOCKS = 200_000  # paragraphs and tables of one body (a 2,000-page book holds fewer)
 _HEADING_NAME = re.compile(r"heading\s*([1-9])", re.IGNORECASE)
 _BODY_LEVEL = 9  # w:outlineLvl 9 is body text; 0..8 are heading levels 1..9
@@ -45,7 +43,7 @@ def extract_docx(data: bytes, max_chars: int = MAX_TEXT_CHARS) -> Extracted:
             infos = archive.infolist()
     except Exception as error:  # zipfile raises several types on garbage; all mean "not a zip"
         raise BadFile("not_docx", f"not a zip archive, so not a .docx ({error})") from error
-    _check_archive(infos)
+    check_archive(infos)
     try:
         document = docx.Document(io.BytesIO(data))
         levels = _style_levels(document)
@@ -85,20 +83,6 @@ def _core_properties(document: Any) -> dict[str, Any]:
         return dict.fromkeys(_CORE)
     props = document.core_properties
     return {name: getattr(props, name) for name in _CORE}
-
-
-def _check_archive(infos: list[zipfile.ZipInfo]) -> None:
-    """Refuse an archive by what its directory declares, before anything is inflated (python-docx
-    reads every part whole; zipfile stops each part at its declared size, so a part that lies
-    about its size cannot inflate past it)."""
-    if len(infos) > MAX_ENTRIES:
-        raise BadFile("too_large", f"the archive holds {len(infos)} parts, over {MAX_ENTRIES}")
-    unzipped = sum(info.file_size for info in infos)
-    if unzipped > MAX_UNZIPPED_BYTES:
-        raise BadFile("too_large", f"the archive inflates to {unzipped} bytes, over {MAX_UNZIPPED_BYTES}")
-    xml = sum(info.file_size for info in infos if info.filename.lower().endswith((".xml", ".rels")))
-    if xml > MAX_XML_BYTES:
-        raise BadFile("too_large", f"its XML parts inflate to {xml} bytes, over {MAX_XML_BYTES}")
 
 
 def _clean(value: Any) -> str:

@@ -24,7 +24,8 @@ from hypothesis import strategies as st
 
 from benchmarks.file_corpus import FileCorpus, cer, edit_distance, write_bad_files, write_file_corpus
 from indexes.corpus import MAX_TEXT_CHARS
-from indexes.extract.docx_text import MAX_UNZIPPED_BYTES, extract_docx
+from indexes.extract.docx_text import extract_docx
+from indexes.extract.zip_bounds import MAX_UNZIPPED_BYTES
 from indexes.extract.html_text import decode_html, extract_html
 from indexes.extract.pdf_text import extract_pdf
 from indexes.extract.record import BadFile, Extracted
