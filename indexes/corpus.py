@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any, Iterator, Sequence
 
 from indexes.extract.record import MAX_TEXT_CHARS
-from indexes.files import FileReader, Skipped, merge_fields, orphan_sidecars
+from indexes.files import FileReader, Skipped, file_record, merge_fields, orphan_sidecars
 from indexes.front_matter import EXCERPT_CHARS, excerpt, first_heading, split_front_matter
 from indexes.path_ids import path_id
 from indexes.stated_date import headings_of, with_stated_date
@@ -183,8 +183,9 @@ def _load_extracted(path: Path, root: Path, default_acl: tuple[str, ...], reader
     got = reader.extract(path)
     if got is None:
         return None
-    record = with_stated_date(merge_fields(merge_fields({"id": doc_id, **got.fields()}, manifest), sidecar), got.text,
-                              headings_of(got.regions))
+    record, source = file_record({"id": doc_id, **got.fields()}, [manifest, sidecar], got.text, headings_of(got.regions))
+    if source == "file":
+        reader.file_dates[path] = str(record["date"])
     record["text"] = got.text
     try:
         doc = make_document(record, default_source=path.parent.name, default_acl=default_acl)

@@ -35,12 +35,14 @@ import json
 import os
 import stat
 from dataclasses import dataclass, field
+from datetime import date
 from pathlib import Path
-from typing import Any, Iterable, Literal
+from typing import Any, Iterable, Literal, Sequence
 
 from indexes.extract.record import MAX_TEXT_CHARS, BadFile, Extracted
 from indexes.extract.sandbox import ExtractorPool
 from indexes.source_files import FileTooLarge, list_folder, read_regular
+from indexes.stated_date import with_stated_date
 from retrieval.errors import IngestError
 
 FileKind = Literal["pdf", "docx", "html"]
@@ -135,6 +137,7 @@ class FileReader:
     skip_bad: bool = False
     strict_fields: bool = False  # a Markdown front matter's keys outside the document fields stop the ingest (else: metadata)
     skipped: dict[str, Skipped] = field(default_factory=dict)
+    file_dates: dict[Path, str] = field(default_factory=dict)  # files dated by their own metadata only (`file_record`)
     pool: ExtractorPool | None = None  # where files are extracted (default: one worker of its own, made on first use)
     roots: set[Path] = field(default_factory=set)  # the source folders: below them, files are read following no link
     _cache: dict[tuple[str, int, int], Extracted] = field(default_factory=dict, repr=False)
@@ -206,6 +209,58 @@ class FileReader:
         if got is None:
             got = self._manifests[folder] = read_manifest(folder / MANIFEST_NAME, root)
         return got
+
+
+DateSource = Literal["given", "stated", "file"]
+# The first day each format existed: a file's own date before it is a tool's placeholder.
+FORMAT_SINCE: dict[FileKind, date] = {"pdf": date(1993, 6, 15), "docx": date(2006, 11, 6), "html": date(1991, 8, 6)}
+SAME_DATE_FILES = 3  # this many files of one folder, all with one metadata date, and no other: a stamp, not dates
+
+
+def file_record(fields: dict[str, Any], overrides: Sequence[dict[str, Any]], text: str,
+                headings: Sequence[str] = ()) -> tuple[dict[str, Any], DateSource | None]:
+    """A file's document fields and where its date came from. The file's own fields first,
+    each of `overrides` (folder manifests, then its sidecar; a PUT's query) over them. The
+    date, in this order: one the overrides give (`given`); else the file's own metadata
+    (`file`: PDF CreationDate, DOCX created, HTML meta or `<time>`), which an ingest reports
+    when it looks like a tool's stamp (`date_warnings`); else the day the page states at its
+    top (`stated`, indexes/stated_date.py)."""
+    own = fields.get("date")
+    record = {k: v for k, v in fields.items() if k != "date"}
+    for over in overrides:
+        record = merge_fields(record, over)
+    if record.get("date") not in (None, ""):
+        return record, "given"
+    if own not in (None, ""):
+        return {**record, "date": own}, "file"
+    stated = with_stated_date(record, text, headings)
+    return (stated, "stated") if stated.get("date") not in (None, "") else (record, None)
+
+
+def date_warnings(file_dates: dict[Path, str], today: date) -> list[dict[str, Any]]:
+    """The file metadata dates not to trust silently (each file's date came from its own
+    metadata, `file_dates`): one date on every such file of a folder (at least
+    SAME_DATE_FILES of them), a date before its format existed, or after `today`."""
+    out: list[dict[str, Any]] = []
+    folders: dict[Path, list[Path]] = {}
+    for path in sorted(file_dates):
+        folders.setdefault(path.parent, []).append(path)
+    for folder, paths in folders.items():
+        days = {file_dates[p] for p in paths}
+        if len(paths) >= SAME_DATE_FILES and len(days) == 1:
+            out.append({"reason": "same_date", "date": next(iter(days)), "files": [str(p) for p in paths],
+                        "message": f"all {len(paths)} files of {folder} dated by their own metadata carry {next(iter(days))}: "
+                                   "a tool's stamp, not their dates? Set dates in a manifest or sidecars"})
+    for path in sorted(file_dates):
+        day = date.fromisoformat(file_dates[path][:10])
+        kind = FILE_SUFFIXES.get(path.suffix.lower())
+        if kind is not None and day < FORMAT_SINCE[kind]:
+            out.append({"reason": "before_format", "date": file_dates[path], "files": [str(path)],
+                        "message": f"{path}'s own metadata dates it {day}, before its format existed"})
+        elif day > today:
+            out.append({"reason": "future", "date": file_dates[path], "files": [str(path)],
+                        "message": f"{path}'s own metadata dates it {day}, after today"})
+    return out
 
 
 def merge_fields(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:

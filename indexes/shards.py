@@ -48,7 +48,7 @@ import json
 import os
 import time
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import date, datetime, timezone
 from pathlib import Path
 from typing import Any, Callable, Iterator, Sequence
 
@@ -56,7 +56,7 @@ import numpy as np
 
 from indexes.corpus import LoadedDocument, discover, iter_documents
 from indexes.embedder import Embedder
-from indexes.files import FileReader
+from indexes.files import FileReader, date_warnings
 from indexes.embed_journal import EmbedJournal
 from indexes.snapshot_build import (CHANGED, BuildOptions, Progress, _build_lock, _passes, _publish, _stamp,
                                     _storage_errors, build_snapshot, document_record, embed_key, previous_vectors,
@@ -158,7 +158,8 @@ def build_shards(sources: Sequence[Path], index_dir: Path, embedder: Embedder, s
                 for i in range(plan.shards)]
 
     manifest = publish_shards(plan, index_dir, embedder, in_process)
-    return {**manifest, "skipped_files": [s.to_json() for s in reader.skipped.values()]}
+    return {**manifest, "skipped_files": [s.to_json() for s in reader.skipped.values()],
+            "date_warnings": date_warnings(reader.file_dates, date.today())}
 
 
 def publish_shards(plan: ShardPlan, index_dir: Path, embedder: Embedder, build_members: BuildMembers) -> dict[str, Any]:

@@ -26,7 +26,7 @@ import uuid
 from array import array
 from contextlib import closing, contextmanager
 from dataclasses import asdict, dataclass
-from datetime import datetime, timezone
+from datetime import date, datetime, timezone
 from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator, Sequence
 
@@ -40,7 +40,7 @@ from indexes.corpus import ADMIN_ONLY, LoadedDocument, discover, iter_documents
 from indexes.dense_index import DenseIndex
 from indexes.embed_journal import EmbedJournal
 from indexes.embedder import Embedder
-from indexes.files import SIDECAR_SUFFIX, FileReader, config_files
+from indexes.files import SIDECAR_SUFFIX, FileReader, config_files, date_warnings
 from indexes.snapshot_lease import LEASE_FILE, PRUNING, acquire, remove_unless_served
 from indexes.snapshot_load import CURRENT, FORMAT_VERSION, current_snapshot_path, read_manifest, verify_files
 from indexes.tables import TableSource, file_digest, fsync_dir, fsync_tree, plan_tables
@@ -198,7 +198,8 @@ def build_snapshot(
         raise IngestError("no documents or tables found", ", ".join(map(str, sources)))
     manifest = _publish(index_dir, documents, count[0], tables, embedder, options, progress, time.perf_counter() - t0,
                         digest, None, reuse, unchanged=unchanged)
-    return {**manifest, "skipped_files": [s.to_json() for s in reader.skipped.values()]}
+    return {**manifest, "skipped_files": [s.to_json() for s in reader.skipped.values()],
+            "date_warnings": date_warnings(reader.file_dates, date.today())}
 
 
 def _stamp(sources: Sequence[Path]) -> list[tuple[str, int, int, int, int]]:

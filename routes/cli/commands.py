@@ -9,7 +9,7 @@ import logging
 import sys
 from dataclasses import replace
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from retrieval.errors import InvalidRequest
 from retrieval.limits import check_k
@@ -38,8 +38,16 @@ def cmd_ingest(args: argparse.Namespace, settings: Settings) -> int:
                               options, progress=_progress_bar(not args.no_progress))
     for skipped in manifest["skipped_files"]:
         print(f"skipped {skipped['path']}: {skipped['reason']}: {skipped['message']}", file=sys.stderr)
-    _emit({k: manifest[k] for k in ("snapshot", "counts", "embeddings", "model", "content_hash", "timings_s", "skipped_files")})
+    _warn_dates(manifest)
+    _emit({k: manifest[k] for k in ("snapshot", "counts", "embeddings", "model", "content_hash", "timings_s", "skipped_files",
+                                    "date_warnings")})
     return 0
+
+
+def _warn_dates(manifest: dict[str, Any]) -> None:
+    """File metadata dates not trusted silently (indexes/files.py `date_warnings`), on stderr."""
+    for warning in manifest.get("date_warnings", ()):
+        print(f"warning: {warning['reason']}: {warning['message']}", file=sys.stderr)
 
 
 def _ingest_shards(args: argparse.Namespace, settings: Settings, options: BuildOptions, shards: int) -> int:
@@ -55,7 +63,9 @@ def _ingest_shards(args: argparse.Namespace, settings: Settings, options: BuildO
                             options, progress=_progress_bar(not args.no_progress))
     for skipped in manifest["skipped_files"]:
         print(f"skipped {skipped['path']}: {skipped['reason']}: {skipped['message']}", file=sys.stderr)
-    _emit({k: manifest[k] for k in ("shards", "members", "counts", "model", "content_hash", "assignment", "skipped_files")})
+    _warn_dates(manifest)
+    _emit({k: manifest[k] for k in ("shards", "members", "counts", "model", "content_hash", "assignment", "skipped_files",
+                                    "date_warnings")})
     return 0
 
 
@@ -87,7 +97,9 @@ def _ingest_on_cluster(args: argparse.Namespace, settings: Settings, options: Bu
         ray.shutdown()
     for skipped in manifest["skipped_files"]:
         print(f"skipped {skipped['path']}: {skipped['reason']}: {skipped['message']}", file=sys.stderr)
-    out = {k: manifest[k] for k in ("shards", "members", "counts", "model", "content_hash", "assignment", "skipped_files")}
+    _warn_dates(manifest)
+    out = {k: manifest[k] for k in ("shards", "members", "counts", "model", "content_hash", "assignment", "skipped_files",
+                                    "date_warnings")}
     out["cluster"] = {"pending": stats.pending, "embedded": stats.embedded, "per_node": dict(stats.per_node),
                       "built_on": {f"{k:02d}": v for k, v in stats.built_on.items()},
                       "computed_at_build": stats.computed_at_build, "seconds": stats.seconds}

@@ -35,6 +35,7 @@ from collections import Counter
 from dataclasses import dataclass, field, replace
 from itertools import islice
 from pathlib import Path
+from datetime import date
 from typing import Any, Callable, Iterator, Sequence
 
 import numpy as np
@@ -42,6 +43,7 @@ import ray
 
 from indexes.embed_journal import EmbedJournal
 from indexes.embedder import Embedder
+from indexes.files import date_warnings
 from indexes.shards import ShardPlan, build_member, plan_shards, publish_shards, unembedded
 from indexes.snapshot_build import BuildOptions
 from indexes.snapshot_load import read_manifest
@@ -229,7 +231,8 @@ def cluster_ingest(sources: Sequence[Path], index_dir: Path, shards: int, option
         snap = read_manifest(index_dir / m["path"] / "snapshots" / m["snapshot"])
         stats.computed_at_build += int(snap.get("embeddings", {}).get("computed", 0))
     shutil.rmtree(work, ignore_errors=True)
-    return {**manifest, "skipped_files": [s.to_json() for s in reader.skipped.values()]}, stats
+    return {**manifest, "skipped_files": [s.to_json() for s in reader.skipped.values()],
+            "date_warnings": date_warnings(reader.file_dates, date.today())}, stats
 
 
 def stderr_report(line: str) -> None:

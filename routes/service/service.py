@@ -17,10 +17,10 @@ from typing import Any, Iterator, Sequence
 from starlette.concurrency import run_in_threadpool
 
 from indexes.corpus import make_document
-from indexes.stated_date import headings_of, with_stated_date
+from indexes.stated_date import headings_of
 from indexes.embedder import Embedder
 from indexes.extract.record import BadFile
-from indexes.files import FileKind, merge_fields
+from indexes.files import FileKind, file_record
 from indexes.live import Change, Delete, Put, SetAcl
 from indexes.wal import JSONObject
 from retrieval.answer_level import AnswerScores
@@ -259,7 +259,7 @@ class Service:
             except BadFile as e:  # a file over its extraction budget is too large a body; any other is a bad one
                 error = PayloadTooLarge if e.reason in ("too_large", "too_slow") else InvalidRequest
                 raise error(f"{e.reason}: {e.message}") from None
-            record = with_stated_date(merge_fields(got.fields(), body.fields), got.text, headings_of(got.regions))
+            record, _ = file_record(got.fields(), [body.fields], got.text, headings_of(got.regions))
             doc = make_document({**record, "id": write.doc_id, "text": got.text}, default_source=None, default_acl=acl)
             return Put(replace(doc, regions=got.regions), write.origin)
         fields = body.model_dump(exclude_none=True)
