@@ -84,6 +84,15 @@ def remembered(key: Hashable, compute: Callable[[], T]) -> T:
         return scope.memo.setdefault(key, value)  # type: ignore[no-any-return]
 
 
+def recalled(key: Hashable) -> Any:
+    """What this question remembered under `key`, or None (outside a question: None)."""
+    scope = _SCOPE.get()
+    if scope is None:
+        return None
+    with scope.lock:
+        return scope.memo.get(key)
+
+
 def remember(key: Hashable, value: Any) -> None:
     """Store an answer read as part of a larger call (outside a question: nothing)."""
     scope = _SCOPE.get()

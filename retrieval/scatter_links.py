@@ -39,7 +39,7 @@ from retrieval.entities import NO_SIGHTINGS, Sightings, bridge_texts, name_key, 
 from retrieval.linking import ranked_links
 from retrieval.lru import Lru
 from retrieval.policy import LinkedDoc
-from retrieval.question_scope import remember, remembered
+from retrieval.question_scope import recalled, remember, remembered
 from retrieval.scatter import each, scatter_stats, stats_key
 from retrieval.shard import EntityKind, Evidence, Reading, Shard
 from retrieval.signals import Moments, absent_of, with_signals
@@ -62,6 +62,26 @@ def read_question(shards: Sequence[Shard], question: str, access: AccessScope, f
         return reading
 
     return remembered(("read", question, access.tokens), read)
+
+
+def judge_context(shards: Sequence[Shard], question: str, vector: np.ndarray, ids: Sequence[str], access: AccessScope,
+                  stats: CollectionStats, hits: Sequence[Hit], fan_out: Executor | None) -> dict[str, Evidence]:
+    """The evidence of a candidate context (one round), remembering for the rest of the
+    question the title sightings of every text that may name a second hop (the question and
+    each passage: the grader's links and a bridge read them) and the question's cosine with
+    each document those sightings name: a superset of the documents any pick of them links."""
+    texts = [t for _, t in bridge_texts(hits, question)]
+    parts = each(shards, lambda s: s.judge(question, vector, ids, access, stats, texts), fan_out)
+    judged = reduce(lambda a, b: a + b, parts[1:], parts[0])
+    for text, seen in zip(texts, judged.sightings, strict=True):
+        remember(sightings_key(text, access, "titles"), seen)
+    for doc, cosine in judged.cosines.items():
+        remember(cosine_key(question, doc, access), cosine)
+    return judged.evidence
+
+
+def cosine_key(question: str, doc: str, access: AccessScope) -> tuple[str, str, str, frozenset[str]]:
+    return ("cosine", question, doc, access.tokens)
 
 
 def sightings_key(text: str, access: AccessScope, kind: EntityKind) -> tuple[str, str, frozenset[str], EntityKind]:
@@ -116,8 +136,11 @@ class ShardedSignals:
         query = self._encode(question)[0]
         ids = [h.chunk_id for h in hits]
         found: dict[str, Evidence] = {}
-        for part in each(self._shards, lambda s: s.evidence(question, query, ids, access, stats), self._fan_out):
-            found.update(part)
+        if fresh:  # a part of the question, scored again: its evidence only
+            for part in each(self._shards, lambda s: s.evidence(question, query, ids, access, stats), self._fan_out):
+                found.update(part)
+        else:  # the set about to be graded: its evidence, and what the grader's links need, in one round
+            found = judge_context(self._shards, question, query, ids, access, stats, hits, self._fan_out)
         todo = [i for i, h in enumerate(hits) if h.chunk_id in found]
         if not todo:
             return list(hits)
@@ -133,9 +156,15 @@ class ShardedLinker:
         self._shards, self._encode, self._fan_out = list(shards), encode, fan_out
 
     def _sightings(self, texts: Sequence[str], access: AccessScope, kind: EntityKind) -> list[Sightings]:
-        if len(texts) == 1:
-            return [remembered(sightings_key(texts[0], access, kind), lambda: self._scan(texts, access, kind)[0])]
-        return self._scan(texts, access, kind)
+        """The merged sightings of each text: those this question read already, and the rest in one round."""
+        known = [recalled(sightings_key(t, access, kind)) for t in texts]
+        missing = [t for t, k in zip(texts, known, strict=True) if k is None]
+        if missing:
+            fresh = iter(self._scan(missing, access, kind))
+            known = [k if k is not None else next(fresh) for k in known]
+            for t, k in zip(texts, known, strict=True):
+                remember(sightings_key(t, access, kind), k)
+        return [k for k in known if k is not None]
 
     def _scan(self, texts: Sequence[str], access: AccessScope, kind: EntityKind) -> list[Sightings]:
         merged = [NO_SIGHTINGS] * len(texts)
@@ -165,8 +194,10 @@ class ShardedLinker:
         if not docs:
             return []
         named = set(self.bridge_docs((), question, access))
-        query = self._encode(question)[0]
-        best: dict[str, float] = {}
-        for part in each(self._shards, lambda s: s.doc_cosines(docs, query, access), self._fan_out):
-            best.update(part)
-        return ranked_links(docs, best, named)
+        best = {d: c for d in docs if (c := recalled(cosine_key(question, d, access))) is not None}
+        rest = [d for d in docs if d not in best]
+        if rest:  # documents no judged context named (or outside a question)
+            query = self._encode(question)[0]
+            for part in each(self._shards, lambda s: s.doc_cosines(rest, query, access), self._fan_out):
+                best.update(part)
+        return ranked_links(docs, {d: best[d] for d in docs if d in best}, named)

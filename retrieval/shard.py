@@ -58,6 +58,24 @@ class Reading:
                        self.titles + other.titles, self.names + other.names)
 
 
+@dataclass(frozen=True)
+class Judged:
+    """What grading a candidate context asks of a shard, in one call: the evidence signals of
+    the hits it holds, its title sightings in each text that may name a second hop (the
+    question and each passage), and the best cosine with the question of every readable
+    document those sightings name on this shard (the grader's linked documents are among
+    them). Shards' answers add up to the cluster's."""
+
+    evidence: dict[str, Evidence]
+    sightings: tuple[Sightings, ...]
+    cosines: dict[str, float]
+
+    def __add__(self, other: Judged) -> Judged:
+        return Judged({**self.evidence, **other.evidence},
+                      tuple(a + b for a, b in zip(self.sightings, other.sightings, strict=True)),
+                      {**self.cosines, **other.cosines})
+
+
 class Shard(Protocol):
     """The retrieval calls a front makes to one shard. Each enforces `access` (and
     `filters`) inside the shard before ranking, and returns hits best first (equal scores
@@ -66,6 +84,12 @@ class Shard(Protocol):
     def read(self, question: str, names: Sequence[str], access: AccessScope) -> Reading:
         """Reading a question, in one call (`Reading`): what routing, the absent-name check and
         entity linking need of this shard, over the rows `access` may read."""
+        ...
+
+    def judge(self, question: str, vector: np.ndarray, chunk_ids: Sequence[str], access: AccessScope,
+              stats: CollectionStats, texts: Sequence[str]) -> Judged:
+        """Grading a candidate context, in one call (`Judged`): `evidence` of `chunk_ids`,
+        title `sightings` in `texts`, and `doc_cosines` of the documents they name here."""
         ...
 
     def bm25_stats(self, query: str, access: AccessScope, filters: Filters) -> CollectionStats:
@@ -176,6 +200,13 @@ class LocalShard:
         return Reading(stats(question), tuple(stats(n) for n in names),
                        self._entity_index("titles").sightings(question, allowed, self._chunks.doc_ids),
                        self._entity_index("names").sightings(question, allowed, self._chunks.doc_ids))
+
+    def judge(self, question: str, vector: np.ndarray, chunk_ids: Sequence[str], access: AccessScope,
+              stats: CollectionStats, texts: Sequence[str]) -> Judged:
+        seen = self.sightings(texts, access, "titles")
+        docs = list(dict.fromkeys(d for s in seen for named in s.named.values() for d in named.docs))
+        return Judged(self.evidence(question, vector, chunk_ids, access, stats), tuple(seen),
+                      self.doc_cosines(docs, vector, access) if docs else {})
 
     def bm25_stats(self, query: str, access: AccessScope, filters: Filters) -> CollectionStats:
         return replace(self._bm25.collection_stats(query, self._chunks.mask(access, filters)), version=self.version)

@@ -27,7 +27,7 @@ from ray.serve.handle import DeploymentHandle
 from retrieval.question_scope import call_window
 from retrieval.errors import RetrievalError, RetrievalUnavailable, ServerFault
 from retrieval.entities import Sightings
-from retrieval.shard import EntityKind, Evidence, Reading
+from retrieval.shard import EntityKind, Evidence, Judged, Reading
 from retrieval.signals import Moments
 from retrieval.types import AccessScope, CollectionStats, Document, Filters, Hit
 
@@ -95,6 +95,10 @@ class RemoteShard:
 
     def read(self, question: str, names: Sequence[str], access: AccessScope) -> Reading:
         return self._call("read", question, list(names), access)
+
+    def judge(self, question: str, vector: np.ndarray, chunk_ids: Sequence[str], access: AccessScope,
+              stats: CollectionStats, texts: Sequence[str]) -> Judged:
+        return self._call("judge", question, vector, list(chunk_ids), access, stats, list(texts))
 
     def bm25_stats(self, query: str, access: AccessScope, filters: Filters) -> CollectionStats:
         return self._call("bm25_stats", query, access, filters)

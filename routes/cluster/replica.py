@@ -29,7 +29,7 @@ from indexes.shards import load_member, shard_dir
 from indexes.snapshot_load import Snapshot
 from indexes.wal import JSONObject
 from retrieval.entities import Sightings, key_memo
-from retrieval.shard import EntityKind, Evidence, LocalShard, Reading
+from retrieval.shard import EntityKind, Evidence, Judged, LocalShard, Reading
 from retrieval.signals import Moments
 from retrieval.types import AccessScope, CollectionStats, Document, Filters, Hit
 
@@ -61,6 +61,10 @@ class ShardReplica:
 
     def read(self, question: str, names: Sequence[str], access: AccessScope) -> Reading:
         return self._local.read(question, names, access)
+
+    def judge(self, question: str, vector: np.ndarray, chunk_ids: Sequence[str], access: AccessScope,
+              stats: CollectionStats, texts: Sequence[str]) -> Judged:
+        return self._local.judge(question, vector, chunk_ids, access, stats, texts)
 
     def bm25_stats(self, query: str, access: AccessScope, filters: Filters) -> CollectionStats:
         return self._local.bm25_stats(query, access, filters)

@@ -25,10 +25,10 @@ LIMITS = Limits(call_timeout_ms=60000, max_deadline_ms=120000)
 QUESTIONS = ("How often are Carrier webhooks retried by the Tracking gateway?", "What caused the Routing engine memory leak?",
              "How many requests per minute does the Dispatch API allow?")
 # Per shard, a first hybrid attempt and its grading: reading the question (statistics of its
-# text and name words, both kinds of sightings), BM25 scores and dense hits, the evidence of
-# the hits, the bridges' title sightings and the linked documents' cosines; plus the scope's
-# background once (moments), and at most one exact scan for a qualifier.
-CALL_BUDGET = 7
+# text and name words, both kinds of sightings), BM25 scores and dense hits (side by side), and
+# judging the context (the hits' evidence, the title sightings of the question and each passage,
+# the cosines of the documents they name); plus at most one exact scan for a qualifier.
+CALL_BUDGET = 5
 
 
 class Counting:
@@ -90,9 +90,9 @@ def test_a_first_hybrid_attempt_costs_each_shard_a_fixed_number_of_calls_whateve
     assert len(name_words(question)) >= 1
     for s in shards:
         assert sum(s.calls.values()) <= CALL_BUDGET, s.calls
-        # the question's statistics and sightings are read once, in one call
-        assert s.calls.get("read") == 1 and "bm25_stats" not in s.calls, s.calls
-        assert s.calls.get("sightings", 0) <= 1, s.calls  # the bridges' titles; the question's were read
+        # the question's statistics and sightings are read once, in one call; the context judged in one
+        assert s.calls.get("read") == 1 and s.calls.get("judge") == 1, s.calls
+        assert not {"bm25_stats", "sightings", "evidence", "doc_cosines"} & set(s.calls), s.calls
 
 
 def test_the_dense_side_of_a_hybrid_call_runs_beside_its_bm25_side(front):
