@@ -58,9 +58,9 @@ from indexes.corpus import LoadedDocument, discover, iter_documents
 from indexes.embedder import Embedder
 from indexes.files import FileReader, date_warnings
 from indexes.embed_journal import EmbedJournal
-from indexes.snapshot_build import (CHANGED, BuildOptions, Progress, _build_lock, _passes, _publish, _stamp,
-                                    _storage_errors, build_snapshot, document_record, embed_key, previous_vectors,
-                                    table_records)
+from indexes.snapshot_build import (CHANGED, BuildOptions, Progress, build_lock, build_snapshot, document_passes,
+                                    document_record, embed_key, previous_vectors, publish_snapshot, sources_stamp,
+                                    storage_errors, table_records)
 from indexes.catalog import Catalog
 from indexes.snapshot_lease import SnapshotLease, acquire
 from indexes.snapshot_load import Snapshot, load_snapshot_at, read_manifest, verify_files
@@ -109,7 +109,7 @@ class ShardPlan:
 
     def unchanged(self) -> None:
         """Raises if a source changed since the validation pass."""
-        if _stamp(self.sources) != self.stamp:
+        if sources_stamp(self.sources) != self.stamp:
             raise IngestError(CHANGED, ", ".join(map(str, self.sources)))
 
 
@@ -121,7 +121,7 @@ def plan_shards(sources: Sequence[Path], shards: int, options: BuildOptions,
         raise IngestError(f"--shards must be between 2 and {MAX_SHARDS} for a sharded index, not {shards}")
     t0 = time.perf_counter()
     tables = plan_tables(discover(sources)[1], options.default_acl)
-    stamp = _stamp(sources)
+    stamp = sources_stamp(sources)
     whole, parts = hashlib.sha256(), [hashlib.sha256() for _ in range(shards)]
     for record in table_records(tables):
         whole.update(record)
@@ -166,7 +166,7 @@ def publish_shards(plan: ShardPlan, index_dir: Path, embedder: Embedder, build_m
     """Under the index's build lock: every shard's snapshot built and published
     (`build_members`, each shard by `build_member`, here or elsewhere), then the cluster
     manifest naming them, switched atomically once all are complete."""
-    with _storage_errors(), _build_lock(index_dir):
+    with storage_errors(), build_lock(index_dir):
         members = sorted(build_members(plan, _member_names(index_dir)), key=lambda m: m["shard"])
         if [m["shard"] for m in members] != list(range(plan.shards)):
             raise IngestError(f"the build returned shards {[m['shard'] for m in members]}, not 0..{plan.shards - 1}")
@@ -209,8 +209,8 @@ def build_member(plan: ShardPlan, i: int, index_dir: Path, embedder: Embedder, p
             progress(f"shard {i:02d} {stage}", done, total)
 
     tables = list(plan.tables) if i == TABLES_SHARD else []
-    manifest = _publish(target, mine, plan.counts[i], tables, embedder, options, report, plan.t_load, plan.digests[i],
-                        None, reuse, unchanged=plan.unchanged, protect=protect)
+    manifest = publish_snapshot(target, mine, plan.counts[i], tables, embedder, options, report, plan.t_load,
+                                plan.digests[i], None, reuse, unchanged=plan.unchanged, protect=protect)
     return {"shard": i, "path": f"{SHARDS}/{i:02d}", "snapshot": manifest["snapshot"],
             "content_hash": manifest["content_hash"], "counts": manifest["counts"]}
 
@@ -229,7 +229,7 @@ def unembedded(plan: ShardPlan, i: int, index_dir: Path, model_id: str,
         known |= set(previous_vectors(plan.options.reuse_from or shard_dir(index_dir, i), model_id))
 
     def texts() -> Iterator[tuple[str, str]]:
-        for _, _, batch_texts, _ in _passes(plan.mine(i, reader), plan.options.max_chars, plan.options.document_batch):
+        for _, _, batch_texts, _ in document_passes(plan.mine(i, reader), plan.options.max_chars, plan.options.document_batch):
             for text in batch_texts:
                 key = embed_key(text)
                 if key not in known:

@@ -129,7 +129,7 @@ STORAGE_FAILURES = tuple(os.strerror(e) for e in (errno.ENOSPC, errno.EDQUOT, er
 
 
 @contextmanager
-def _storage_errors() -> Iterator[None]:
+def storage_errors() -> Iterator[None]:
     """A write the storage refuses becomes one typed, path-free StorageError (the build's
     folder is already removed and CURRENT untouched), not a traceback."""
     try:
@@ -145,7 +145,7 @@ def _storage_errors() -> Iterator[None]:
 
 
 @contextmanager
-def _build_lock(index_dir: Path) -> Iterator[None]:
+def build_lock(index_dir: Path) -> Iterator[None]:
     """One build at a time per index directory (a second one fails fast, it does not queue)."""
     index_dir.mkdir(parents=True, exist_ok=True)
     with open(index_dir / ".build.lock", "w") as fh:
@@ -172,7 +172,7 @@ def build_snapshot(
     time (see _build_into). A source file that changes between passes fails the ingest."""
     t0 = time.perf_counter()
     tables = plan_tables(discover(sources)[1], options.default_acl)
-    stamp = _stamp(sources)
+    stamp = sources_stamp(sources)
     reader = options.file_reader()  # one for both passes: each file is extracted once
 
     def documents() -> Iterator[LoadedDocument]:
@@ -188,7 +188,7 @@ def build_snapshot(
     digest = content_hash(counted(), tables)
 
     def unchanged() -> None:
-        if _stamp(sources) != stamp:
+        if sources_stamp(sources) != stamp:
             raise IngestError(CHANGED, ", ".join(map(str, sources)))
 
     def reuse() -> dict[str, np.ndarray]:
@@ -196,13 +196,13 @@ def build_snapshot(
 
     if not count[0] and not tables:
         raise IngestError("no documents or tables found", ", ".join(map(str, sources)))
-    manifest = _publish(index_dir, documents, count[0], tables, embedder, options, progress, time.perf_counter() - t0,
+    manifest = publish_snapshot(index_dir, documents, count[0], tables, embedder, options, progress, time.perf_counter() - t0,
                         digest, None, reuse, unchanged=unchanged)
     return {**manifest, "skipped_files": [s.to_json() for s in reader.skipped.values()],
             "date_warnings": date_warnings(reader.file_dates, date.today())}
 
 
-def _stamp(sources: Sequence[Path]) -> list[tuple[str, int, int, int, int]]:
+def sources_stamp(sources: Sequence[Path]) -> list[tuple[str, int, int, int, int]]:
     """Every document and table file under `sources` with its size, modification and change
     times and inode, to notice a file added, removed, replaced or changed while an ingest
     reads them in passes (a copy that keeps the mtime still changes the inode or ctime)."""
@@ -242,16 +242,17 @@ def compact_snapshot(index_dir: Path, documents: Sequence[tuple[Document, str, n
         raise IngestError("a compaction would leave the index with no documents or tables", str(index_dir))
     h = hashlib.sha256(content_hash([d for d, _, _ in documents]).encode())
     h.update(json.dumps(read_manifest(previous).get("tables") or {}, sort_keys=True).encode())
-    return _publish(index_dir, lambda: iter(loaded), len(loaded), [], embedder, options, progress, time.perf_counter() - t0,
-                    h.hexdigest(), wal_seq, lambda: reuse, copy_tables=(previous / "catalog.duckdb", tables),
-                    expect_base=previous.name)
+    return publish_snapshot(index_dir, lambda: iter(loaded), len(loaded), [], embedder, options, progress,
+                            time.perf_counter() - t0, h.hexdigest(), wal_seq, lambda: reuse,
+                            copy_tables=(previous / "catalog.duckdb", tables), expect_base=previous.name)
 
 
-def _publish(index_dir: Path, documents: Documents, n_documents: int, tables: Sequence[TableSource], embedder: Embedder,
-             options: BuildOptions, progress: Progress | None, t_load: float, digest: str, wal_seq: int | None,
-             reuse_vectors: Callable[[], dict[str, np.ndarray]],
-             copy_tables: tuple[Path, Sequence[TableInfo]] | None = None, expect_base: str | None = None,
-             unchanged: Callable[[], None] = lambda: None, protect: frozenset[str] = frozenset()) -> dict[str, Any]:
+def publish_snapshot(index_dir: Path, documents: Documents, n_documents: int, tables: Sequence[TableSource],
+                     embedder: Embedder, options: BuildOptions, progress: Progress | None, t_load: float, digest: str,
+                     wal_seq: int | None, reuse_vectors: Callable[[], dict[str, np.ndarray]],
+                     copy_tables: tuple[Path, Sequence[TableInfo]] | None = None, expect_base: str | None = None,
+                     unchanged: Callable[[], None] = lambda: None, protect: frozenset[str] = frozenset()
+                     ) -> dict[str, Any]:
     """Build into `.building-*`, write the manifest last, rename, switch CURRENT, prune.
 
     `wal_seq` None (an ingest): the log's last seq, read under the build lock, so no
@@ -262,7 +263,7 @@ def _publish(index_dir: Path, documents: Documents, n_documents: int, tables: Se
     `protect`: snapshot names the prune keeps besides its own two (a cluster manifest's)."""
     report = progress or (lambda stage, done, total: None)
 
-    with _storage_errors(), _build_lock(index_dir):
+    with storage_errors(), build_lock(index_dir):
         log_path = index_dir / "wal.log"
         if wal_seq is None:
             wal_seq = log_end(log_path)
@@ -371,7 +372,7 @@ def _build_into(work: Path, name: str, digest: str, documents: Documents, n_docu
     n_docs = 0
     bm25 = Bm25Builder(options.bm25)
     with CatalogWriter(work / "catalog.duckdb", copy_tables) as writer:
-        for batch, chunks, texts, t in _passes(documents(), options.max_chars, options.document_batch):
+        for batch, chunks, texts, t in document_passes(documents(), options.max_chars, options.document_batch):
             t_read += t
             t1 = time.perf_counter()
             batch_keys = [embed_key(x) for x in texts]
@@ -468,8 +469,8 @@ def _build_into(work: Path, name: str, digest: str, documents: Documents, n_docu
     return manifest
 
 
-def _passes(documents: Iterable[LoadedDocument], max_chars: int,
-            size: int) -> Iterator[tuple[list[LoadedDocument], list[Chunk], list[str], float]]:
+def document_passes(documents: Iterable[LoadedDocument], max_chars: int,
+                    size: int) -> Iterator[tuple[list[LoadedDocument], list[Chunk], list[str], float]]:
     """The documents a batch at a time (`size` documents, or fewer once they hold BATCH_CHARS
     of text), with their chunks (rows numbered across the corpus), the chunks' index texts,
     and the seconds spent reading and chunking the batch."""

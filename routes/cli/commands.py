@@ -18,7 +18,7 @@ if TYPE_CHECKING:
     from indexes.snapshot_build import BuildOptions
     from routes.service.settings import Settings
 
-from routes.cli.common import _emit, _filters, _index, _principal, _progress_bar, default_acl
+from routes.cli.common import emit, cli_filters, index_dir_of, cli_principal, progress_bar, default_acl
 
 
 def cmd_ingest(args: argparse.Namespace, settings: Settings) -> int:
@@ -34,12 +34,12 @@ def cmd_ingest(args: argparse.Namespace, settings: Settings) -> int:
     clustered = any(getattr(args, flag, None) is not None for flag in ("cluster", "actors", "batch"))
     if shards != 1 or clustered:  # a cluster flag without --shards is refused there, not ignored
         return _ingest_shards(args, settings, options, shards)
-    manifest = build_snapshot([Path(s) for s in args.sources], _index(settings), settings.embedder(),
-                              options, progress=_progress_bar(not args.no_progress))
+    manifest = build_snapshot([Path(s) for s in args.sources], index_dir_of(settings), settings.embedder(),
+                              options, progress=progress_bar(not args.no_progress))
     for skipped in manifest["skipped_files"]:
         print(f"skipped {skipped['path']}: {skipped['reason']}: {skipped['message']}", file=sys.stderr)
     _warn_dates(manifest)
-    _emit({k: manifest[k] for k in ("snapshot", "counts", "embeddings", "model", "content_hash", "timings_s", "skipped_files",
+    emit({k: manifest[k] for k in ("snapshot", "counts", "embeddings", "model", "content_hash", "timings_s", "skipped_files",
                                     "date_warnings")})
     return 0
 
@@ -59,12 +59,12 @@ def _ingest_shards(args: argparse.Namespace, settings: Settings, options: BuildO
         return _ingest_on_cluster(args, settings, options, shards, address)
     if getattr(args, "actors", None) is not None or getattr(args, "batch", None) is not None:
         raise InvalidRequest("--actors and --batch size a cluster ingest's embedding; give --cluster ADDR too")
-    manifest = build_shards([Path(s) for s in args.sources], _index(settings), settings.embedder(), shards,
-                            options, progress=_progress_bar(not args.no_progress))
+    manifest = build_shards([Path(s) for s in args.sources], index_dir_of(settings), settings.embedder(), shards,
+                            options, progress=progress_bar(not args.no_progress))
     for skipped in manifest["skipped_files"]:
         print(f"skipped {skipped['path']}: {skipped['reason']}: {skipped['message']}", file=sys.stderr)
     _warn_dates(manifest)
-    _emit({k: manifest[k] for k in ("shards", "members", "counts", "model", "content_hash", "assignment", "skipped_files",
+    emit({k: manifest[k] for k in ("shards", "members", "counts", "model", "content_hash", "assignment", "skipped_files",
                                     "date_warnings")})
     return 0
 
@@ -86,7 +86,7 @@ def _ingest_on_cluster(args: argparse.Namespace, settings: Settings, options: Bu
         from routes.cluster.ingest import BATCH, cluster_ingest, stderr_report
     except ImportError:
         raise InvalidRequest("an ingest on a Ray cluster needs the cluster extra: pip install 'quarry[cluster]'") from None
-    index = _index(settings)
+    index = index_dir_of(settings)
     ray.init(address=address, logging_level=logging.WARNING)
     try:
         manifest, stats = cluster_ingest([Path(s) for s in args.sources], index, shards, options,
@@ -103,7 +103,7 @@ def _ingest_on_cluster(args: argparse.Namespace, settings: Settings, options: Bu
     out["cluster"] = {"pending": stats.pending, "embedded": stats.embedded, "per_node": dict(stats.per_node),
                       "built_on": {f"{k:02d}": v for k, v in stats.built_on.items()},
                       "computed_at_build": stats.computed_at_build, "seconds": stats.seconds}
-    _emit(out)
+    emit(out)
     return 0
 
 
@@ -111,15 +111,15 @@ def cmd_search(args: argparse.Namespace, settings: Settings) -> int:
     from retrieval.answer import hits_json
     from routes.service.service import open_service
 
-    principal = _principal(args)
+    principal = cli_principal(args)
     check_k(args.k, settings.limits)  # before the index and model load
-    with open_service(settings, _index(settings), warm=args.retriever in ("dense", "hybrid"), plugins=False) as service:
-        hits = service.search(principal, args.retriever, args.query, args.k, _filters(args))
+    with open_service(settings, index_dir_of(settings), warm=args.retriever in ("dense", "hybrid"), plugins=False) as service:
+        hits = service.search(principal, args.retriever, args.query, args.k, cli_filters(args))
     if args.table:
         for item in hits_json(hits):
             print(f"{item['rank']:>3}  {item['score']:>9.4f}  {item['chunk_id']:<32}  {(item['title'] or '')[:60]}")
     else:
-        _emit({"retriever": args.retriever, "hits": hits_json(hits)})
+        emit({"retriever": args.retriever, "hits": hits_json(hits)})
     return 0
 
 
@@ -128,12 +128,12 @@ def cmd_query(args: argparse.Namespace, settings: Settings) -> int:
     from retrieval.answer import result_json
     from routes.service.service import open_service
 
-    principal = _principal(args)
+    principal = cli_principal(args)
     check_k(args.k, settings.limits)  # before the index and model load
     # Closing waits for (or stops) background work, such as a table profile the question did not wait for.
-    with open_service(settings, _index(settings)) as service:
+    with open_service(settings, index_dir_of(settings)) as service:
         result = service.query(principal, args.question, k=args.k, max_attempts=args.max_attempts,
-                               deadline_ms=args.deadline_ms, filters=_filters(args))
+                               deadline_ms=args.deadline_ms, filters=cli_filters(args))
         _print_answer(result_json(result), args.table)  # before closing: the answer is computed whatever closing meets
     return 0
 
@@ -154,7 +154,7 @@ def _print_answer(payload: dict, table: bool) -> None:
             d = payload["declined"]
             print(f"  table {d['table']} not used: {d['reason']} (could not link: {', '.join(d['unlinked']) or '-'})")
     else:
-        _emit(payload)
+        emit(payload)
     sys.stdout.flush()
 
 
@@ -164,23 +164,23 @@ def cmd_sql(args: argparse.Namespace, settings: Settings) -> int:
     from retrieval.table_decline import decline_json
     from routes.service.service import open_service
 
-    principal = _principal(args, scopes=("query", "sql"))
-    with open_service(settings, _index(settings), warm=False, plugins=False) as service:
+    principal = cli_principal(args, scopes=("query", "sql"))
+    with open_service(settings, index_dir_of(settings), warm=False, plugins=False) as service:
         if args.question:
             out = service.sql_question(principal, args.statement)
             if isinstance(out, Decline):
-                _emit({"declined": decline_json(out)})
+                emit({"declined": decline_json(out)})
                 return 3
-            _emit({"question": args.statement, "rows": out.to_json()})
+            emit({"question": args.statement, "rows": out.to_json()})
         else:
-            _emit({"rows": service.sql_statement(principal, args.statement).to_json()})
+            emit({"rows": service.sql_statement(principal, args.statement).to_json()})
     return 0
 
 
 def cmd_serve(args: argparse.Namespace, settings: Settings) -> int:
     from routes.server.serve import serve
 
-    _index(settings)
+    index_dir_of(settings)
     serve(settings)
     return 0
 
@@ -195,7 +195,7 @@ def cmd_cluster_serve(args: argparse.Namespace, settings: Settings) -> int:
         from routes.cluster.front import serve_front
     except ImportError:
         raise InvalidRequest("serving from a Ray cluster needs the cluster extra: pip install 'quarry[cluster]'") from None
-    _index(settings)
+    index_dir_of(settings)
     serve_front(settings, args.address, args.replicas, args.retry_s, args.attach)
     return 0
 
@@ -214,8 +214,8 @@ def cmd_mcp(args: argparse.Namespace, settings: Settings) -> int:
     from routes.mcp.endpoint import run_stdio
     from routes.service.service import open_service
 
-    principal = _principal(args, scopes=args.scopes)
-    with open_service(settings, _index(settings)) as service:
+    principal = cli_principal(args, scopes=args.scopes)
+    with open_service(settings, index_dir_of(settings)) as service:
         service.tables_ready(principal, 30.0)  # one principal: its table profiles are built before the first question
         anyio.run(run_stdio, service, principal)
     return 0
@@ -230,11 +230,11 @@ def cmd_keys(args: argparse.Namespace, settings: Settings) -> int:
     store = KeyStore(settings.keys_file)
     if args.keys_command == "add":
         token, rec = store.add(args.principal, args.groups or [], args.scopes or ["query"], args.write_prefixes)
-        _emit({"key": token, **rec.public(), "note": "store this key now: it is not shown again"})
+        emit({"key": token, **rec.public(), "note": "store this key now: it is not shown again"})
     elif args.keys_command == "list":
-        _emit({"keys": [r.public() for r in store.records()]})
+        emit({"keys": [r.public() for r in store.records()]})
     else:
-        _emit({"revoked": store.revoke(args.key_id).public()})
+        emit({"revoked": store.revoke(args.key_id).public()})
     return 0
 
 
@@ -242,7 +242,7 @@ def cmd_settings(args: argparse.Namespace, settings: Settings) -> int:
     """Every setting with its value, where it came from and its help (secrets never shown)."""
     described = settings.describe()
     if args.json:
-        _emit(described)
+        emit(described)
         return 0
     group = None
     for name, item in described.items():

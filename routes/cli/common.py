@@ -20,11 +20,11 @@ if TYPE_CHECKING:
 RETRIEVERS = SEARCH_ROUTES
 
 
-def _principal(args: argparse.Namespace, scopes: Sequence[str] = ("query",)) -> Principal:
+def cli_principal(args: argparse.Namespace, scopes: Sequence[str] = ("query",)) -> Principal:
     return Principal(args.principal, tuple(args.groups or ()), frozenset(scopes))
 
 
-def _filters(args: argparse.Namespace) -> Filters:
+def cli_filters(args: argparse.Namespace) -> Filters:
     return Filters(
         sources=tuple(args.source) if args.source else None,
         date_from=args.date_from,
@@ -33,21 +33,21 @@ def _filters(args: argparse.Namespace) -> Filters:
     )
 
 
-def _iso_date(value: str) -> date:
+def iso_date(value: str) -> date:
     try:
         return date.fromisoformat(value)
     except ValueError:
         raise argparse.ArgumentTypeError(f"not an ISO date: {value!r}") from None
 
 
-def _emit(payload: Any) -> None:
+def emit(payload: Any) -> None:
     sys.stdout.write(json.dumps(payload, ensure_ascii=False, indent=2) + "\n")
 
 
 UNITS = {"embed": "chunk", "questions": "question"}
 
 
-def _progress_bar(show: bool = True) -> Callable[[str, int, int], None] | None:
+def progress_bar(show: bool = True) -> Callable[[str, int, int], None] | None:
     """A tqdm bar (count, rate, ETA) on stderr per stage: ingest's catalog, bm25 and embed, and
     eval's questions; None when `show` is off (`--no-progress`). On a terminal it is redrawn
     10 times a second; when stderr is a file or a pipe (a log, `make run` under a supervisor)
@@ -118,7 +118,7 @@ def load_settings(args: argparse.Namespace, env: dict[str, str] | None = None) -
     return Settings.load(env, flags)
 
 
-def _index(settings: Settings) -> Path:
+def index_dir_of(settings: Settings) -> Path:
     """The index directory a command works on: --index, or QUARRY_INDEX_DIR."""
     if settings.source("index_dir") == "default":
         raise InvalidRequest(f"--index is required (or set {settings.env_name('index_dir')})")

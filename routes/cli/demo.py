@@ -39,9 +39,9 @@ def ensure_demo_index(index: Path, embedder: Embedder, options: BuildOptions | N
         pass
     print(f"building the demo index in {index} (a few minutes: the stages' progress follows) ...", file=sys.stderr,
           flush=True)
-    from routes.cli.common import _progress_bar
+    from routes.cli.common import progress_bar
 
-    return build_snapshot(DEMO_SOURCES, index, embedder, options or BuildOptions(), progress=_progress_bar(progress))
+    return build_snapshot(DEMO_SOURCES, index, embedder, options or BuildOptions(), progress=progress_bar(progress))
 
 
 DEMO_PRINCIPALS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {  # principal -> (groups, scopes)

@@ -14,7 +14,7 @@ if TYPE_CHECKING:
     from routes.service.service import Service
     from routes.service.settings import Settings
 
-from routes.cli.common import _emit, _progress_bar
+from routes.cli.common import emit, progress_bar
 
 
 BEIR_K = 20  # eval's context size on a BEIR folder when --k is not given (nDCG@10 needs at least 10)
@@ -69,7 +69,7 @@ def cmd_eval(args: argparse.Namespace, settings: Settings) -> int:
     from routes.eval.evaluation import TOP, evaluate, failure_lines, write_report
     from routes.eval.reports import report_title
 
-    progress = _progress_bar(not args.no_progress)
+    progress = progress_bar(not args.no_progress)
     service, labels, k, _, _ = _eval_target(args, settings, progress)
     try:
         result = evaluate(service, labels, k, _questions_progress(progress, len(labels)))
@@ -82,7 +82,7 @@ def cmd_eval(args: argparse.Namespace, settings: Settings) -> int:
               "each counts as wrong in every figure", file=sys.stderr)
     print("\n".join(failure_lines(result)), file=sys.stderr)
     top = {m: result.get(m) for m in ("questions", "errors", *TOP) if m in result}
-    _emit(top | {"error_kinds": result["error_kinds"], "leaks": result["leaks"]} if not args.full else result)
+    emit(top | {"error_kinds": result["error_kinds"], "leaks": result["leaks"]} if not args.full else result)
     if result["leakage"]:
         print(f"LEAKAGE: {result['leakage']} documents returned to principals who may not read them", file=sys.stderr)
         return 1
@@ -138,7 +138,7 @@ def cmd_tune(args: argparse.Namespace, settings: Settings) -> int:
 
     from routes.policies.answer_policy import DEFAULT_PASSAGES, configured
 
-    progress = _progress_bar(not args.no_progress)
+    progress = progress_bar(not args.no_progress)
     service, labels, k, beir_root, index = _eval_target(args, settings, progress)
     report: dict[str, Any] = {"seed": args.seed}
     # the answer grader is fitted when the settings use the answer model (opening the service loaded it)
@@ -199,5 +199,5 @@ def cmd_tune(args: argparse.Namespace, settings: Settings) -> int:
                   "which serve never loads)", file=sys.stderr)
     finally:
         service.close()
-    _emit(report)
+    emit(report)
     return 0

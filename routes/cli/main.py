@@ -16,7 +16,7 @@ from typing import Sequence
 from retrieval.errors import RetrievalError
 from routes.cli.commands import (cmd_cluster_serve, cmd_demo, cmd_ingest, cmd_keys, cmd_mcp, cmd_query, cmd_search, cmd_serve,
                                  cmd_settings, cmd_sql)
-from routes.cli.common import RETRIEVERS, _iso_date, load_settings
+from routes.cli.common import RETRIEVERS, iso_date, load_settings
 from routes.cli.eval_commands import BEIR_K, cmd_eval, cmd_tune
 from routes.cli.write_commands import cmd_acl, cmd_compact, cmd_delete, cmd_upsert
 
@@ -43,12 +43,12 @@ def build_parser() -> argparse.ArgumentParser:
 
     def filters(sp: argparse.ArgumentParser) -> None:
         sp.add_argument("--source", action="append", help="only these sources (repeatable)")
-        sp.add_argument("--date-from", type=_iso_date, help="only documents dated on or after (YYYY-MM-DD)")
-        sp.add_argument("--date-to", type=_iso_date, help="only documents dated on or before (YYYY-MM-DD)")
+        sp.add_argument("--date-from", type=iso_date, help="only documents dated on or after (YYYY-MM-DD)")
+        sp.add_argument("--date-to", type=iso_date, help="only documents dated on or before (YYYY-MM-DD)")
         sp.add_argument("--doc-id", action="append", help="only these documents (repeatable)")
 
     def today(sp: argparse.ArgumentParser, text: str = "date that relative dates refer to") -> None:
-        sp.add_argument("--today", type=_iso_date, default=None, help=f"{text} (default: the today setting, else the real date)")
+        sp.add_argument("--today", type=iso_date, default=None, help=f"{text} (default: the today setting, else the real date)")
 
     def serving(sp: argparse.ArgumentParser, keys_help: str) -> None:
         sp.add_argument("--keys", default=None, help=keys_help)

@@ -13,7 +13,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, ContextManager
 
-from routes.cli.common import _emit, _index, default_acl
+from routes.cli.common import emit, index_dir_of, default_acl
 
 if TYPE_CHECKING:
     from routes.service.service import Service
@@ -35,7 +35,7 @@ def cmd_upsert(args: argparse.Namespace, settings: Settings) -> int:
             print(f"skipped {skipped.path}: {skipped.reason}: {skipped.message}", file=sys.stderr)
         step = settings.write_batch_max
         for at in range(0, len(loaded), step):
-            _emit(service.write_changes([Put(ld.doc, ld.origin) for ld in loaded[at : at + step]]))
+            emit(service.write_changes([Put(ld.doc, ld.origin) for ld in loaded[at : at + step]]))
     return 0
 
 
@@ -43,7 +43,7 @@ def cmd_delete(args: argparse.Namespace, settings: Settings) -> int:
     from routes.service.service import DeleteWrite
 
     with _writable(settings) as service:
-        _emit(service.write(None, [DeleteWrite(i) for i in args.ids]))
+        emit(service.write(None, [DeleteWrite(i) for i in args.ids]))
     return 0
 
 
@@ -51,7 +51,7 @@ def cmd_acl(args: argparse.Namespace, settings: Settings) -> int:
     from routes.service.service import AclWrite
 
     with _writable(settings) as service:
-        _emit(service.write(None, [AclWrite(args.id, args.acl_entries)]))
+        emit(service.write(None, [AclWrite(args.id, args.acl_entries)]))
     return 0
 
 
@@ -59,7 +59,7 @@ def cmd_compact(args: argparse.Namespace, settings: Settings) -> int:
     """Fold the live changes into a new base snapshot; a running server switches to it on
     its next reload check. Beside a server that owns the log, use POST /v1/admin/compact."""
     with _writable(settings) as service:
-        _emit(service.compact_now())
+        emit(service.compact_now())
     return 0
 
 
@@ -68,4 +68,4 @@ def _writable(settings: Settings) -> ContextManager[Service]:
     another holder's Conflict costs nothing)."""
     from routes.service.service import open_service
 
-    return open_service(settings, _index(settings), writable=True, warm=False, plugins=False)
+    return open_service(settings, index_dir_of(settings), writable=True, warm=False, plugins=False)

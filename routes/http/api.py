@@ -64,7 +64,7 @@ def _filters(f: Any) -> Filters:
 Endpoint = TypeVar("Endpoint", bound=Callable[..., Any])
 
 
-def _body(model: type) -> Callable[[Endpoint], Endpoint]:
+def body_model(model: type) -> Callable[[Endpoint], Endpoint]:
     """Declare the endpoint's `body` as `model`, a class built at run time from the limits
     (a string annotation could only name a module-level class)."""
     def declare(endpoint: Endpoint) -> Endpoint:
@@ -81,7 +81,7 @@ def build_routers(models: RequestModels) -> list[APIRouter]:
 
     @router.post("/query", response_model=Answer, responses=ERRORS,
                  summary="Answer a question: an answer context or a typed evidence gap")
-    @_body(models.query)
+    @body_model(models.query)
     async def query(body: Any, request: Request, caller: Caller = Depends(current_caller),
                     service: Service = Depends(served)) -> JSONResponse:
         state = request.app.state.quarry
@@ -96,7 +96,7 @@ def build_routers(models: RequestModels) -> list[APIRouter]:
         return JSONResponse(out)
 
     @router.post("/search", response_model=SearchOut, responses=ERRORS, summary="Run one retriever")
-    @_body(models.search)
+    @body_model(models.search)
     async def search_one(body: Any, request: Request, caller: Caller = Depends(current_caller),
                          service: Service = Depends(served)) -> JSONResponse:
         state = request.app.state.quarry
@@ -109,7 +109,7 @@ def build_routers(models: RequestModels) -> list[APIRouter]:
 
     @sql_router.post("/sql", response_model=SqlOut, responses=ERRORS,
                      summary="Run one read-only SELECT (sql scope) or translate a question to SQL")
-    @_body(models.sql)
+    @body_model(models.sql)
     async def sql(body: Any, request: Request, caller: Caller = Depends(current_caller),
                   service: Service = Depends(served)) -> dict:
         state = request.app.state.quarry

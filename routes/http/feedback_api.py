@@ -15,7 +15,7 @@ from fastapi.responses import JSONResponse
 from starlette.concurrency import run_in_threadpool
 
 from quarry_client.models import FeedbackOut
-from routes.http.api import _body, current_caller, needs, served
+from routes.http.api import body_model, current_caller, needs, served
 from routes.service.audit import feedback_fields
 from auth.caller import Caller
 from routes.service.feedback import FEEDBACK_TOOL
@@ -32,7 +32,7 @@ def build_feedback_router(tools: Toolset) -> APIRouter:
     @router.post("/feedback", response_model=FeedbackOut, responses=error_responses(400, 401, 403, 404, 413, 422, 429, 503),
                  summary="Report whether an answer served: answered, wrong_context or wrong_gap (by its trace id; "
                          "404 for a trace id not given to this caller)")
-    @_body(spec.args)
+    @body_model(spec.args)
     async def feedback(body: Any, request: Request, caller: Caller = Depends(current_caller),
                        service: Service = Depends(served)) -> JSONResponse:
         with request.app.state.quarry.gate.enter(caller.gate_id):

@@ -25,7 +25,7 @@ from starlette.concurrency import run_in_threadpool
 from indexes.files import CONTENT_TYPES
 from quarry_client.models import WriteOut
 from retrieval.errors import InvalidRequest
-from routes.http.api import _body, current_caller, needs
+from routes.http.api import body_model, current_caller, needs
 from auth.caller import Caller
 from routes.service.schemas import AclIn, DocumentIn, batch_model, error_responses
 from routes.service.service import AclWrite, DeleteWrite, FileBody, PutWrite, Service, Write
@@ -126,7 +126,7 @@ def build_write_routers(max_batch: int) -> list[APIRouter]:
 
     @router.post("/documents:batch", response_model=WriteOut, responses=ERRORS,
                  summary=f"Up to {max_batch} puts, deletes and ACL changes, applied together or not at all")
-    @_body(batch_in)
+    @body_model(batch_in)
     async def batch(body: Any, request: Request, caller: Caller = Depends(current_caller)) -> JSONResponse:
         writes: list[Write] = [PutWrite(op.id, op.document) if op.op == "put" else DeleteWrite(op.id) if op.op == "delete"
                                  else AclWrite(op.id, op.acl) for op in body.operations]
