@@ -36,6 +36,9 @@ COLUMN_SHARE = 0.25  # each side of a gutter spans this share of the block (else
 _WORD_SPLIT_LOWER = re.compile(r"(?<![^\W\d_])([^\W\d_]+)-$")
 _WORD_START = re.compile(r"[^\W\d_]+")
 MAX_PAGES = 20_000  # a file past this is no document to search (and each page costs PDFium memory)
+MAX_OUTLINE = 10_000  # outline entries read (a book has a few hundred)
+MAX_OUTLINE_DEPTH = 8
+MAX_HEADING_CHARS = 200
 _PDF_DATE = re.compile(r"(?:D:)?\s*(\d{4})(\d{2})?(\d{2})?")
 
 
@@ -87,22 +90,26 @@ def _extract(data: bytes, max_chars: int) -> Extracted:
             if total > max_chars:
                 raise BadFile("too_large", f"the text passes {max_chars} characters by page {index + 1}")
         info = pdf.get_metadata_dict(skip_empty=True)
+        outline = _outline(pdf)
     finally:
         pdf.close()
     running = _running_lines(pages, heights)
     texts: list[str] = []
     regions: list[Region] = []
     offset = 0
+    path: tuple[str, ...] = ()
     for number, (lines, height) in enumerate(zip(pages, heights, strict=True), start=1):
         kept = [line for line in lines if not (_in_band(line, height) and _key(line.text) in running)]
-        text = _join_lines(kept)
-        if not text:
-            continue
-        if texts:
-            offset += 2
-        regions.append(Region(offset, offset + len(text), page=number))
-        texts.append(text)
-        offset += len(text)
+        parts, path = _sections(kept, outline.get(number - 1, []), path)
+        for section, part in parts:
+            text = _join_lines(part)
+            if not text:
+                continue
+            if texts:
+                offset += 2
+            regions.append(Region(offset, offset + len(text), page=number, section=section))
+            texts.append(text)
+            offset += len(text)
     if not texts:
         raise BadFile("no_text", f"no text layer on any of its {len(pages)} pages (a scan? OCR it first)")
     joined = "\n\n".join(texts)
@@ -115,6 +122,48 @@ def _extract(data: bytes, max_chars: int) -> Extracted:
         metadata["modified"] = modified.isoformat()
     return Extracted(text=joined, regions=tuple(regions), title=info.get("Title", "").strip() or None,
                      date=_pdf_date(info.get("CreationDate", "")), metadata=metadata, pages=len(pages))
+
+
+def _outline(pdf: pdfium.PdfDocument) -> dict[int, list[tuple[str, tuple[str, ...]]]]:
+    """The outline (bookmarks), by the page each entry points to: (its title, its heading path),
+    in outline order. Bounded (MAX_OUTLINE entries, MAX_OUTLINE_DEPTH levels; pypdfium2 stops
+    at a circular reference); an entry without a page is skipped, and a path is the titles of
+    the entries above it."""
+    out: dict[int, list[tuple[str, tuple[str, ...]]]] = {}
+    stack: list[str] = []
+    for n, mark in enumerate(pdf.get_toc(max_depth=MAX_OUTLINE_DEPTH)):
+        if n >= MAX_OUTLINE:
+            break
+        title = " ".join((mark.get_title() or "").split())[:MAX_HEADING_CHARS]
+        del stack[mark.level:]
+        stack += [""] * (mark.level - len(stack))
+        stack.append(title)
+        dest = mark.get_dest()
+        page = dest.get_index() if dest is not None else None
+        if title and page is not None:
+            out.setdefault(page, []).append((title, tuple(t for t in stack if t)))
+    return out
+
+
+def _sections(lines: list[_Box], marks: list[tuple[str, tuple[str, ...]]], path: tuple[str, ...]
+              ) -> tuple[list[tuple[tuple[str, ...], list[_Box]]], tuple[str, ...]]:
+    """A page's lines cut where its outline entries start, and the section in force after the
+    page. An entry starts at the line that begins with its title (searched after the previous
+    cut), else where the previous cut is (the top of the page for the first). `path` is the
+    section in force from the pages before."""
+    parts: list[tuple[tuple[str, ...], list[_Box]]] = []
+    start = 0
+    for title, section in marks:
+        want = _plain(title)
+        at = next((i for i in range(start, len(lines)) if _plain(lines[i].text).startswith(want)), start)
+        parts.append((path, lines[start:at]))
+        start, path = at, section
+    parts.append((path, lines[start:]))
+    return [(section, part) for section, part in parts if part], path
+
+
+def _plain(text: str) -> str:
+    return " ".join(text.split()).lower()
 
 
 def _page_lines(pdf: pdfium.PdfDocument, index: int, max_chars: int) -> tuple[list[_Box], float]:

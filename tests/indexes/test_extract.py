@@ -347,3 +347,36 @@ def test_docx_headings_come_from_style_ids_the_styles_part_leaves_out():
     doc = extract_docx(stripped)
     assert [r.section for r in doc.regions] == [("Pump manual",), ("Pump manual", "Seals"),
                                                  ("Pump manual", "Seals", "Checks")]
+
+
+def test_pdf_passages_take_their_section_from_the_outline_cut_where_each_heading_starts():
+    pdf = FPDF()
+    pdf.set_font("helvetica", size=11)
+    pdf.add_page()
+    pdf.start_section("1 Scope", level=0)
+    pdf.cell(0, 8, "1 Scope", new_x="LMARGIN", new_y="NEXT")
+    pdf.cell(0, 8, "This manual covers the feed pumps.", new_x="LMARGIN", new_y="NEXT")
+    pdf.start_section("1.1 Seals", level=1)
+    pdf.cell(0, 8, "1.1 Seals", new_x="LMARGIN", new_y="NEXT")
+    pdf.cell(0, 8, "Replace the gland seal every 2,000 hours.", new_x="LMARGIN", new_y="NEXT")
+    pdf.add_page()
+    pdf.cell(0, 8, "Record the seal change in the log.", new_x="LMARGIN", new_y="NEXT")
+    pdf.start_section("2 Checks", level=0)
+    pdf.cell(0, 8, "2 Checks", new_x="LMARGIN", new_y="NEXT")
+    pdf.cell(0, 8, "Look for weeping at the gland every week.", new_x="LMARGIN", new_y="NEXT")
+    doc = extract_pdf(bytes(pdf.output()))
+    placed = [(r.page, r.section, doc.text[r.start:r.end].splitlines()[-1]) for r in doc.regions]
+    assert placed == [(1, ("1 Scope",), "This manual covers the feed pumps."),
+                      (1, ("1 Scope", "1.1 Seals"), "Replace the gland seal every 2,000 hours."),
+                      (2, ("1 Scope", "1.1 Seals"), "Record the seal change in the log."),
+                      (2, ("2 Checks",), "Look for weeping at the gland every week.")]
+
+
+def test_a_pdf_without_an_outline_keeps_page_regions_without_sections():
+    pdf = FPDF()
+    pdf.set_font("helvetica", size=11)
+    for n in range(2):
+        pdf.add_page()
+        pdf.cell(0, 8, f"Page {n + 1} text about pumps.", new_x="LMARGIN", new_y="NEXT")
+    doc = extract_pdf(bytes(pdf.output()))
+    assert [(r.page, r.section) for r in doc.regions] == [(1, ()), (2, ())]
