@@ -26,7 +26,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 from threading import Lock
-from typing import Callable, Literal, Protocol, Sequence
+from typing import Any, Callable, Literal, Protocol, Sequence
 
 import numpy as np
 
@@ -139,6 +139,31 @@ class Shard(Protocol):
     def document_acl(self, doc_id: str) -> tuple[str, ...] | None:
         """The document's ACL whoever asks (evaluation's check; never a caller's answer)."""
         ...
+
+
+class ShardService(Shard, Protocol):
+    """A shard served on its own (a Serve replica, routes/cluster/replica.py): the retrieval
+    calls, and taking a write and describing what it serves. A front's handle to it
+    (routes/cluster/remote.py) forwards exactly these calls; tests/routes/cluster/test_remote.py
+    holds both sides to this list."""
+
+    def write(self, payload: dict[str, Any], access: AccessScope | None, key: str, request: bytes) -> dict[str, Any]:
+        """Apply one write record (by the read rule for `access`; None: the local operator),
+        once per idempotency `key`; answered once it is durable."""
+        ...
+
+    def describe(self) -> dict[str, Any]:
+        """What this shard serves: its number, snapshot, chunks, content hash and write seq."""
+        ...
+
+
+def calls_of(protocol: type) -> frozenset[str]:
+    """The public calls a protocol class (and the protocols it extends) declares."""
+    return frozenset(name for klass in protocol.__mro__ if klass.__dict__.get("_is_protocol")
+                     for name, value in vars(klass).items() if callable(value) and not name.startswith("_"))
+
+
+SHARD_CALLS = calls_of(ShardService)
 
 
 class ScopedLexicalIndex(Protocol):

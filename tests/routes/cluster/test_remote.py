@@ -72,3 +72,24 @@ def test_no_live_replica_within_the_deadline_is_a_typed_retryable_unavailable_na
         shard.describe()
     assert err.value.retryable and handle.sent >= 2 and shard.retried == handle.sent - 1
     assert shard.stats() == {"calls": 1, "retried": handle.sent - 1, "unavailable": 1}
+
+
+def _calls(klass: type) -> dict[str, list[str]]:
+    """A class's public methods and their parameter names."""
+    import inspect
+
+    return {name: list(inspect.signature(fn).parameters)[1:] for name, fn in vars(klass).items()
+            if callable(fn) and not name.startswith("_")}
+
+
+def test_the_front_handle_and_the_replica_forward_exactly_the_shard_protocol():
+    from retrieval.shard import SHARD_CALLS, ShardService
+    from routes.cluster.replica import ShardReplica
+
+    protocol = {name: params for klass in ShardService.__mro__ if klass.__dict__.get("_is_protocol")
+                for name, params in _calls(klass).items()}
+    assert set(protocol) == SHARD_CALLS
+    replica = _calls(ShardReplica)
+    remote = {name: params for name, params in _calls(RemoteShard).items() if name != "stats"}  # the handle's own counters
+    assert replica == protocol, set(replica) ^ set(protocol)
+    assert remote == protocol, set(remote) ^ set(protocol)
