@@ -6,7 +6,8 @@ included). Every replica serving the shard holds a `ShardLog` over the snapshot 
 manifest names:
 
 - **Following.** Before each call (`current`) it stats the log; when its size, time or inode
-  moved, it reads the records after the last one it applied, applies them (indexes/live.py
+  moved, it reads the records after the last one it applied (from the offset where it last
+  stopped, while the log is the same file: `read_new`), applies them (indexes/live.py
   `apply`) and builds the view again (`live_view`: base + delta segment with tombstones). A
   record is fsynced before its write is acknowledged, so a call that starts after an
   acknowledgement sees it, through any front and any replica: a revocation is in effect on
@@ -37,7 +38,7 @@ from indexes.idempotency import MAX_KEYS, IdempotencyKeys
 from indexes.live import (WRITE, LiveState, Superseded, apply, authorize, live_view, options_of, parse_record, wal_path,
                           write_result)
 from indexes.snapshot_load import Snapshot
-from indexes.wal import JSONObject, Record, WriteAheadLog, read_after
+from indexes.wal import JSONObject, LogPosition, Record, WriteAheadLog, read_new
 
 T = TypeVar("T")
 MAX_RECORD_BYTES = 64 * 1024 * 1024  # one write's record: its documents and their vectors (about 2 KB per chunk)
@@ -66,6 +67,7 @@ class ShardLog(Generic[T]):
         self.state = LiveState(int(base.manifest.get("wal_seq", 0)))
         self.keys = IdempotencyKeys(key_capacity)
         self._seen = 0  # the last record read (those up to the base's seq give idempotency keys only)
+        self._position: LogPosition | None = None  # where the last read stopped: the next reads only what follows
         self._stamp: tuple[int, int, int, int] | None = None
         self._view: Snapshot = base
         self._made = make(base, self.state.seq)
@@ -93,7 +95,7 @@ class ShardLog(Generic[T]):
             return self._view
 
     def _catch_up(self) -> None:
-        folded, records = read_after(self.path, self._seen)
+        folded, records, self._position = read_new(self.path, self._seen, self._position)
         if folded > self.state.seq:
             raise Superseded(f"the write-ahead log of {self.path.parent} was folded past snapshot {self.base.path.name}")
         state = self.state

@@ -115,16 +115,20 @@ class _Scan:
     """One pass over a log file: the header, then the records up to `end` (EOF if None).
     `good_end` is the offset after the last valid record; `torn` the ignored final line."""
 
-    def __init__(self, fh: IO[bytes], end: int | None = None) -> None:
+    def __init__(self, fh: IO[bytes], end: int | None = None, resume: LogPosition | None = None) -> None:
         self.fh, self.end = fh, end
-        header = _unseal(fh.readline())
+        line = fh.readline() if resume is None else resume.header
+        header = _unseal(line)
         if (header is None or header.get("wal") != FORMAT or type(header.get("base")) is not int
                 or not isinstance(header.get("carry"), dict)):
             raise ServerFault(f"the write-ahead log has no valid header (format {FORMAT} expected)")
+        self.header = line
         self.base: int = header["base"]
         self.carry: JSONObject = header["carry"]
-        self.last_seq = self.base
-        self.good_end = fh.tell()
+        self.last_seq = self.base if resume is None else resume.seq
+        self.good_end = fh.tell() if resume is None else resume.offset
+        if resume is not None:
+            fh.seek(resume.offset)
         self.torn = b""
 
     def records(self) -> Iterator[Record]:
@@ -162,6 +166,32 @@ def read_after(path: Path, after: int) -> tuple[int, list[Record]]:
     with open(path, "rb") as fh:
         scan = _Scan(fh)
         return scan.base, [r for r in scan.records() if r.seq > after]
+
+
+@dataclass(frozen=True)
+class LogPosition:
+    """Where a follower stopped reading a log: the file (its inode: a folded or renumbered log
+    is a new file), its header line, and the offset and seq after the last record read."""
+
+    inode: int
+    header: bytes
+    offset: int
+    seq: int
+
+
+def read_new(path: Path, after: int, position: LogPosition | None) -> tuple[int, list[Record], LogPosition]:
+    """As `read_after`, reading from `position` (where the last read stopped) when the log is
+    still that file with that header and has not shrunk, so a follower reads only what was
+    appended; else from the start. Returns the position to resume from next time."""
+    with open(path, "rb") as fh:
+        st = os.fstat(fh.fileno())
+        resume = None
+        if position is not None and position.inode == st.st_ino and st.st_size >= position.offset:
+            resume = position if fh.readline() == position.header else None
+            fh.seek(0)
+        scan = _Scan(fh, resume=resume)
+        records = [r for r in scan.records() if r.seq > after]
+        return scan.base, records, LogPosition(st.st_ino, scan.header, scan.good_end, scan.last_seq)
 
 
 def log_end(path: Path) -> int:

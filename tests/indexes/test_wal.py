@@ -419,3 +419,42 @@ def test_only_the_last_capacity_keys_are_remembered_live_and_after_reopen(tmp_pa
         assert put(again, wal, "k1", b"same")[1] is True  # forgotten: a new write
     with pytest.raises(StorageError):
         wal.append("put", {})  # closed
+
+
+def test_a_follower_reads_only_what_was_appended_since_it_last_stopped(tmp_path):
+    from indexes.wal import read_new
+
+    path = tmp_path / "wal.log"
+    with WriteAheadLog(path) as wal:
+        for n in range(1, 4):
+            wal.append("put", payload(n))
+        base, records, position = read_new(path, 0, None)
+        assert (base, [r.seq for r in records], position.seq) == (0, [1, 2, 3], 3)
+        wal.append("put", payload(4))
+        wal.append("put", payload(5))
+        grown = path.stat().st_size
+        # what was read before is not read again: bytes behind the position are never looked at
+        with open(path, "r+b") as fh:
+            fh.seek(position.offset - 2)
+            before = fh.read(1)
+            fh.seek(position.offset - 2)
+            fh.write(b"#" if before != b"#" else b"$")
+        _, records, position = read_new(path, 3, position)
+        assert [(r.seq, r.payload) for r in records] == [(4, payload(4)), (5, payload(5))]
+        assert (position.seq, position.offset) == (5, grown)
+        _, records, _ = read_new(path, 5, position)
+        assert records == []
+
+
+def test_a_folded_log_is_a_new_file_and_is_read_from_its_start(tmp_path):
+    from indexes.wal import read_new
+
+    path = tmp_path / "wal.log"
+    with WriteAheadLog(path) as wal:
+        for n in range(1, 5):
+            wal.append("put", payload(n))
+        _, _, position = read_new(path, 0, None)
+        wal.truncate_through(2)
+        wal.append("put", payload(5))
+    base, records, position = read_new(path, 2, position)
+    assert (base, [r.seq for r in records], position.seq) == (2, [3, 4, 5], 5)
