@@ -317,6 +317,19 @@ def live_view(base: Snapshot, state: LiveState, mask_cache_size: int = 512) -> S
     return Snapshot(base.path, manifest, catalog, chunk_table, bm25, dense)  # type: ignore[arg-type]
 
 
+def current_documents(base: Snapshot, state: LiveState) -> list[tuple[Document, str]]:
+    """Every live document with its origin (as `live_documents`, without vectors)."""
+    out: list[tuple[Document, str]] = []
+    for doc, origin in base.catalog.documents():
+        if doc.id not in state.docs:
+            out.append((doc, origin))
+        elif (changed := state.docs[doc.id]) is not None:  # written since the base (None: deleted)
+            out.append((changed.doc, changed.origin))
+    known = {d.id for d, _ in out}
+    out += [(ld.doc, ld.origin) for doc_id, ld in sorted(state.docs.items()) if doc_id not in known and ld is not None]
+    return out
+
+
 def live_documents(base: Snapshot, state: LiveState) -> list[tuple[Document, str, np.ndarray]]:
     """Every live document with its origin and vectors, base ones first (in base order):
     what a compaction folds into a new base. Base documents are read in one pass."""

@@ -18,7 +18,7 @@ from routes.cli.commands import (cmd_cluster_serve, cmd_demo, cmd_ingest, cmd_ke
                                  cmd_settings, cmd_sql)
 from routes.cli.common import RETRIEVERS, iso_date, load_settings
 from routes.cli.eval_commands import BEIR_K, cmd_eval, cmd_tune
-from routes.cli.write_commands import cmd_acl, cmd_compact, cmd_delete, cmd_upsert
+from routes.cli.write_commands import cmd_acl, cmd_compact, cmd_delete, cmd_sync, cmd_upsert
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -96,6 +96,18 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("files", nargs="+", help="JSONL, Markdown/text, PDF, DOCX or HTML files (ingest's formats)")
     common(sp)
     sp.set_defaults(func=cmd_upsert)
+
+    sp = command("sync", "keep a live index in step with folders: new, changed and deleted files, ACL edits")
+    sp.add_argument("sources", nargs="+", help="the folders (or files) the index's documents come from")
+    sp.add_argument("--dry-run", action="store_true", help="print the plan (ids to put, re-ACL and delete), change nothing")
+    sp.add_argument("--watch", type=float, default=None, metavar="SECONDS",
+                    help="keep running, looking again every SECONDS and syncing when a file changed")
+    sp.add_argument("--keep-deleted", action="store_true",
+                    help="keep documents whose file is gone (default: delete them)")
+    sp.add_argument("--skip-bad-files", action="store_true", help="leave out bad files and list them, as ingest does")
+    sp.add_argument("--strict-fields", action="store_true", help="refuse front-matter keys outside the fields, as ingest does")
+    common(sp)
+    sp.set_defaults(func=cmd_sync)
 
     sp = command("delete", "delete documents from a live index")
     sp.add_argument("ids", nargs="+", help="document ids (applied together, or none if one is missing)")

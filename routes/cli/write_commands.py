@@ -1,4 +1,4 @@
-"""The `quarry` commands that change a live index: upsert, delete, acl and compact.
+"""The `quarry` commands that change a live index: upsert, delete, acl, sync and compact.
 
 They write the index's write-ahead log directly (routes/service/writes.py), so they need the log to
 themselves: beside a running `quarry serve` of the same index they fail at once with the
@@ -9,13 +9,17 @@ operator may change any document (no read check), as `quarry ingest` may.
 from __future__ import annotations
 
 import argparse
+import json
 import sys
+import time
 from pathlib import Path
 from typing import TYPE_CHECKING, ContextManager
 
 from routes.cli.common import emit, index_dir_of, default_acl
 
 if TYPE_CHECKING:
+    from indexes.live import Change
+    from indexes.sync_plan import SyncPlan
     from routes.service.service import Service
     from routes.service.settings import Settings
 
@@ -55,12 +59,71 @@ def cmd_acl(args: argparse.Namespace, settings: Settings) -> int:
     return 0
 
 
+def cmd_sync(args: argparse.Namespace, settings: Settings) -> int:
+    """Keep the index in step with SOURCES (indexes/sync_plan.py): put what is new or changed,
+    change the ACLs that alone changed, delete what came from them and is gone; one JSON
+    line per applied batch, then the plan applied. `--dry-run` prints the plan only; `--watch S`
+    looks again every S seconds, syncing when a file, sidecar or manifest changed."""
+    from indexes.snapshot_build import sources_stamp
+    from retrieval.errors import InvalidRequest
+
+    if args.watch is not None and not args.watch > 0:
+        raise InvalidRequest("--watch takes a positive number of seconds")
+    sources = [Path(s) for s in args.sources]
+    opened = _writable(settings) if not args.dry_run else _readable(settings)
+    with opened as service:
+        stamp = None
+        while True:
+            now = sources_stamp(sources)
+            if now != stamp:
+                stamp = now
+                plan = _sync_once(service, sources, args, settings)
+                _line({"sync": plan.summary(), "applied": not args.dry_run})
+            if not args.watch:
+                return 0
+            time.sleep(args.watch)
+
+
+def _sync_once(service: Service, sources: list[Path], args: argparse.Namespace, settings: Settings) -> SyncPlan:
+    from indexes.corpus import load_documents
+    from indexes.files import FileReader
+    from indexes.live import Delete, Put, SetAcl
+    from indexes.sync_plan import plan_sync
+
+    acl = default_acl(settings.default_acl) if settings.default_acl else service.default_acl()
+    reader = FileReader(skip_bad=args.skip_bad_files, strict_fields=args.strict_fields)
+    desired = load_documents(sources, acl, reader)  # every file checked before any write
+    for skipped in reader.skipped.values():
+        print(f"skipped {skipped.path}: {skipped.reason}: {skipped.message}", file=sys.stderr)
+    plan = plan_sync(desired, service.documents(), sources, prune=not args.keep_deleted)
+    if args.dry_run:
+        return plan
+    changes: list[Change] = [*(Put(ld.doc, ld.origin) for ld in plan.put), *(SetAcl(i, a) for i, a in plan.acl),
+                             *(Delete(i) for i in plan.delete)]
+    step = settings.write_batch_max
+    for at in range(0, len(changes), step):
+        _line(service.write_changes(changes[at : at + step]))
+    return plan
+
+
+def _line(payload: object) -> None:
+    """One JSON line, at once: a watching sync is read while it runs."""
+    print(json.dumps(payload, ensure_ascii=False), flush=True)
+
+
 def cmd_compact(args: argparse.Namespace, settings: Settings) -> int:
     """Fold the live changes into a new base snapshot; a running server switches to it on
     its next reload check. Beside a server that owns the log, use POST /v1/admin/compact."""
     with _writable(settings) as service:
         emit(service.compact_now())
     return 0
+
+
+def _readable(settings: Settings) -> ContextManager[Service]:
+    """The index's service without its write-ahead log (a dry run writes nothing)."""
+    from routes.service.service import open_service
+
+    return open_service(settings, index_dir_of(settings), writable=False, warm=False, plugins=False)
 
 
 def _writable(settings: Settings) -> ContextManager[Service]:

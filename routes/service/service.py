@@ -21,7 +21,7 @@ from indexes.stated_date import headings_of
 from indexes.embedder import Embedder
 from indexes.extract.record import BadFile
 from indexes.files import FileKind, file_record
-from indexes.live import Change, Delete, Put, SetAcl
+from indexes.live import Change, Delete, Put, SetAcl, current_documents
 from indexes.wal import JSONObject
 from retrieval.answer_level import AnswerScores
 from retrieval.errors import InvalidRequest, NotFound, PayloadTooLarge
@@ -278,6 +278,14 @@ class Service:
         with writer.quota.admit(owner, raw):  # a file's bytes count before it is extracted
             changes = [self.change(w, owner) for w in writes]  # every change checked before any is written
             return writer.write(changes, principal, idempotency, None, owner)
+
+    def documents(self) -> list[tuple[Document, str]]:
+        """Every document the served view holds, with its origin (what `quarry sync` compares
+        a folder with); one node's index only."""
+        with self.runtime.lease() as view:
+            if not isinstance(view, IndexView):
+                raise InvalidRequest("a sharded index is kept in step by ingesting it again; sync serves one node's index")
+            return current_documents(view.base or view.snapshot, view.live)
 
     def write_changes(self, changes: Sequence[Change]) -> JSONObject:
         """Changes an operator built from files (the CLI's upsert): applied as one record."""
