@@ -238,7 +238,7 @@ def _write_docx(folder: Path, inv: _Inventor, index: int) -> tuple[Path, str, Fi
             for cells, row in zip(table.rows, rows, strict=True):
                 for cell, value in zip(cells.cells, row, strict=True):
                     cell.text = value
-            blocks.append("\n".join(" | ".join(row) for row in rows))
+            blocks.append("\n".join(" | ".join(f"{h}: {c}" for h, c in zip(rows[0], row, strict=True)) for row in rows[1:]))
     document.save(str(path))
     return path, "\n\n".join(blocks), info, boilerplate
 
@@ -289,7 +289,7 @@ def _write_html(folder: Path, inv: _Inventor, index: int, chrome: tuple[str, str
                 '<div class="related-posts"><h4>Related</h4><ul>' + "".join(f'<li><a href="/r{i}">{inv.name()} guide</a></li>'
                                                                             for i in range(3)) + "</ul></div>"
                 '<p><a href="/prev">Previous article</a> | <a href="/next">Next article</a></p>')
-    blocks += [" | ".join(r) for r in rows]
+    blocks += [" | ".join(f"{h}: {c}" for h, c in zip(rows[0], r, strict=True)) for r in rows[1:]]  # a row with its headers
     article = "<article>" + "".join(body) + "</article>"
     wrapped = (f"<main>{article}</main>", article, f'<div class="content">{"".join(body)}</div>')[index % 3]
     path.write_text(

@@ -174,12 +174,12 @@ class CatalogWriter:
 
 def columns_json(t: TableInfo) -> list | dict:
     """A table's columns as stored: `[[name, type], ...]`, or, where its sidecar describes it
-    or its columns, `{"columns": [[name, type, description, aliases], ...], "description",
-    "aliases"}` (catalogs written before descriptions hold the list)."""
-    if not (t.description or t.aliases or any(c.description or c.aliases for c in t.columns)):
+    or its columns or it is a table inside a document file, `{"columns": [[name, type,
+    description, aliases], ...], "description", "aliases", "owner"}` (catalogs written before descriptions hold the list)."""
+    if not (t.description or t.aliases or t.owner or any(c.description or c.aliases for c in t.columns)):
         return [[c.name, c.type] for c in t.columns]
     return {"columns": [[c.name, c.type, c.description, list(c.aliases)] for c in t.columns],
-            "description": t.description, "aliases": list(t.aliases)}
+            "description": t.description, "aliases": list(t.aliases), **({"owner": t.owner} if t.owner else {})}
 
 
 def table_from_row(r: Sequence[Any]) -> TableInfo:
@@ -188,7 +188,7 @@ def table_from_row(r: Sequence[Any]) -> TableInfo:
     notes = stored if isinstance(stored, dict) else {"columns": stored}
     columns = tuple(ColumnInfo(c[0], c[1], *((c[2], tuple(c[3])) if len(c) > 2 else ())) for c in notes["columns"])
     return TableInfo(r[0], columns, tuple(r[1]), bool(r[2]), r[3], r[4], int(r[5]), r[7],
-                     notes.get("description", ""), tuple(notes.get("aliases", ())))
+                     notes.get("description", ""), tuple(notes.get("aliases", ())), notes.get("owner"))
 
 
 def chunk_texts(path: Path, size: int = 4096) -> Generator[list[tuple[int, str | None, str]], None, None]:

@@ -27,6 +27,7 @@ from datetime import date, datetime
 from pathlib import Path
 from typing import Any, Iterator, Sequence
 
+from indexes.extract.grids import FoundGrids
 from indexes.extract.record import MAX_TEXT_CHARS
 from indexes.files import FileReader, Skipped, file_record, merge_fields, orphan_sidecars
 from indexes.front_matter import EXCERPT_CHARS, excerpt, first_heading, split_front_matter
@@ -191,6 +192,8 @@ def _load_extracted(path: Path, root: Path, default_acl: tuple[str, ...], reader
         doc = make_document(record, default_source=path.parent.name, default_acl=default_acl)
     except InvalidRequest as e:
         raise IngestError(_clamped(e.message), str(path)) from None
+    if got.tables:
+        reader.grids[str(path)] = FoundGrids(path, doc.id, doc.title, doc.acl, got.tables)
     return LoadedDocument(replace(doc, regions=got.regions), f"{path}:1")
 
 

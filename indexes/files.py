@@ -39,6 +39,7 @@ from datetime import date
 from pathlib import Path
 from typing import Any, Iterable, Literal, Sequence
 
+from indexes.extract.grids import FoundGrids
 from indexes.extract.record import MAX_TEXT_CHARS, BadFile, Extracted
 from indexes.extract.sandbox import ExtractorPool
 from indexes.source_files import FileTooLarge, list_folder, read_regular
@@ -140,6 +141,7 @@ class FileReader:
     file_dates: dict[Path, str] = field(default_factory=dict)  # files dated by their own metadata only (`file_record`)
     pool: ExtractorPool | None = None  # where files are extracted (default: one worker of its own, made on first use)
     roots: set[Path] = field(default_factory=set)  # the source folders: below them, files are read following no link
+    grids: dict[str, FoundGrids] = field(default_factory=dict)  # tables found inside the files read (indexes/tables.py)
     _cache: dict[tuple[str, int, int], Extracted] = field(default_factory=dict, repr=False)
     _cached_chars: int = field(default=0, repr=False)
     _manifests: dict[Path, list[dict[str, Any]]] = field(default_factory=dict, repr=False)

@@ -370,6 +370,7 @@ def compact(index_dir: Path, embedder: Any, progress: Any = None, through: int |
         options = BuildOptions(default_acl=default_acl, max_chars=max_chars, bm25=params,
                                dense_graph_from=built.get("dense_graph_from", BuildOptions.dense_graph_from),
                                dense_whole_graph=bool(built.get("dense_whole_graph", BuildOptions.dense_whole_graph)))
-        return compact_snapshot(index_dir, live_documents(base, state), base.path, embedder, options, state.seq, progress)
+        return compact_snapshot(index_dir, live_documents(base, state), base.path, embedder, options, state.seq, progress,
+                                changed=state.docs)
     finally:
         base.close()

@@ -64,7 +64,7 @@ from indexes.snapshot_build import (CHANGED, BuildOptions, Progress, build_lock,
 from indexes.catalog import Catalog
 from indexes.snapshot_lease import SnapshotLease, acquire
 from indexes.snapshot_load import Snapshot, load_snapshot_at, read_manifest, verify_files
-from indexes.tables import TableSource, fsync_dir, plan_tables
+from indexes.tables import TableSource, fsync_dir, grid_tables, plan_tables
 from retrieval.errors import IngestError, SnapshotError
 
 CLUSTER = "cluster.json"
@@ -127,13 +127,15 @@ def plan_shards(sources: Sequence[Path], shards: int, options: BuildOptions,
         whole.update(record)
         parts[TABLES_SHARD].update(record)
     counts = [0] * shards
-    for ld in iter_documents(sources, options.default_acl, reader or options.file_reader()):
+    reader = reader or options.file_reader()
+    for ld in iter_documents(sources, options.default_acl, reader):
         record, i = document_record(ld.doc), shard_of(ld.doc.id, shards)
         whole.update(record)
         parts[i].update(record)
         counts[i] += 1
     if not sum(counts) and not tables:
         raise IngestError("no documents or tables found", ", ".join(map(str, sources)))
+    tables = [*tables, *grid_tables(list(reader.grids.values()), [t.name for t in tables])]
     return ShardPlan(tuple(sources), shards, options, tuple(tables), stamp, tuple(counts),
                      tuple(h.hexdigest() for h in parts), whole.hexdigest(), time.perf_counter() - t0)
 

@@ -43,7 +43,7 @@ from indexes.embedder import Embedder
 from indexes.files import SIDECAR_SUFFIX, FileReader, config_files, date_warnings
 from indexes.snapshot_lease import LEASE_FILE, PRUNING, acquire, remove_unless_served
 from indexes.snapshot_load import CURRENT, FORMAT_VERSION, current_snapshot_path, read_manifest, verify_files
-from indexes.tables import TableSource, file_digest, fsync_dir, fsync_tree, plan_tables
+from indexes.tables import TableSource, file_digest, fsync_dir, fsync_tree, grid_tables, plan_tables
 from indexes.wal import log_end, read_after
 from retrieval.errors import Conflict, IngestError, RetrievalError, ServerFault, SnapshotError, StorageError
 from retrieval.sql.schema import TableInfo
@@ -100,6 +100,8 @@ def content_hash(docs: Iterable[Document], tables: Sequence[TableSource] = ()) -
 def table_records(tables: Sequence[TableSource]) -> Iterator[bytes]:
     """What `content_hash` reads of each table (a sharded ingest hashes incrementally)."""
     for t in tables:
+        if t.grid is not None:
+            continue  # a table inside a document file is hashed as its document's text and ACL
         yield json.dumps({"table": t.name, "sha256": file_digest(t.path), "acl": list(t.acl),
                           **({"types": [list(p) for p in t.types], "key": t.key} if t.types or t.key else {})}).encode()
 
@@ -186,6 +188,7 @@ def build_snapshot(
             yield ld.doc
 
     digest = content_hash(counted(), tables)
+    tables = [*tables, *grid_tables(list(reader.grids.values()), [t.name for t in tables])]
 
     def unchanged() -> None:
         if sources_stamp(sources) != stamp:
@@ -220,11 +223,13 @@ def sources_stamp(sources: Sequence[Path]) -> list[tuple[str, int, int, int, int
 
 
 def compact_snapshot(index_dir: Path, documents: Sequence[tuple[Document, str, np.ndarray]], previous: Path,
-                     embedder: Embedder, options: BuildOptions, wal_seq: int, progress: Progress | None = None) -> dict[str, Any]:
+                     embedder: Embedder, options: BuildOptions, wal_seq: int, progress: Progress | None = None,
+                     changed: Iterable[str] = ()) -> dict[str, Any]:
     """Fold a live index into a new base snapshot and make it current: `documents` (each with
     its origin and chunk vectors, which are reused, not embedded again) and the user tables of
-    the `previous` snapshot, copied as they are; the manifest's `wal_seq` says through which
-    log record the new base holds the changes."""
+    the `previous` snapshot, copied as they are, less the tables inside the files of the
+    `changed` documents (deleted or replaced by live writes: the next ingest reads them
+    again); the manifest's `wal_seq` says through which log record the new base holds the changes."""
     t0 = time.perf_counter()
     loaded = [LoadedDocument(d, origin) for d, origin, _ in documents]
     chunks = chunk_documents([d for d, _, _ in documents], options.max_chars)  # only for the keys of its vectors
@@ -235,13 +240,17 @@ def compact_snapshot(index_dir: Path, documents: Sequence[tuple[Document, str, n
     reuse = dict(zip(keys, vectors, strict=True)) if len(vectors) == len(keys) else {}
     catalog = Catalog(previous / "catalog.duckdb")
     try:
-        tables = list(catalog.tables().values())
+        gone = set(changed)
+        every = list(catalog.tables().values())
+        tables = [t for t in every if t.owner is None or t.owner not in gone]
     finally:
         catalog.close()
     if not documents and not tables:
         raise IngestError("a compaction would leave the index with no documents or tables", str(index_dir))
     h = hashlib.sha256(content_hash([d for d, _, _ in documents]).encode())
     h.update(json.dumps(read_manifest(previous).get("tables") or {}, sort_keys=True).encode())
+    if len(tables) < len(every):
+        h.update(json.dumps(sorted(t.name for t in tables)).encode())
     return publish_snapshot(index_dir, lambda: iter(loaded), len(loaded), [], embedder, options, progress,
                             time.perf_counter() - t0, h.hexdigest(), wal_seq, lambda: reuse,
                             copy_tables=(previous / "catalog.duckdb", tables), expect_base=previous.name)

@@ -18,17 +18,19 @@ import hashlib
 import json
 import os
 import re
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Sequence
 
 import duckdb
 import pyarrow as pa
 
+from indexes.extract.grids import MAX_FILE_TABLES, FoundGrids, Grid, column_names, typed_cells
 from indexes.source_files import open_regular, read_regular
 from indexes.spreadsheets import read_sheet, sheet_names
 from retrieval.errors import IngestError, InvalidRequest
 from retrieval.sql.schema import ColumnInfo, TableInfo
+from retrieval.sql.words import FILLER, name_words, noun_forms
 from retrieval.types import check_acl, valid_acl_entry
 
 _NAME_OK = re.compile(r"[a-z][a-z0-9_]{0,62}")
@@ -39,6 +41,7 @@ MAX_DESCRIPTION = 500  # characters of a table's or a column's description
 MAX_ALIASES = 16  # aliases per table or column, each at most MAX_ALIAS characters
 MAX_ALIAS = 64
 MAX_SIDECAR_BYTES = 1 << 20
+MAX_GRID_TABLES = 20_000  # tables inside document files one index holds (each is a DuckDB table)
 # Column types a sidecar may declare (so no row, readable or not, decides them by inference).
 _DECLARED_TYPE = re.compile(r"VARCHAR|TEXT|BOOLEAN|TINYINT|SMALLINT|INTEGER|BIGINT|HUGEINT|FLOAT|REAL|DOUBLE|DATE|TIMESTAMP"
                             r"|TIMESTAMPTZ|DECIMAL\(\d{1,2}, ?\d{1,2}\)", re.I)
@@ -55,11 +58,48 @@ class TableSource:
     aliases: tuple[str, ...] = ()
     columns: tuple[tuple[str, str, tuple[str, ...]], ...] = ()  # (column, description, aliases) from the sidecar
     sheet: str | None = None  # the worksheet of an .xlsx workbook this table is
+    grid: Grid | None = field(default=None, compare=False)  # a table inside a PDF, DOCX or HTML file: its cells
+    owner: str | None = None  # the document whose file holds `grid`: the table lives and dies with it
 
     @property
     def origin(self) -> str:
-        """Where the rows come from, as answers cite it: the file, and the sheet of a workbook."""
+        """Where the rows come from, as answers cite it: the file, the sheet of a workbook, the
+        table of a document file (numbered in reading order)."""
+        if self.grid is not None:
+            return f"{self.path}#table-{self.grid.number}"
         return str(self.path) if self.sheet is None else f"{self.path}#{self.sheet}"
+
+
+def grid_tables(found: Sequence[FoundGrids], taken: Sequence[str] = ()) -> list[TableSource]:
+    """Each table inside a document file as a table of the catalog, named after its file and
+    number (`torque_manual_table_2`, then `_2`, `_3` where that name is taken). Its ACL is the
+    document's; its description says where it is (the document, page, section), and the
+    heading it sits under is its alias (`_records_named`), so that a question in the
+    document's words links to it."""
+    used = set(taken)
+    out: list[TableSource] = []
+    for f in sorted(found, key=lambda f: str(f.path)):
+        if len(out) + len(f.grids) > MAX_GRID_TABLES:
+            raise IngestError(f"the files hold more than {MAX_GRID_TABLES:,} tables (at most {MAX_FILE_TABLES} are read from "
+                              "one file); split the sources into several indexes", str(f.path))
+        stem = re.sub(r"[^a-z0-9_]+", "_", f.path.stem.lower()).strip("_")[:40] or "file"
+        stem = stem if stem[0].isalpha() else f"t_{stem}"
+        for g in f.grids:
+            base = name = f"{stem}_table_{g.number}"
+            n = 1
+            while name in used:
+                n += 1
+                name = f"{base}_{n}"
+            used.add(name)
+            where = [f"table {g.number} of {f.title or f.path.name}"]
+            if g.page is not None:
+                where.append(f"page {g.page}")
+            if g.section:
+                where.append("section " + " > ".join(g.section))
+            heading = _records_named(g) if g.section else None
+            out.append(TableSource(name, f.path, f.acl, description=", ".join(where)[:MAX_DESCRIPTION],
+                                   aliases=(heading,) if heading else (), grid=g, owner=f.doc_id))
+    return out
 
 
 def table_name(path: Path) -> str:
@@ -230,7 +270,9 @@ def load_tables(con: duckdb.DuckDBPyConnection, sources: Sequence[TableSource]) 
     """Create `data.<name>` for each source inside the caller's transaction."""
     infos = []
     for src in sources:
-        if src.sheet is not None:
+        if src.grid is not None:
+            _load_grid(con, src)
+        elif src.sheet is not None:
             _load_sheet(con, src)
         else:
             _load_file(con, src)
@@ -256,9 +298,10 @@ def load_tables(con: duckdb.DuckDBPyConnection, sources: Sequence[TableSource]) 
         columns = _with_notes(src, columns)
         infos.append(TableInfo(
             name=src.name, columns=tuple(columns), acl=src.acl, row_acl=row_acl,
-            id_column=_declared_key(con, src, names, rows) if src.key else _id_column(con, src.name, columns, rows),
+            id_column=(_declared_key(con, src, names, rows) if src.key else _label_column(con, src.name, columns, rows)
+                       if src.grid is not None else _id_column(con, src.name, columns, rows)),
             doc_column="doc_id" if "doc_id" in names else None,
-            rows=int(rows), source=src.origin, description=src.description, aliases=src.aliases,
+            rows=int(rows), source=src.origin, description=src.description, aliases=src.aliases, owner=src.owner,
         ))
     return infos
 
@@ -283,7 +326,44 @@ def _load_sheet(con: duckdb.DuckDBPyConnection, src: TableSource) -> None:
         rows = read_sheet(src.path, src.sheet)
     except OSError as e:
         raise IngestError(f"cannot read file: {e.strerror}", str(src.path)) from None
-    view = f"quarry_sheet_{src.name}"
+    _load_rows(con, src, rows)
+
+
+_ARROW_TYPES = {"int": pa.int64(), "float": pa.float64(), "date": pa.date32(), "text": pa.string()}
+
+
+def typed_table(grid: Grid) -> pa.Table:
+    """A grid as a typed Arrow table: BIGINT, DOUBLE, DATE or VARCHAR columns by what every
+    non-empty cell holds (indexes/extract/grids.py `typed_cells`), named by `column_names`."""
+    columns = {}
+    for i, name in enumerate(column_names(grid)):
+        kind, values = typed_cells([row[i] for row in grid.rows])
+        columns[name] = pa.array(values, type=_ARROW_TYPES[kind])
+    return pa.table(columns)
+
+
+def _records_named(grid: Grid) -> str | None:
+    """What the heading above a table calls its rows: the heading's words less those that name
+    one of its columns ("Crossings and fares" over a "Fare" column: "Crossings"), so that a
+    question's "fare" still reads that column rather than naming the table."""
+    columns = {w for name in column_names(grid) for w in name_words(name)}
+    kept = [w for w in grid.section[-1].split() if not (noun_forms(w.lower()) & columns) and w.lower() not in FILLER]
+    alias = " ".join(kept)
+    return alias if 3 <= len(alias) <= MAX_ALIAS else None
+
+
+def _load_grid(con: duckdb.DuckDBPyConnection, src: TableSource) -> None:
+    """A table found inside a document file, each row carrying the document's id (`doc_id`):
+    rows given as evidence cite the document, whose passages carry the file's page or section."""
+    assert src.grid is not None
+    rows = typed_table(src.grid)
+    if "doc_id" not in rows.column_names and src.owner is not None:
+        rows = rows.append_column("doc_id", pa.array([src.owner] * rows.num_rows, type=pa.string()))
+    _load_rows(con, src, rows)
+
+
+def _load_rows(con: duckdb.DuckDBPyConnection, src: TableSource, rows: pa.Table) -> None:
+    view = f"quarry_rows_{src.name}"
     con.register(view, rows)
     try:
         con.execute(f'CREATE TABLE data."{src.name}" AS SELECT * FROM "{view}"')
@@ -349,6 +429,19 @@ def _declared_key(con: duckdb.DuckDBPyConnection, src: TableSource, names: Seque
     if distinct != rows or nulls:
         raise IngestError(f"declared key {key!r} is not unique and non-null in every row", str(src.path))
     return key
+
+
+def _label_column(con: duckdb.DuckDBPyConnection, name: str, columns: list[ColumnInfo], rows: int) -> str | None:
+    """The row key of a table inside a document file: its first text column whose values are
+    unique and present in every row (what a printed table's rows are called by: "M8 bolt",
+    "March"), else a `*_id` column as for any table."""
+    for c in columns:
+        if c.name != "doc_id" and c.type.upper().startswith("VARCHAR"):
+            distinct, nulls = con.execute(f'SELECT count(DISTINCT "{c.name}"), count(*) - count("{c.name}") '
+                                          f'FROM data."{name}"').fetchall()[0]
+            if distinct == rows and not nulls:
+                return c.name
+    return _id_column(con, name, columns, rows)
 
 
 def _id_column(con: duckdb.DuckDBPyConnection, name: str, columns: list[ColumnInfo], rows: int) -> str | None:

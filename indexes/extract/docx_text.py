@@ -21,6 +21,7 @@ from docx.oxml.ns import qn
 
 from indexes.extract.record import MAX_TEXT_CHARS, BadFile, Extracted
 from indexes.extract.zip_bounds import check_archive
+from indexes.extract.grids import grid_of, render
 from indexes.extract.sections import Block, assemble
 
 OLE_MAGIC = bytes.fromhex("D0CF11E0A1B11AE1")  # an encrypted OOXML file is an OLE compound file
@@ -58,7 +59,8 @@ def extract_docx(data: bytes, max_chars: int = MAX_TEXT_CHARS) -> Extracted:
         raise
     except Exception as error:  # python-docx on a zip that is no Word document: any failure is the file's
         raise BadFile("corrupt", f"not a readable Word document: {type(error).__name__}: {error}") from error
-    text, regions = assemble(blocks)
+    got = assemble(blocks)
+    text, regions, tables = got.text, got.regions, got.tables
     if not text:
         raise BadFile("no_text", "the document body has no text (page headers and footers are not read)")
     if len(text) > max_chars:
@@ -68,7 +70,7 @@ def extract_docx(data: bytes, max_chars: int = MAX_TEXT_CHARS) -> Extracted:
     if core["modified"] is not None:
         metadata["modified"] = core["modified"].date().isoformat()
     created = core["created"].date() if core["created"] is not None else None
-    return Extracted(text=text, regions=regions, title=title, date=created, metadata=metadata)
+    return Extracted(text=text, regions=regions, title=title, date=created, metadata=metadata, tables=tables)
 
 
 _CORE = ("title", "author", "subject", "keywords", "category", "created", "modified")
@@ -95,14 +97,43 @@ def _blocks(container: Any, levels: dict[str, int]) -> Iterator[Block]:
         if child.tag == qn("w:p"):
             yield Block(_paragraph_text(child).strip(), _paragraph_level(child, levels))
         elif child.tag == qn("w:tbl"):
-            rows = [" | ".join(cell for cell in (_cell_text(tc) for tc in tr.iterchildren(qn("w:tc"))) if cell)
-                    for tr in child.iterchildren(qn("w:tr"))]
-            yield Block("\n".join(row for row in rows if row))
+            yield _table_block(child)
         elif child.tag == qn("w:sdt"):
             for content in child.iterchildren(qn("w:sdtContent")):
                 yield from _blocks(content, levels)
         elif child.tag == qn("w:customXml"):
             yield from _blocks(child, levels)
+
+
+def _table_block(tbl: Any) -> Block:
+    """A table as a grid (indexes/extract/grids.py) read in its rendering, or, when it is no
+    grid (one column, one row), its rows with cells joined " | "."""
+    cells: list[list[str]] = []
+    above: list[str] = []
+    for tr in tbl.iterchildren(qn("w:tr")):
+        row: list[str] = []
+        for tc in tr.iterchildren(qn("w:tc")):
+            props = tc.find(qn("w:tcPr"))
+            span, merged = 1, False
+            if props is not None:
+                grid_span = props.find(qn("w:gridSpan"))
+                v_merge = props.find(qn("w:vMerge"))
+                try:
+                    span = max(1, min(int(grid_span.get(qn("w:val"), "1")), 64)) if grid_span is not None else 1
+                except ValueError:
+                    span = 1
+                merged = v_merge is not None and v_merge.get(qn("w:val"), "continue") == "continue"
+            text = above[len(row)] if merged and len(row) < len(above) else _cell_text(tc)
+            row += [text] * span
+        cells.append(row)
+        above = row
+    first = next(tbl.iterchildren(qn("w:tr")), None)
+    marked = first is not None and first.find(f"{qn('w:trPr')}/{qn('w:tblHeader')}") is not None
+    grid = grid_of(cells, header_marked=marked)
+    if grid is not None:
+        return Block("\n".join(render(grid)), grid=grid)
+    rows = [" | ".join(cell for cell in row if cell) for row in cells]
+    return Block("\n".join(row for row in rows if row))
 
 
 def _paragraph_text(p: Any) -> str:

@@ -17,6 +17,7 @@ from typing import Any
 from selectolax.lexbor import LexborHTMLParser, LexborNode
 
 from indexes.extract.record import MAX_TEXT_CHARS, BadFile, Extracted
+from indexes.extract.grids import grid_of, render
 from indexes.extract.sections import Block, assemble
 
 _NEVER_CONTENT = {"script", "style", "noscript", "template", "svg", "iframe", "button", "select", "nav", "aside"}
@@ -69,7 +70,8 @@ def extract_html(data: bytes, max_chars: int = MAX_TEXT_CHARS) -> Extracted:
     blocks = _blocks(root) if root is not None else []
     if not blocks and tree.body is not None and (root is None or root.mem_id != tree.body.mem_id):
         blocks = _blocks(tree.body)  # a <main> with nothing readable in it: the page's layout fooled the rule
-    text, regions = assemble(blocks)
+    got = assemble(blocks)
+    text, regions = got.text, got.regions
     if not text:
         raise BadFile("no_body_text", "no body text once navigation, headers, footers and link lists are removed")
     if len(text) > max_chars:
@@ -80,7 +82,7 @@ def extract_html(data: bytes, max_chars: int = MAX_TEXT_CHARS) -> Extracted:
         stamp = root.css_first("time[datetime]")
         published = _iso_date(stamp.attributes.get("datetime") or "") if stamp is not None else None
     return Extracted(text=text, regions=regions, title=title,
-                     date=date.fromisoformat(published) if published else None, metadata=metadata)
+                     date=date.fromisoformat(published) if published else None, metadata=metadata, tables=got.tables)
 
 
 # Lexbor's tree building slows with the square of the open elements' depth (30,000 nested divs:
@@ -249,6 +251,9 @@ def _blocks(root: LexborNode) -> list[Block]:
             if tag in _HEADINGS or tag in ("pre", "tr"):
                 flush()
                 blocks += _special(node, tag)
+            elif tag == "table" and (table := _table_block(node)) is not None:
+                flush()
+                blocks.append(table)
             elif tag == "br":
                 buffer.append(" ")
             elif tag in _BLOCKS:
@@ -272,6 +277,41 @@ def _special(node: LexborNode, tag: str) -> list[Block]:
     row = " | ".join(cell for cell in cells if cell)
     links = _collapse(" ".join(a.text() for a in node.css("a")))
     return [Block(row)] if row and _dense(row, links) <= LINK_DENSITY else []
+
+
+def _table_block(table: LexborNode) -> Block | None:
+    """A data table as a grid read in its rendering (indexes/extract/grids.py); None for a
+    table that is no grid or mostly links (a layout or navigation table, read row by row).
+    Rows of a nested table belong to it, not to this one; a cell spanning columns repeats."""
+    rows: list[list[str]] = []
+    header_rows = 0
+    for tr in table.css("tr"):
+        owner = tr.parent
+        while owner is not None and owner.tag != "table":
+            owner = owner.parent
+        if owner is None or owner.mem_id != table.mem_id:
+            continue
+        row: list[str] = []
+        heads = True
+        for cell in tr.iter():
+            if cell.tag not in ("td", "th"):
+                continue
+            heads = heads and (cell.tag == "th" or (cell.parent is not None and cell.parent.parent is not None
+                                                    and cell.parent.parent.tag == "thead"))
+            try:
+                span = max(1, min(int((cell.attributes.get("colspan") or "1").strip()), 64))
+            except ValueError:
+                span = 1
+            row += [_collapse(cell.text())] * span
+        if row:
+            header_rows += heads and len(rows) == header_rows
+            rows.append(row)
+    grid = grid_of(rows, header_marked=header_rows >= 1)
+    if grid is None:
+        return None
+    text = "\n".join(render(grid))
+    links = _collapse(" ".join(a.text() for a in table.css("a")))
+    return Block(text, grid=grid) if text and _dense(text, links) <= LINK_DENSITY else None
 
 
 def _dense(text: str, link_text: str) -> float:

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import re
 import threading
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import date
 from itertools import pairwise
 from statistics import median
@@ -21,6 +21,8 @@ from statistics import median
 import pypdfium2 as pdfium  # type: ignore[import-untyped]
 import pypdfium2.raw as pdfium_c  # type: ignore[import-untyped]
 
+from indexes.extract.grids import MAX_FILE_TABLES, Grid, render
+from indexes.extract.pdf_tables import MAX_RULES, Rule, find_tables, vertical_rules
 from indexes.extract.record import MAX_TEXT_CHARS, BadFile, Extracted
 from retrieval.types import Region
 
@@ -51,6 +53,7 @@ class _Box:
     top: float
     x1: float
     bottom: float
+    grid: Grid | None = None  # a table found on the page (indexes/extract/pdf_tables.py), read as its rendering
 
     @property
     def height(self) -> float:
@@ -98,10 +101,14 @@ def _extract(data: bytes, max_chars: int) -> Extracted:
     regions: list[Region] = []
     offset = 0
     path: tuple[str, ...] = ()
+    tables: list[Grid] = []
     for number, (lines, height) in enumerate(zip(pages, heights, strict=True), start=1):
         kept = [line for line in lines if not (_in_band(line, height) and _key(line.text) in running)]
         parts, path = _sections(kept, outline.get(number - 1, []), path)
         for section, part in parts:
+            for line in part:
+                if line.grid is not None and len(tables) < MAX_FILE_TABLES:
+                    tables.append(replace(line.grid, number=len(tables) + 1, page=number, section=section))
             text = _join_lines(part)
             if not text:
                 continue
@@ -121,7 +128,8 @@ def _extract(data: bytes, max_chars: int) -> Extracted:
     if modified:
         metadata["modified"] = modified.isoformat()
     return Extracted(text=joined, regions=tuple(regions), title=info.get("Title", "").strip() or None,
-                     date=_pdf_date(info.get("CreationDate", "")), metadata=metadata, pages=len(pages))
+                     date=_pdf_date(info.get("CreationDate", "")), metadata=metadata, pages=len(pages),
+                     tables=tuple(tables))
 
 
 def _outline(pdf: pdfium.PdfDocument) -> dict[int, list[tuple[str, tuple[str, ...]]]]:
@@ -182,11 +190,34 @@ def _page_lines(pdf: pdfium.PdfDocument, index: int, max_chars: int) -> tuple[li
             words = _words(textpage, top)
         finally:
             textpage.close()
+        rules = _rules(page, top) if words else []
     finally:
         page.close()
     if not words:
         return [], height
-    return _order(words, max(1.0, median(w.height for w in words))), height  # 1 pt: fonts without a height
+    line_height = max(1.0, median(w.height for w in words))  # 1 pt: fonts without a height
+    return _order(_with_tables(words, line_height, rules), line_height), height
+
+
+def _rules(page: pdfium.PdfPage, page_top: float) -> list[Rule]:
+    """The page's vertical rules and drawn cell sides, from its first MAX_RULES path objects."""
+    bounds = []
+    for n, obj in enumerate(page.get_objects(filter=(pdfium_c.FPDF_PAGEOBJ_PATH,))):
+        if n >= MAX_RULES:
+            break
+        bounds.append(obj.get_bounds())
+    return vertical_rules(bounds, page_top)
+
+
+def _with_tables(words: list[_Box], line_height: float, rules: list[Rule]) -> list[_Box]:
+    """The page's words with each table's words replaced by one box that reads as the table's
+    rendering (one row per line with its headers) and carries its grid."""
+    found = find_tables(words, line_height, rules)
+    if not found:
+        return words
+    used = {i for table in found for i in table.words}
+    boxes = [w for i, w in enumerate(words) if i not in used]
+    return boxes + [_Box("\n".join(render(t.grid)), t.x0, t.top, t.x1, t.bottom, t.grid) for t in found]
 
 
 def _words(textpage: pdfium.PdfTextPage, page_top: float) -> list[_Box]:
@@ -274,6 +305,8 @@ def _gutter(words: list[_Box], line_height: float) -> float | None:
 
 
 def _line(words: list[_Box]) -> _Box:
+    if len(words) == 1 and words[0].grid is not None:
+        return words[0]  # a table: its own lines already
     words = sorted(words, key=lambda w: w.x0)
     return _Box(" ".join(w.text for w in words), min(w.x0 for w in words), min(w.top for w in words),
                 max(w.x1 for w in words), max(w.bottom for w in words))

@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 from datetime import date
 from typing import Any, Literal
 
+from indexes.extract.grids import Grid
 from retrieval.types import Region
 
 BadReason = Literal["encrypted", "corrupt", "no_text", "not_docx", "no_body_text", "too_large", "too_slow",
@@ -27,6 +28,7 @@ class Extracted:
     date: date | None = None
     metadata: dict[str, str] = field(default_factory=dict)
     pages: int | None = None  # PDF page count (pages per second in the benchmark)
+    tables: tuple[Grid, ...] = ()  # the file's tables (indexes/extract/grids.py), also rendered in `text`
 
     def fields(self) -> dict[str, Any]:
         """The document fields the file itself says (the weakest statement: an ingest's

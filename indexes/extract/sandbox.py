@@ -34,6 +34,7 @@ from dataclasses import dataclass, field
 from datetime import date
 from typing import IO, Any, cast
 
+from indexes.extract.grids import Grid
 from indexes.extract.record import MAX_TEXT_CHARS, BadFile, Extracted
 from indexes.extract.worker import HEADER, REPLY
 from retrieval.errors import RateLimited
@@ -56,7 +57,8 @@ def extracted_of(record: dict[str, Any]) -> Extracted:
     regions = tuple(Region(int(start), int(end), page, tuple(section)) for start, end, page, section in record["regions"])
     return Extracted(text=record["text"], regions=regions, title=record["title"],
                      date=date.fromisoformat(record["date"]) if record["date"] else None,
-                     metadata=dict(record["metadata"]), pages=record["pages"])
+                     metadata=dict(record["metadata"]), pages=record["pages"],
+                     tables=tuple(Grid.from_json(g) for g in record.get("tables", ())))
 
 
 class _Worker:

@@ -30,7 +30,7 @@ REPLY = struct.Struct(">I")
 def record_of(got: Extracted) -> dict[str, Any]:
     """An extraction as JSON (the reply of a worker)."""
     return {"text": got.text, "title": got.title, "date": got.date.isoformat() if got.date else None,
-            "metadata": got.metadata, "pages": got.pages,
+            "metadata": got.metadata, "pages": got.pages, "tables": [g.to_json() for g in got.tables],
             "regions": [[r.start, r.end, r.page, list(r.section)] for r in got.regions]}
 
 

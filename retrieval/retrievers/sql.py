@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from datetime import date, datetime
 from decimal import Decimal
 from threading import Lock
-from typing import Any, Hashable, Protocol, Sequence
+from typing import Any, Hashable, Iterable, Protocol, Sequence
 
 from sqlglot import exp
 
@@ -135,6 +135,7 @@ class SqlRetriever:
         self._closed = False
         self._lock = Lock()
         self.profile_builds = 0  # scopes profiled (not served from the cache)
+        self._withdrawn: frozenset[str] = frozenset()  # documents whose file tables are hidden (`withdraw`)
 
     def scope(self, access: AccessScope) -> frozenset[str]:
         """The effective scope over the tables: the scope's tokens some table or row ACL
@@ -169,8 +170,28 @@ class SqlRetriever:
         self._backend.close()
         wait(builds)
 
+    def tables(self) -> dict[str, TableInfo]:
+        """The backend's tables less those withdrawn (see `withdraw`): what every statement,
+        translation and profile of this route sees."""
+        tables = self._backend.tables()
+        withdrawn = self._withdrawn
+        if not withdrawn:
+            return tables
+        return {name: t for name, t in tables.items() if t.owner is None or t.owner not in withdrawn}
+
+    def withdraw(self, documents: Iterable[str]) -> None:
+        """Hide the tables found inside these documents' files (indexes/tables.py): a live
+        write deleted or replaced the documents (a new ACL included), so their tables no longer
+        say what the documents do, and stay hidden until an ingest or compaction rebuilds the
+        catalog. Never shown again within this route: a table only ever becomes less visible."""
+        owners = {t.owner for t in self._backend.tables().values() if t.owner is not None}
+        hidden = owners.intersection(documents)
+        if hidden - self._withdrawn:
+            with self._lock:
+                self._withdrawn = self._withdrawn | hidden
+
     def readable_tables(self, access: AccessScope) -> list[TableInfo]:
-        return [t for t in self._backend.tables().values() if t.readable_by(access)]
+        return [t for t in self.tables().values() if t.readable_by(access)]
 
     def run_statement(self, statement: str, principal: Principal) -> SqlResult:
         """A caller's own SQL: needs the `sql` scope; guarded; row ACLs applied by the service."""
@@ -211,7 +232,7 @@ class SqlRetriever:
         return out if isinstance(out, Decline) else self.run_translation(out, question, access, owner)
 
     def _guard(self, statement: str, access: AccessScope) -> GuardedSql:
-        return guard_sql(statement, self._backend.tables(), access, self.limits.value_bytes)
+        return guard_sql(statement, self.tables(), access, self.limits.value_bytes)
 
     def _run(self, guarded: GuardedSql, owner: Hashable) -> SqlResult:
         try:
@@ -221,7 +242,7 @@ class SqlRetriever:
         data = tuple(tuple(json_value(v) for v in r) for r in rows)
         docs: list[str] = []
         for t in guarded.tables:
-            info = self._backend.tables().get(t)
+            info = self.tables().get(t)
             if info and info.doc_column and info.doc_column in columns:
                 i = columns.index(info.doc_column)
                 docs.extend(str(r[i]) for r in data if r[i])
@@ -279,7 +300,7 @@ class SqlRetriever:
         return out
 
     def _profile(self, access: AccessScope, tables: Sequence[TableInfo]) -> Profiles:
-        all_tables = self._backend.tables()
+        all_tables = self.tables()
         out: Profiles = {}
         for t in tables:
             for col in t.visible_columns():
@@ -306,7 +327,7 @@ class SqlRetriever:
         c = _ident(col.name)
         places = " ".join(f"WHEN bool_and({c} = round({c}, {d})) THEN {d}" for d in range(MAX_DECIMALS + 1))
         q = f"SELECT CASE WHEN count({c}) = 0 THEN NULL {places} ELSE NULL END FROM {_ident(t.name)}"
-        found = self._backend.run(guard_sql(q, self._backend.tables(), access).sql, self.limits.timeout_s, 1, PROFILES)[1][0][0]
+        found = self._backend.run(guard_sql(q, self.tables(), access).sql, self.limits.timeout_s, 1, PROFILES)[1][0][0]
         return int(found) if found else None  # 0: whole numbers, whose sum is exact already
 
 

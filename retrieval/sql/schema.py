@@ -72,6 +72,7 @@ class TableInfo:
     source: str | None = field(default=None, compare=False)
     description: str = ""  # from the sidecar, as the columns' (ColumnInfo)
     aliases: tuple[str, ...] = ()  # what a team calls the table: "fault log" for `flt_reg`
+    owner: str | None = None  # the document whose file holds this table (gone with it: indexes/tables.py)
 
     def readable_by(self, access: AccessScope) -> bool:
         return access.can_read(self.acl)

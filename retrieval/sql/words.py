@@ -165,10 +165,13 @@ def value_forms(value: str) -> set[str]:
     return forms
 
 
+_NAME_PARTS = re.compile(r"[^0-9a-z\u00c0-\uffff]+")  # what separates the words of a column name
+
+
 def name_words(name: str) -> frozenset[str]:
     """The words that name a column called `name`: its name's parts, their stems and its
     unit's synonyms (`ColumnInfo.words` keeps them per column)."""
-    parts = name.lower().split("_")
+    parts = [p for p in _NAME_PARTS.split(name.lower()) if p]  # `repair_cost`, "Repair cost (EUR)"
     words = set(parts) | {stem(p) for p in parts} | {name.lower()}
     for p in parts:
         words.update(UNIT_SYNONYMS.get(p, ()))

@@ -314,6 +314,7 @@ def _assemble(view: Snapshot, base: Snapshot, live: LiveState, embedder: Embedde
         base=base if view is not base else None, live=live,
         settings=settings, plugins=plugins, shared=shared,
     )
+    engine.sql.withdraw(live.docs)  # tables inside files that live writes deleted or replaced
     if not plugins:
         return engine
     assert engine.policy is not None
