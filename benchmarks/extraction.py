@@ -9,6 +9,10 @@ over files); the two-column page's CER and the share of its sentences read whole
 layout rule against PDFium's stream order (`get_text_range`, the known boilerplate lines
 removed so only the order differs); the share of facts whose sentence lies inside a region of
 the expected page or heading path; and how many boilerplate strings reach the text (should be 0).
+Tables (benchmarks/table_files.py, one file per layout and seed: a ruled PDF, an unruled PDF, a
+Word and an HTML table): tables found, headers read, the share of cells read into their row and
+column, and columns given the type their cells hold; and tables found in the prose corpus's
+PDFs, which hold none.
 
 Throughput, on this machine, single thread: each format's files extracted from bytes in memory
 (no disk reads), best and median of `--repeats` passes, as PDF pages, files and characters
@@ -38,10 +42,12 @@ import pypdfium2 as pdfium  # type: ignore[import-untyped]
 
 from benchmarks.common import machine, make_embedder, write_json
 from benchmarks.file_corpus import Fact, FileCorpus, cer, write_file_corpus
+from benchmarks.table_files import LAYOUTS, write_table_files
 from indexes.chunking import chunk_documents
 from indexes.extract.record import BadFile, Extracted
 from indexes.files import FILE_SUFFIXES, FileKind, extract
 from indexes.snapshot_build import index_text
+from indexes.extract.grids import typed_cells
 from retrieval.types import Document
 
 KINDS: tuple[FileKind, ...] = ("pdf", "docx", "html")
@@ -232,6 +238,44 @@ def real_pdf_speed(found: Sequence[tuple[Path, bytes, Extracted]], embedder: Any
 # Report ------------------------------------------------------------------------------------
 
 
+def table_cells(folder: Path, seeds: int) -> dict[str, Any]:
+    """Per layout: tables found (exactly one grid where the file has one table), headers read,
+    cells read into their place (header cells included), and columns typed as their cells."""
+    out: dict[str, Any] = {}
+    files = [f for seed in range(seeds) for f in write_table_files(folder, seed)]
+    for layout in LAYOUTS:
+        found = headers = cells = cells_right = columns = columns_right = 0
+        mine = [f for f in files if f.layout == layout]
+        for f in mine:
+            kind = FILE_SUFFIXES[f.path.suffix]
+            got = extract(f.path.read_bytes(), kind).tables
+            truth = (f.header, *f.rows)
+            cells += sum(len(r) for r in truth)
+            columns += len(f.header) - 1
+            if len(got) != 1:
+                continue
+            found += 1
+            grid = got[0]
+            headers += grid.header == f.header
+            read = (grid.header, *grid.rows)
+            cells_right += sum(1 for r, row in enumerate(truth) for c, value in enumerate(row)
+                               if r < len(read) and c < len(read[r]) and read[r][c] == value)
+            if grid.header == f.header and len(grid.rows) == len(f.rows):
+                for c in range(1, len(f.header)):
+                    columns_right += typed_cells([row[c] for row in grid.rows])[0] == f.types[c]
+        out[layout] = {"files": len(mine), "tables_found": found, "headers_read": headers, "cells": cells,
+                       "cells_right": cells_right, "cell_accuracy": round(cells_right / cells, 4) if cells else None,
+                       "typed_columns": columns, "typed_right": columns_right}
+    return out
+
+
+def false_tables(sources: dict[Path, Source]) -> dict[str, int]:
+    """Tables found in the prose corpus's PDFs, which hold none (its DOCX and HTML files hold one each)."""
+    pdfs = [s for s in sources.values() if s.kind == "pdf"]
+    return {"pdf_files": len(pdfs), "pdf_pages": sum(s.got.pages or 0 for s in pdfs),
+            "tables_found": sum(len(s.got.tables) for s in pdfs)}
+
+
 def print_report(result: dict[str, Any]) -> None:
     q, t = result["quality"], result["throughput"]
     corpus = result["corpus"]
@@ -254,6 +298,13 @@ def print_report(result: dict[str, Any]) -> None:
     print(f"stream order over whole PDFs (boilerplate removed): CER mean {whole['mean']:.4f}, max {whole['max']:.4f}")
     b = q["boilerplate"]
     print(f"boilerplate strings in extracted text: {b['found']} of {b['strings_checked']} checked")
+    print("\nlayout        tables found  headers  cells right        columns typed right")
+    for layout, r in q["tables"].items():
+        print(f"{layout:<13} {r['tables_found']:>5}/{r['files']:<6} {r['headers_read']:>4}/{r['files']:<3} "
+              f"{r['cells_right']:>5}/{r['cells']:<5} ({r['cell_accuracy']:.4f})  {r['typed_right']:>4}/{r['typed_columns']}")
+    ft = q["false_tables"]
+    print(f"tables found in the prose corpus's PDFs (none there): {ft['tables_found']} in {ft['pdf_files']} files, "
+          f"{ft['pdf_pages']} pages")
     for r in t["real_pdfs"]:
         print(f"real PDF {r['path']} ({r['pages']} pages, {r['chars']} chars): {r['pages_per_s']} pages/s, "
               f"{r['chars_per_s']} chars/s; {r['chunks']} chunks embedded in {r['embed_s']} s, "
@@ -282,7 +333,8 @@ def main() -> None:
                 sources[path] = Source(path, kind, data, extract(data, kind))
         quality = {"cer": cer_by_kind(corpora, sources), "two_column": two_column(corpora, sources),
                    "stream_order_whole_pdfs": stream_order_whole_pdfs(corpora, sources),
-                   "facts": facts_placed(corpora, sources), "boilerplate": boilerplate_leaks(corpora, sources)}
+                   "facts": facts_placed(corpora, sources), "boilerplate": boilerplate_leaks(corpora, sources),
+                   "tables": table_cells(Path(tmp), args.seeds), "false_tables": false_tables(sources)}
     groups = {kind: [s for s in sources.values() if s.kind == kind] for kind in KINDS}
     load.append(os.getloadavg()[0])
 

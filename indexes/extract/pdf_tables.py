@@ -6,8 +6,9 @@ A page's words fall into rows (boxes whose middles share a line). A row splits i
 horizontal gap of at least CELL_GAP line heights, or at a vertical rule (a thin path, or the
 side of a drawn cell box) between two words: ruled tables set cells closer than whitespace
 alone would tell. A table is a run of at least MIN_ROWS consecutive rows, no more than
-ROW_GAP line heights apart, each of two cells or more, whose cells, pooled, stand in two or
-more separate columns with every cell in one of them; short cells (MAX_CELL_WORDS words on
+ROW_GAP line heights apart, each of two cells or more and in line with the rows above it
+(`_aligned`), whose cells, pooled, stand in two or
+more columns (`_columns`) with every cell in one of them; short cells (MAX_CELL_WORDS words on
 average: two columns of prose are no table), and no list (a first column of bullets or item
 numbers).
 """
@@ -20,7 +21,7 @@ from typing import Protocol, Sequence
 
 from indexes.extract.grids import Grid, grid_of
 
-CELL_GAP = 1.0  # line heights of whitespace that separate two cells of a row
+CELL_GAP = 0.45  # line heights of whitespace that separate two cells of a row (a word space is about 0.25)
 ROW_GAP = 2.0  # line heights between two rows of one table, at most
 MIN_ROWS = 3
 MAX_CELL_WORDS = 4.0
@@ -68,13 +69,26 @@ def find_tables(words: Sequence[WordBox], line_height: float, rules: Sequence[Ru
     run: list[int] = []
     for i in range(len(rows) + 1):
         fits = i < len(rows) and len(celled[i]) >= 2 and (
-            not run or _top(words, rows[i]) - _bottom(words, rows[run[-1]]) <= ROW_GAP * line_height)
+            not run or _top(words, rows[i]) - _bottom(words, rows[run[-1]]) <= ROW_GAP * line_height
+            and _aligned(_columns([celled[r] for r in run]), celled[i]))
         if fits:
             run.append(i)
             continue
         found += _table(words, [rows[r] for r in run], [celled[r] for r in run])
         run = [i] if i < len(rows) and len(celled[i]) >= 2 else []
     return found
+
+
+def _aligned(columns: list[tuple[float, float]], cells: list[_Cell]) -> bool:
+    """Does a row continue the table: none of its cells straddles two of the table's columns,
+    and no two share one (a line of prose, justified or not, does neither)?"""
+    taken: list[int] = []
+    for c in cells:
+        over = [k for k, (x0, x1) in enumerate(columns) if c.x0 < x1 and x0 < c.x1]
+        if len(over) > 1:
+            return False
+        taken += over
+    return len(taken) == len(set(taken))
 
 
 def _rows(words: Sequence[WordBox]) -> list[list[int]]:
@@ -121,7 +135,7 @@ def _bottom(words: Sequence[WordBox], row: list[int]) -> float:
 def _table(words: Sequence[WordBox], rows: list[list[int]], celled: list[list[_Cell]]) -> list[Found]:
     if len(rows) < MIN_ROWS:
         return []
-    columns = _columns([c for cells in celled for c in cells])
+    columns = _columns(celled)
     if len(columns) < 2:
         return []
     grid_rows: list[list[str]] = []
@@ -147,15 +161,27 @@ def _table(words: Sequence[WordBox], rows: list[list[int]], celled: list[list[_C
                   max(words[i].x1 for i in used), max(words[i].bottom for i in used))]
 
 
-def _columns(cells: list[_Cell]) -> list[tuple[float, float]]:
-    """The cells' x-extents merged where they overlap: the table's columns, left to right."""
-    spans = sorted((c.x0, c.x1) for c in cells)
-    out: list[list[float]] = []
+def _columns(celled: list[list[_Cell]]) -> list[tuple[float, float]]:
+    """The table's columns, left to right: the cells' x-extents merged where they overlap, then
+    two neighbours merged where no row has a cell in both (a header set flush left over figures
+    set flush right stands apart from them, yet heads their column)."""
+    spans = sorted((c.x0, c.x1) for cells in celled for c in cells)
+    merged: list[list[float]] = []
     for x0, x1 in spans:
-        if out and x0 <= out[-1][1]:
-            out[-1][1] = max(out[-1][1], x1)
+        if merged and x0 <= merged[-1][1]:
+            merged[-1][1] = max(merged[-1][1], x1)
         else:
-            out.append([x0, x1])
+            merged.append([x0, x1])
+
+    def used(span: list[float]) -> set[int]:
+        return {r for r, cells in enumerate(celled) for c in cells if span[0] <= c.x0 and c.x1 <= span[1]}
+
+    out = [merged[0]] if merged else []
+    for span in merged[1:]:
+        if not used(out[-1]) & used(span):
+            out[-1] = [out[-1][0], span[1]]
+        else:
+            out.append(span)
     return [(a, b) for a, b in out]
 
 

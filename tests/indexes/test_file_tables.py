@@ -180,7 +180,8 @@ def test_each_table_is_typed_with_the_files_acl_and_provenance(index):
     assert ferry.id_column == "Route from" and ferry.rows == len(CROSSINGS)
     assert dict((c.name, c.type) for c in tables["reagents_table_1"].columns)["Expires"] == "DATE"
     assert tables["pay_scales_table_1"].acl == ("group:payroll",)
-    assert tables["fleet_list_table_1"].source.endswith("fleet_list.pdf#table-1") and "page 1" in tables["fleet_list_table_1"].description
+    fleet = tables["fleet_list_table_1"]
+    assert fleet.source.endswith("fleet_list.pdf#table-1") and "page 1" in fleet.description
 
 
 def test_every_cell_fact_is_answered_from_rows(index, embedder):
