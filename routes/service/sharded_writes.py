@@ -20,6 +20,10 @@ Decisions a user sees:
 - **Generation.** The answer's `generation` is the owning shard's log seq (it grows by one per
   write to that shard, never across shards) and `shard` names the shard.
 - **No compaction yet.** A shard's log grows until the next ingest, which starts new logs.
+- **Documents that hold tables are changed by an ingest.** A table read from inside a file
+  (indexes/tables.py) lives in the tables shard with its document's ACL, and no front can
+  withdraw it for every other front; so a write to such a document is refused (`conflict`)
+  and the next ingest reads the file again. One node hides such tables at the write instead.
 """
 
 from __future__ import annotations
@@ -32,7 +36,7 @@ from indexes.live import Change, Put, embed_docs, record_payload
 from indexes.shards import shard_of
 from indexes.wal import JSONObject
 from retrieval.errors import Conflict, InvalidRequest
-from retrieval.types import Principal
+from retrieval.types import AccessScope, Principal
 from routes.service.generations import Generations
 from routes.service.sharded import ShardedView
 from routes.service.write_quota import WriteQuota, change_bytes
@@ -62,6 +66,7 @@ class ShardedWriter:
             view = generation.engine
             if not isinstance(view, ShardedView):
                 raise Conflict("this server's view is no sharded index")
+            _refuse_table_owners(view, ids, read_scope(principal))
             owner = self._owner(ids, len(view.shards))
             shard = view.shards[owner]
             send = getattr(shard, "write", None)
@@ -92,3 +97,20 @@ class ShardedWriter:
 
     def close(self) -> None:
         """Nothing held: the shards own their logs."""
+
+
+def _refuse_table_owners(view: ShardedView, ids: Sequence[str], access: AccessScope | None) -> None:
+    """A write to a document whose file gave tables is refused on a sharded index (see the
+    module docstring): the tables would keep the document's old text or ACL. Only where the
+    writer reads the document (`access` None: the operator): for anyone else the shard
+    answers as for a missing id, and this refusal must not tell them otherwise."""
+    if view.tables is None:
+        return
+    owners: dict[str, list[str]] = {}
+    for t in view.tables.tables().values():
+        if t.owner is not None and (access is None or access.can_read(t.acl)):
+            owners.setdefault(t.owner, []).append(t.name)
+    held = [i for i in ids if i in owners]
+    if held:
+        raise Conflict(f"document {held[0][:80]!r} holds tables read from its file ({', '.join(owners[held[0]][:SHOWN_IDS])}); "
+                       "on a sharded index such a document changes with an ingest of its file, not a write")

@@ -246,3 +246,40 @@ def test_a_live_delete_or_new_acl_hides_the_files_tables_through_compaction(fold
         writer.close()
         generations.close()
     assert set(_tables(index)) == {"reagents_table_1", "fleet_list_table_1"}  # the new base holds no table of a changed file
+
+
+def test_on_a_sharded_index_a_document_holding_tables_changes_only_with_an_ingest(folder, tmp_path, embedder):
+    from indexes.shards import build_shards, read_cluster
+    from retrieval.errors import Conflict, NotFound
+    from retrieval.limits import Limits
+    from routes.cluster.replica import ShardReplica
+    from routes.service.resources import Resources
+    from routes.service.settings import Settings
+    from routes.service.sharded import open_sharded
+    from routes.service.sharded_writes import ShardedWriter
+
+    index = tmp_path / "sharded"
+    build_shards([folder], index, embedder, 2)
+    manifest = read_cluster(index)
+    replicas = [ShardReplica(str(index), manifest, i) for i in range(manifest["shards"])]
+    resources = Resources.open(Settings())
+    view = open_sharded(index, replicas, embedder, resources, Settings(), None, Limits(), dt.date(2025, 11, 1))
+    generations = Generations(view)
+    writer = ShardedWriter(generations)
+    public, payroll = Principal("ann"), Principal("pat", ("payroll",))
+    try:
+        assert "fleet_list_table_1" in view.tables.tables()
+        with pytest.raises(Conflict, match="holds tables read from its file"):
+            writer.write([Delete("fleet_list.pdf")], None)
+        with pytest.raises(Conflict, match="holds tables"):
+            writer.write([SetAcl("pay_scales.docx", ("public",))], payroll)
+        with pytest.raises(NotFound):  # one who cannot read it learns nothing more than of a missing id
+            writer.write([SetAcl("pay_scales.docx", ("public",))], public)
+        answer = view.sql.run_statement('SELECT "Passengers" FROM fleet_list_table_1 WHERE "Vessel" = \'Kittiwake\'',
+                                        Principal("ann", (), frozenset({"sql"})))
+        assert answer.rows == ((96,),)
+    finally:
+        view.close()
+        for r in replicas:
+            r._snapshot.close()
+        resources.shutdown()
