@@ -8,7 +8,7 @@ Quality, on generated files with ground truth (benchmarks/file_corpus.py, seeds 
 over files); the two-column page's CER and the share of its sentences read whole, with the
 layout rule against PDFium's stream order (`get_text_range`, the known boilerplate lines
 removed so only the order differs); the share of facts whose sentence lies inside a region of
-the expected page or heading path; and how many boilerplate strings reach the text (should be 0).
+the expected page and heading path; and how many boilerplate strings reach the text (should be 0).
 Tables (benchmarks/table_files.py, one file per layout and seed: a ruled PDF, an unruled PDF, a
 Word and an HTML table): tables found, headers read, the share of cells read into their row and
 column, and columns given the type their cells hold; and tables found in the prose corpus's
@@ -140,12 +140,12 @@ def stream_order_whole_pdfs(corpora: Sequence[FileCorpus], sources: dict[Path, S
 def _in_expected_region(fact: Fact, got: Extracted) -> bool:
     sentence = normal(fact.sentence)
     return any(sentence in normal(got.text[r.start:r.end]) for r in got.regions
-               if (r.page == fact.page if fact.page is not None else r.section == fact.section))
+               if (fact.page is None or r.page == fact.page) and r.section == fact.section)
 
 
 def facts_placed(corpora: Sequence[FileCorpus], sources: dict[Path, Source]) -> dict[str, dict[str, Any]]:
     """Per format: facts, how many sentences are in the text at all, and how many lie inside a
-    region with the fact's page (PDF) or heading path (DOCX, HTML)."""
+    region with the fact's page (PDF) and heading path (a PDF's from its heading lines)."""
     out: dict[str, dict[str, Any]] = {}
     for kind in KINDS:
         facts = [f for c in corpora for f in c.facts if sources[f.file].kind == kind]

@@ -174,9 +174,10 @@ def _write_pdf(folder: Path, inv: _Inventor, index: int) -> tuple[Path, str, Fil
         pdf.set_font("Helvetica", size=10)
         blocks, y = [heading], PAGE_TOP + 12
         if index == 0 and page == 2:
-            columns = _two_columns(pdf, inv, path, y, blocks)
-        else:
-            blocks += [inv.paragraph(2, inv.fact(path, page=page) if k in (0, 2) else None) for k in range(8)]
+            columns = _two_columns(pdf, inv, path, y, blocks, heading)
+        else:  # the page's bold heading is its section (the file has no outline: indexes/extract/pdf_text.py)
+            blocks += [inv.paragraph(2, inv.fact(path, page=page, section=(heading,)) if k in (0, 2) else None)
+                       for k in range(8)]
             for text in blocks[1:]:
                 y = _draw(pdf, 20, y, _pdf_lines(pdf, text, 168)) + 4
             assert y <= PAGE_BOTTOM, "eight paragraphs of three sentences fit a page"
@@ -185,10 +186,10 @@ def _write_pdf(folder: Path, inv: _Inventor, index: int) -> tuple[Path, str, Fil
     return path, "\n\n".join(pages), info, boilerplate, columns
 
 
-def _two_columns(pdf: FPDF, inv: _Inventor, path: Path, y: float, blocks: list[str]) -> ColumnPage:
+def _two_columns(pdf: FPDF, inv: _Inventor, path: Path, y: float, blocks: list[str], heading: str) -> ColumnPage:
     """Two columns drawn interleaved (left line 1, right line 1, left line 2, ...), then a
     full-width closing paragraph: the content stream's order is not the reading order."""
-    sides = [[inv.paragraph(2, inv.fact(path, page=2)) for _ in range(3)] for _ in range(2)]
+    sides = [[inv.paragraph(2, inv.fact(path, page=2, section=(heading,))) for _ in range(3)] for _ in range(2)]
     rows = [[line for text in side for line in (*_pdf_lines(pdf, text, 78), "")] for side in sides]
     for r in range(max(map(len, rows))):
         for side, x in ((0, 20.0), (1, 110.0)):

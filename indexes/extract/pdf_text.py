@@ -6,11 +6,14 @@ a recursive XY-cut orders them (Nagy & Seth 1984, "Hierarchical representation o
 scanned documents"): split a block on wide horizontal whitespace bands; within a band, group
 consecutive lines that share a vertical gutter and read such a group column by column. Running
 headers and footers (a line in the top or bottom band whose text, digits masked, recurs on
-half the pages or more) are dropped, so they do not repeat in every chunk.
+half the pages or more) are dropped, so they do not repeat in every chunk. Sections come from
+the outline, or, in a file without one, from its heading lines (`_heading_marks`); tables on
+a page are found from its word boxes and rules (indexes/extract/pdf_tables.py).
 """
 
 from __future__ import annotations
 
+import ctypes
 import re
 import threading
 from dataclasses import dataclass, replace
@@ -41,7 +44,12 @@ MAX_PAGES = 20_000  # a file past this is no document to search (and each page c
 MAX_OUTLINE = 10_000  # outline entries read (a book has a few hundred)
 MAX_OUTLINE_DEPTH = 8
 MAX_HEADING_CHARS = 200
+MAX_HEADING_WORDS = 14  # a line of more words is text, whatever its face
+HEADING_SIZE = 1.15  # a line this many times the body's font size, or bold, may be a heading
+_SECTION_NUMBER = re.compile(r"(\d{1,3}(?:\.\d{1,3}){0,5})\.?\s+\S")
 _PDF_DATE = re.compile(r"(?:D:)?\s*(\d{4})(\d{2})?(\d{2})?")
+FONT_NAME_BYTES = 128
+_BOLD_NAME = re.compile(r"bold|black|heavy|semibold|demi", re.IGNORECASE)
 
 
 @dataclass
@@ -54,6 +62,8 @@ class _Box:
     x1: float
     bottom: float
     grid: Grid | None = None  # a table found on the page (indexes/extract/pdf_tables.py), read as its rendering
+    size: float = 0.0  # font size of its first character (points)
+    bold: bool = False  # its first character's font is bold (by weight or by name)
 
     @property
     def height(self) -> float:
@@ -97,14 +107,16 @@ def _extract(data: bytes, max_chars: int) -> Extracted:
     finally:
         pdf.close()
     running = _running_lines(pages, heights)
+    kept_pages = [[line for line in lines if not (_in_band(line, height) and _key(line.text) in running)]
+                  for lines, height in zip(pages, heights, strict=True)]
+    marks = outline or _heading_marks(kept_pages)
     texts: list[str] = []
     regions: list[Region] = []
     offset = 0
     path: tuple[str, ...] = ()
     tables: list[Grid] = []
-    for number, (lines, height) in enumerate(zip(pages, heights, strict=True), start=1):
-        kept = [line for line in lines if not (_in_band(line, height) and _key(line.text) in running)]
-        parts, path = _sections(kept, outline.get(number - 1, []), path)
+    for number, kept in enumerate(kept_pages, start=1):
+        parts, path = _sections(kept, marks.get(number - 1, []), path)
         for section, part in parts:
             for line in part:
                 if line.grid is not None and len(tables) < MAX_FILE_TABLES:
@@ -151,6 +163,50 @@ def _outline(pdf: pdfium.PdfDocument) -> dict[int, list[tuple[str, tuple[str, ..
         if title and page is not None:
             out.setdefault(page, []).append((title, tuple(t for t in stack if t)))
     return out
+
+
+def _heading_marks(pages: list[list[_Box]]) -> dict[int, list[tuple[str, tuple[str, ...]]]]:
+    """Headings of a PDF without an outline, by page, as `_outline` gives them: short lines
+    set larger than the body text (HEADING_SIZE times its most common size, by characters) or
+    in bold at the body's size or more, that read as a title (a letter or a section number
+    first, no sentence end). A numbered heading's level is its number's depth ("4.2" is 2);
+    another's is the rank of its size among the headings' sizes (bold before regular)."""
+    sizes: dict[float, int] = {}
+    for lines in pages:
+        for line in lines:
+            if line.grid is None and line.size > 0:
+                sizes[round(line.size * 2) / 2] = sizes.get(round(line.size * 2) / 2, 0) + len(line.text)
+    if not sizes:
+        return {}
+    body = max(sizes, key=lambda k: sizes[k])
+    found: list[tuple[int, str, int | None, tuple[float, bool]]] = []
+    for number, lines in enumerate(pages):
+        for line in lines:
+            text = " ".join(line.text.split())
+            if line.grid is not None or not _titled(text):
+                continue
+            if not (line.size >= HEADING_SIZE * body or (line.bold and line.size >= 0.95 * body)):
+                continue
+            numbered = _SECTION_NUMBER.match(text)
+            depth = numbered.group(1).count(".") + 1 if numbered else None
+            found.append((number, text, depth, (-round(line.size * 2) / 2, not line.bold)))
+    styles = sorted({style for *_, style in found})
+    out: dict[int, list[tuple[str, tuple[str, ...]]]] = {}
+    stack: list[tuple[int, str]] = []
+    for number, text, depth, style in found:
+        level = depth if depth is not None else styles.index(style) + 1
+        while stack and stack[-1][0] >= level:
+            stack.pop()
+        stack.append((level, text))
+        out.setdefault(number, []).append((text, tuple(t for _, t in stack)))
+    return out
+
+
+def _titled(text: str) -> bool:
+    """Does a line read as a heading's title: short, a letter or a section number first, a
+    letter in it, no sentence or clause end?"""
+    return (bool(text) and len(text) <= MAX_HEADING_CHARS and len(text.split()) <= MAX_HEADING_WORDS
+            and text[0].isalnum() and text[-1] not in ".,;:" and any(ch.isalpha() for ch in text))
 
 
 def _sections(lines: list[_Box], marks: list[tuple[str, tuple[str, ...]]], path: tuple[str, ...]
@@ -230,6 +286,7 @@ def _words(textpage: pdfium.PdfTextPage, page_top: float) -> list[_Box]:
     current: _Box | None = None
     last_x0 = 0.0
     rect = pdfium_c.FS_RECTF()
+    font = ctypes.create_string_buffer(FONT_NAME_BYTES)
     for i in range(textpage.count_chars()):
         code = pdfium_c.FPDFText_GetUnicode(textpage, i)
         char = _CHAR_MAP.get(code) or (chr(code) if 0x20 <= code < 0xD800 or 0xE000 <= code <= 0x10FFFF else "")
@@ -241,7 +298,8 @@ def _words(textpage: pdfium.PdfTextPage, page_top: float) -> list[_Box]:
                                     or abs((top + bottom) - (current.top + current.bottom)) > current.height):
             current = None
         if current is None:
-            current = _Box("", x0, top, x1, bottom)
+            current = _Box("", x0, top, x1, bottom, size=pdfium_c.FPDFText_GetFontSize(textpage, i),
+                           bold=_bold(textpage, i, font))
             words.append(current)
             parts.append([char])
         else:
@@ -251,6 +309,16 @@ def _words(textpage: pdfium.PdfTextPage, page_top: float) -> list[_Box]:
     for word, chars in zip(words, parts, strict=True):
         word.text = "".join(chars)
     return words
+
+
+def _bold(textpage: pdfium.PdfTextPage, i: int, name: ctypes.Array[ctypes.c_char]) -> bool:
+    """Is character `i` set in a bold face: a weight of 600 or more, or a font named so (the
+    standard fonts carry no weight: "Helvetica-Bold")."""
+    if pdfium_c.FPDFText_GetFontWeight(textpage, i) >= 600:
+        return True
+    flags = ctypes.c_int()
+    size = pdfium_c.FPDFText_GetFontInfo(textpage, i, name, len(name), ctypes.byref(flags))
+    return 0 < size <= len(name) and _BOLD_NAME.search(name.value.decode("latin-1")) is not None
 
 
 def _order(words: list[_Box], line_height: float) -> list[_Box]:
@@ -309,7 +377,8 @@ def _line(words: list[_Box]) -> _Box:
         return words[0]  # a table: its own lines already
     words = sorted(words, key=lambda w: w.x0)
     return _Box(" ".join(w.text for w in words), min(w.x0 for w in words), min(w.top for w in words),
-                max(w.x1 for w in words), max(w.bottom for w in words))
+                max(w.x1 for w in words), max(w.bottom for w in words), size=min(w.size for w in words),
+                bold=all(w.bold for w in words))
 
 
 def _join_lines(lines: list[_Box]) -> str:

@@ -380,3 +380,58 @@ def test_a_pdf_without_an_outline_keeps_page_regions_without_sections():
         pdf.cell(0, 8, f"Page {n + 1} text about pumps.", new_x="LMARGIN", new_y="NEXT")
     doc = extract_pdf(bytes(pdf.output()))
     assert [(r.page, r.section) for r in doc.regions] == [(1, ()), (2, ())]
+
+
+@pytest.mark.parametrize("style", ["numbered-bold", "sized", "numbered-sized"])
+def test_a_pdf_without_an_outline_takes_its_sections_from_its_heading_lines(style):
+    """Three heading styles no outline describes: numbered bold headings at the body's size,
+    unnumbered ones set larger (their level by size), numbered ones set larger. Each fact must
+    come back inside a region with its heading path; a bold lead-in word, a numbered step and
+    a short line of the body are no headings."""
+    from indexes.extract.pdf_text import extract_pdf
+
+    rng = random.Random(style)
+    pdf = FPDF()
+    pdf.set_auto_page_break(True, 15)
+    pdf.add_page()
+    facts: list[tuple[str, tuple[str, ...]]] = []
+    words = ["valve", "intake", "crew", "bearing", "gasket", "sensor", "filter", "panel", "relay", "hatch"]
+
+    def heading(number: str, title: str, level: int) -> str:
+        text = f"{number} {title}" if style.startswith("numbered") else title
+        size = 10 if style == "numbered-bold" else (16, 13, 11.5)[level - 1]
+        pdf.set_font("Helvetica", "B" if style != "sized" or level < 3 else "", size)
+        pdf.multi_cell(0, 7, text, new_x="LMARGIN", new_y="NEXT")
+        pdf.ln(1)
+        return text
+
+    def body(path: tuple[str, ...]) -> None:
+        pdf.set_font("Helvetica", "", 10)
+        for _ in range(2):
+            fact = f"The {rng.choice(words)} of unit {rng.randrange(100, 999)} carries tag QX-{rng.randrange(1000, 9999)}."
+            filler = " ".join(rng.choice(words) for _ in range(rng.randrange(12, 30)))
+            pdf.multi_cell(0, 5, f"{fact} Then the {filler} were checked.", new_x="LMARGIN", new_y="NEXT")
+            pdf.ln(2)
+            facts.append((fact, path))
+        pdf.set_font("Helvetica", "B", 10)
+        pdf.write(5, "Note ")
+        pdf.set_font("Helvetica", "", 10)
+        pdf.multi_cell(0, 5, "the crew signs the sheet.", new_x="LMARGIN", new_y="NEXT")
+        pdf.multi_cell(0, 5, "1. Close the hatch", new_x="LMARGIN", new_y="NEXT")
+        pdf.ln(2)
+
+    for a in range(1, 4):
+        top = heading(f"{a}", f"{rng.choice(words).title()} checks", 1)
+        body((top,))
+        for b in range(1, 3):
+            mid = heading(f"{a}.{b}", f"{rng.choice(words).title()} {rng.choice(words)} routine", 2)
+            body((top, mid))
+            if style != "numbered-bold" or b == 2:
+                low = heading(f"{a}.{b}.1", f"Detail of {rng.choice(words)}", 3)
+                body((top, mid, low))
+    got = extract_pdf(bytes(pdf.output()))
+    placed = 0
+    for fact, path in facts:
+        placed += any(fact in " ".join(got.text[r.start:r.end].split()) and r.section == path for r in got.regions)
+    assert placed >= 0.95 * len(facts), (placed, len(facts), [r.section for r in got.regions][:12])
+    assert not any("Note" in s or "Close the hatch" in s for r in got.regions for s in r.section)
