@@ -9,7 +9,7 @@ KEYS ?= var/demo-keys.json
 HOST ?= 127.0.0.1
 PORT ?= 8000
 
-.PHONY: run lint test install bench clean
+.PHONY: run lint test install bench clean ocr-engine
 
 install: $(STAMP)
 
@@ -32,8 +32,17 @@ lint: $(STAMP)
 	$(VENV)/bin/mypy
 	$(VENV)/bin/lint-imports
 
-test: lint $(IDP_STAMP)
+test: lint $(IDP_STAMP) ocr-engine
 	$(PY) -m pytest
+
+# The OCR engine scanned PDF pages are read with (Debian's tesseract-ocr, English model): installed
+# when missing and the package manager can; without it, the OCR tests skip and say why.
+ocr-engine:
+	@command -v tesseract >/dev/null || { [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null && \
+		{ DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends tesseract-ocr tesseract-ocr-eng \
+		>/dev/null 2>&1 || { apt-get update -q >/dev/null 2>&1 && DEBIAN_FRONTEND=noninteractive apt-get install -y -q \
+		--no-install-recommends tesseract-ocr tesseract-ocr-eng >/dev/null 2>&1; }; }; } || \
+		echo "tesseract could not be installed: the OCR tests will skip"
 
 # The OpenID Connect provider the token tests sign in with (tests/idp: oidc-provider, pinned by
 # its lock file). Without Node.js there is nothing to install, and those tests skip.

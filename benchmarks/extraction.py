@@ -12,7 +12,9 @@ the expected page and heading path; and how many boilerplate strings reach the t
 Tables (benchmarks/table_files.py, one file per layout and seed: a ruled PDF, an unruled PDF, a
 Word and an HTML table): tables found, headers read, the share of cells read into their row and
 column, and columns given the type their cells hold; and tables found in the prose corpus's
-PDFs, which hold none.
+PDFs, which hold none. Scans (`--scans`, `--scan-dpi`): generated PDFs rendered to page
+images and read back by OCR (Tesseract): CER against their ground truth, facts on their page,
+and seconds per page.
 
 Throughput, on this machine, single thread: each format's files extracted from bytes in memory
 (no disk reads), best and median of `--repeats` passes, as PDF pages, files and characters
@@ -269,6 +271,53 @@ def table_cells(folder: Path, seeds: int) -> dict[str, Any]:
     return out
 
 
+def scanned(data: bytes, dpi: int) -> bytes:
+    """A PDF's pages as grey images at `dpi`, each placed whole on a page: a scan, no text layer."""
+    import io
+
+    from fpdf import FPDF
+
+    source, out = pdfium.PdfDocument(data), FPDF()
+    try:
+        for page in source:
+            width, height = page.get_size()
+            image = page.render(scale=dpi / 72, grayscale=True).to_pil()
+            buffer = io.BytesIO()
+            image.save(buffer, format="PNG")
+            out.add_page(format=(width * 25.4 / 72, height * 25.4 / 72))
+            out.image(buffer, x=0, y=0, w=width * 25.4 / 72, h=height * 25.4 / 72)
+    finally:
+        source.close()
+    return bytes(out.output())
+
+
+def ocr_scans(corpora: Sequence[FileCorpus], files: int, dpi: int) -> dict[str, Any]:
+    """The first `files` generated PDFs scanned at `dpi` and read back by OCR: CER against
+    their ground truth (running header and footer lines removed from both, as from a text
+    layer), facts on their page, and pages per second (one thread)."""
+    from indexes.extract.ocr import available
+
+    if not available():
+        return {"skipped": "tesseract is not installed"}
+    pdfs = [p for c in corpora for p in c.files if p.suffix == ".pdf"][:files]
+    rates, pages, seconds, facts, placed = [], 0, 0.0, 0, 0
+    for path in pdfs:
+        corpus = next(c for c in corpora if path in c.files)
+        scan = scanned(path.read_bytes(), dpi)
+        t0 = time.perf_counter()
+        got = extract(scan, "pdf", ocr=True)
+        seconds += time.perf_counter() - t0
+        pages += got.pages or 0
+        rates.append(cer(normal(corpus.truth[path]), normal(got.text)))
+        mine = [f for f in corpus.facts if f.file == path]
+        facts += len(mine)
+        placed += sum(any(normal(f.sentence) in normal(got.text[r.start:r.end]) for r in got.regions if r.page == f.page)
+                      for f in mine)
+    return {"files": len(pdfs), "pages": pages, "dpi": dpi, "cer_mean": round(statistics.mean(rates), 4),
+            "cer_max": round(max(rates), 4), "facts": facts, "facts_on_their_page": placed,
+            "pages_per_s": round(pages / seconds, 3), "seconds_per_page": round(seconds / pages, 2)}
+
+
 def false_tables(sources: dict[Path, Source]) -> dict[str, int]:
     """Tables found in the prose corpus's PDFs, which hold none (its DOCX and HTML files hold one each)."""
     pdfs = [s for s in sources.values() if s.kind == "pdf"]
@@ -302,6 +351,13 @@ def print_report(result: dict[str, Any]) -> None:
     for layout, r in q["tables"].items():
         print(f"{layout:<13} {r['tables_found']:>5}/{r['files']:<6} {r['headers_read']:>4}/{r['files']:<3} "
               f"{r['cells_right']:>5}/{r['cells']:<5} ({r['cell_accuracy']:.4f})  {r['typed_right']:>4}/{r['typed_columns']}")
+    o = q["ocr"]
+    if "skipped" in o:
+        print(f"\nOCR: skipped ({o['skipped']})")
+    else:
+        print(f"\nOCR of {o['files']} scanned PDFs ({o['pages']} pages at {o['dpi']} dpi): CER mean {o['cer_mean']:.4f}, "
+              f"max {o['cer_max']:.4f}; facts on their page {o['facts_on_their_page']}/{o['facts']}; "
+              f"{o['pages_per_s']} pages/s ({o['seconds_per_page']} s a page)")
     ft = q["false_tables"]
     print(f"tables found in the prose corpus's PDFs (none there): {ft['tables_found']} in {ft['pdf_files']} files, "
           f"{ft['pdf_pages']} pages")
@@ -320,6 +376,8 @@ def main() -> None:
     ap.add_argument("--embed-repeats", type=int, default=2, help="chunking and embedding passes timed (best reported)")
     ap.add_argument("--real-pdf-dir", type=Path, default=Path("/usr/share/doc"), help="where to look for real PDFs")
     ap.add_argument("--real-pdfs", type=int, default=2, help="at most this many real PDFs timed")
+    ap.add_argument("--scans", type=int, default=3, help="generated PDFs scanned to images and read by OCR (0: none)")
+    ap.add_argument("--scan-dpi", type=int, default=200, help="resolution of the generated scans")
     args = ap.parse_args()
     load = [os.getloadavg()[0]]
 
@@ -334,7 +392,8 @@ def main() -> None:
         quality = {"cer": cer_by_kind(corpora, sources), "two_column": two_column(corpora, sources),
                    "stream_order_whole_pdfs": stream_order_whole_pdfs(corpora, sources),
                    "facts": facts_placed(corpora, sources), "boilerplate": boilerplate_leaks(corpora, sources),
-                   "tables": table_cells(Path(tmp), args.seeds), "false_tables": false_tables(sources)}
+                   "tables": table_cells(Path(tmp), args.seeds), "false_tables": false_tables(sources),
+                   "ocr": ocr_scans(corpora, args.scans, args.scan_dpi)}
     groups = {kind: [s for s in sources.values() if s.kind == kind] for kind in KINDS}
     load.append(os.getloadavg()[0])
 

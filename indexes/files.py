@@ -34,14 +34,14 @@ import fnmatch
 import json
 import os
 import stat
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import date
 from pathlib import Path
 from typing import Any, Iterable, Literal, Sequence
 
 from indexes.extract.grids import FoundGrids
 from indexes.extract.record import MAX_TEXT_CHARS, BadFile, Extracted
-from indexes.extract.sandbox import ExtractorPool
+from indexes.extract.sandbox import Budget, ExtractorPool
 from indexes.source_files import FileTooLarge, list_folder, read_regular
 from indexes.stated_date import with_stated_date
 from retrieval.errors import IngestError
@@ -63,15 +63,16 @@ MAX_FILE_BYTES = 256 * 1024 * 1024  # a PDF, DOCX or HTML file is read whole to 
 CACHE_CHARS = 64_000_000  # extracted text kept between an ingest's passes (beyond it, files are read again)
 
 
-def extract(data: bytes, kind: FileKind, max_chars: int = MAX_TEXT_CHARS) -> Extracted:
+def extract(data: bytes, kind: FileKind, max_chars: int = MAX_TEXT_CHARS, ocr: bool = False) -> Extracted:
     """The text, regions and metadata of one file's bytes; raises BadFile for a file that
     gives no document, or whose bytes are another kind than it is declared as (the same code
-    serves an ingest and a live PUT, inside an extraction worker: indexes/extract/sandbox.py)."""
+    serves an ingest and a live PUT, inside an extraction worker: indexes/extract/sandbox.py).
+    `ocr`: a PDF page without a text layer is read by OCR (indexes/extract/ocr.py)."""
     check_kind(data, kind)
     if kind == "pdf":
         from indexes.extract.pdf_text import extract_pdf
 
-        return extract_pdf(data, max_chars)
+        return extract_pdf(data, max_chars, ocr)
     if kind == "docx":
         from indexes.extract.docx_text import extract_docx
 
@@ -137,6 +138,8 @@ class FileReader:
 
     skip_bad: bool = False
     strict_fields: bool = False  # a Markdown front matter's keys outside the document fields stop the ingest (else: metadata)
+    ocr: bool = False  # a PDF page without a text layer is read by OCR (indexes/extract/ocr.py)
+    extract_timeout_s: float | None = None  # one file's extraction at most in its own pool (None: the sandbox's default)
     skipped: dict[str, Skipped] = field(default_factory=dict)
     file_dates: dict[Path, str] = field(default_factory=dict)  # files dated by their own metadata only (`file_record`)
     pool: ExtractorPool | None = None  # where files are extracted (default: one worker of its own, made on first use)
@@ -174,7 +177,8 @@ class FileReader:
 
     def _pool(self) -> ExtractorPool:
         if self.pool is None:
-            self.pool, self._made_pool = ExtractorPool(workers=1, per_owner=1), True
+            budget = Budget() if self.extract_timeout_s is None else replace(Budget(), seconds=self.extract_timeout_s)
+            self.pool, self._made_pool = ExtractorPool(workers=1, per_owner=1, budget=budget, ocr=self.ocr), True
         return self.pool
 
     def close(self) -> None:

@@ -71,10 +71,13 @@ class BuildOptions:
     skip_bad_files: bool = False  # a bad PDF, DOCX or HTML file, or an empty text file, is left out and listed, not a stop
     strict_fields: bool = False  # front-matter keys outside the document fields stop the ingest (default: they go to metadata)
     document_batch: int = 32_768  # documents an ingest holds in memory at a time (at most BATCH_CHARS of text)
+    ocr: bool = False  # a PDF page without a text layer is read by OCR (indexes/extract/ocr.py)
+    extract_timeout_s: float | None = None  # one file's extraction at most (None: the extractor's default)
 
     def file_reader(self) -> FileReader:
         """The reader one ingest reads its sources with (every pass), by these options' rules."""
-        return FileReader(skip_bad=self.skip_bad_files, strict_fields=self.strict_fields)
+        return FileReader(skip_bad=self.skip_bad_files, strict_fields=self.strict_fields, ocr=self.ocr,
+                          extract_timeout_s=self.extract_timeout_s)
 
 
 def index_text(doc: Document, chunk: Chunk) -> str:

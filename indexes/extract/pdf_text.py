@@ -46,9 +46,11 @@ MAX_OUTLINE_DEPTH = 8
 MAX_HEADING_CHARS = 200
 MAX_HEADING_WORDS = 14  # a line of more words is text, whatever its face
 HEADING_SIZE = 1.15  # a line this many times the body's font size, or bold, may be a heading
+SAME_SIZE = 0.1  # heading sizes this close (a share of the larger) are one level
 _SECTION_NUMBER = re.compile(r"(\d{1,3}(?:\.\d{1,3}){0,5})\.?\s+\S")
 _PDF_DATE = re.compile(r"(?:D:)?\s*(\d{4})(\d{2})?(\d{2})?")
 FONT_NAME_BYTES = 128
+OCR_PAGE_S = 120.0  # one page's OCR at most (the extraction's own budget ends it sooner)
 _BOLD_NAME = re.compile(r"bold|black|heavy|semibold|demi", re.IGNORECASE)
 
 
@@ -70,19 +72,19 @@ class _Box:
         return self.bottom - self.top
 
 
-def extract_pdf(data: bytes, max_chars: int = MAX_TEXT_CHARS) -> Extracted:
+def extract_pdf(data: bytes, max_chars: int = MAX_TEXT_CHARS, ocr: bool = False) -> Extracted:
     """The text of a PDF in reading order, one region per page that has text, and its info
     dictionary's metadata. Raises BadFile for encrypted, unreadable, text-less or oversized files."""
     with _PDFIUM:
         try:
-            return _extract(data, max_chars)
+            return _extract(data, max_chars, ocr)
         except BadFile:
             raise
         except Exception as error:  # PDFium on hostile input: any failure is the file's
             raise BadFile("corrupt", f"PDFium could not read the file: {type(error).__name__}: {error}") from error
 
 
-def _extract(data: bytes, max_chars: int) -> Extracted:
+def _extract(data: bytes, max_chars: int, ocr: bool) -> Extracted:
     try:
         pdf = pdfium.PdfDocument(data)
     except pdfium.PdfiumError as error:
@@ -91,12 +93,13 @@ def _extract(data: bytes, max_chars: int) -> Extracted:
         raise BadFile("corrupt", f"not a readable PDF ({error})") from error
     try:
         pages: list[list[_Box]] = []
-        total = 0
+        total = read_by_ocr = 0
         heights: list[float] = []
         if len(pdf) > MAX_PAGES:
             raise BadFile("too_large", f"{len(pdf)} pages, over {MAX_PAGES}")
         for index in range(len(pdf)):
-            lines, height = _page_lines(pdf, index, max_chars - total)
+            lines, height, scanned = _page_lines(pdf, index, max_chars - total, ocr)
+            read_by_ocr += scanned
             pages.append(lines)
             heights.append(height)
             total += sum(len(line.text) + 1 for line in lines)
@@ -130,7 +133,8 @@ def _extract(data: bytes, max_chars: int) -> Extracted:
             texts.append(text)
             offset += len(text)
     if not texts:
-        raise BadFile("no_text", f"no text layer on any of its {len(pages)} pages (a scan? OCR it first)")
+        raise BadFile("no_text", f"no text layer on any of its {len(pages)} pages" + (
+            " and OCR read no word" if ocr else " (a scan? ingest with --ocr to read it, or OCR it first)"))
     joined = "\n\n".join(texts)
     if len(joined) > max_chars:
         raise BadFile("too_large", f"the text has {len(joined)} characters, over {max_chars}")
@@ -139,6 +143,8 @@ def _extract(data: bytes, max_chars: int) -> Extracted:
     modified = _pdf_date(info.get("ModDate", ""))
     if modified:
         metadata["modified"] = modified.isoformat()
+    if read_by_ocr:
+        metadata["ocr_pages"] = str(read_by_ocr)  # pages whose text is OCR's reading of their image
     return Extracted(text=joined, regions=tuple(regions), title=info.get("Title", "").strip() or None,
                      date=_pdf_date(info.get("CreationDate", "")), metadata=metadata, pages=len(pages),
                      tables=tuple(tables))
@@ -170,7 +176,7 @@ def _heading_marks(pages: list[list[_Box]]) -> dict[int, list[tuple[str, tuple[s
     set larger than the body text (HEADING_SIZE times its most common size, by characters) or
     in bold at the body's size or more, that read as a title (a letter or a section number
     first, no sentence end). A numbered heading's level is its number's depth ("4.2" is 2);
-    another's is the rank of its size among the headings' sizes (bold before regular)."""
+    another's is the rank of its size among the headings' sizes (`_style_ranks`)."""
     sizes: dict[float, int] = {}
     for lines in pages:
         for line in lines:
@@ -189,17 +195,29 @@ def _heading_marks(pages: list[list[_Box]]) -> dict[int, list[tuple[str, tuple[s
                 continue
             numbered = _SECTION_NUMBER.match(text)
             depth = numbered.group(1).count(".") + 1 if numbered else None
-            found.append((number, text, depth, (-round(line.size * 2) / 2, not line.bold)))
-    styles = sorted({style for *_, style in found})
+            found.append((number, text, depth, (line.size, line.bold)))
+    ranks = _style_ranks([style for *_, style in found])
     out: dict[int, list[tuple[str, tuple[str, ...]]]] = {}
     stack: list[tuple[int, str]] = []
     for number, text, depth, style in found:
-        level = depth if depth is not None else styles.index(style) + 1
+        level = depth if depth is not None else ranks[style]
         while stack and stack[-1][0] >= level:
             stack.pop()
         stack.append((level, text))
         out.setdefault(number, []).append((text, tuple(t for _, t in stack)))
     return out
+
+
+def _style_ranks(styles: list[tuple[float, bool]]) -> dict[tuple[float, bool], int]:
+    """Heading levels by style: larger first, bold before regular at one size; sizes within
+    SAME_SIZE of a larger one share its level (a scan's sizes are estimates)."""
+    ranks: dict[tuple[float, bool], int] = {}
+    level, anchor = 0, None
+    for size, bold in sorted(set(styles), key=lambda st: (-st[0], not st[1])):
+        if anchor is None or size < anchor[0] * (1 - SAME_SIZE) or bold != anchor[1]:
+            level, anchor = level + 1, (size, bold)
+        ranks[(size, bold)] = level
+    return ranks
 
 
 def _titled(text: str) -> bool:
@@ -230,10 +248,10 @@ def _plain(text: str) -> str:
     return " ".join(text.split()).lower()
 
 
-def _page_lines(pdf: pdfium.PdfDocument, index: int, max_chars: int) -> tuple[list[_Box], float]:
-    """One page's lines in reading order and its height (its PDFium page and text page are
-    closed on return: they hold native memory); a page of more than `max_chars` characters
-    is refused before they are read."""
+def _page_lines(pdf: pdfium.PdfDocument, index: int, max_chars: int, ocr: bool = False) -> tuple[list[_Box], float, bool]:
+    """One page's lines in reading order, its height, and whether OCR read it (a page with no
+    text layer, when `ocr`; its PDFium page and text page are closed on return: they hold
+    native memory); a page of more than `max_chars` characters is refused before they are read."""
     page = pdf.get_page(index)
     try:
         _, bottom, _, top = page.get_bbox()  # the visible box: its top is y = 0 for the layout rule
@@ -246,13 +264,35 @@ def _page_lines(pdf: pdfium.PdfDocument, index: int, max_chars: int) -> tuple[li
             words = _words(textpage, top)
         finally:
             textpage.close()
+        scanned = ocr and not words
+        if scanned:
+            words = _ocr_words(page)
         rules = _rules(page, top) if words else []
     finally:
         page.close()
     if not words:
-        return [], height
+        return [], height, scanned
     line_height = max(1.0, median(w.height for w in words))  # 1 pt: fonts without a height
-    return _order(_with_tables(words, line_height, rules), line_height), height
+    return _order(_with_tables(words, line_height, rules), line_height), height, scanned
+
+
+def _ocr_words(page: pdfium.PdfPage) -> list[_Box]:
+    """The words OCR reads on the page's image (indexes/extract/ocr.py), each with the font size
+    its box and letters suggest (`font_size`), which ranks heading lines as a text layer's would."""
+    from indexes.extract.ocr import OCR_DPI, OcrUnavailable, pgm, read_words
+
+    scale = OCR_DPI / 72
+    bitmap = page.render(scale=scale, grayscale=True)
+    try:
+        pixels = bitmap.to_numpy()
+        image = pgm(pixels.reshape(pixels.shape[0], -1)[:, : bitmap.width].tobytes(), bitmap.width, bitmap.height)
+    finally:
+        bitmap.close()
+    try:
+        found = read_words(image, scale, OCR_PAGE_S)
+    except OcrUnavailable as e:
+        raise BadFile("no_text", f"a page has no text layer and {e}") from None
+    return [_Box(w.text, w.x0, w.top, w.x1, w.bottom, size=w.size) for w in found]
 
 
 def _rules(page: pdfium.PdfPage, page_top: float) -> list[Rule]:

@@ -76,10 +76,10 @@ class _Worker:
                                          env=env, close_fds=True, start_new_session=True)
         return self.proc
 
-    def run(self, data: bytes, kind: str, budget: Budget) -> Extracted:
+    def run(self, data: bytes, kind: str, budget: Budget, ocr: bool = False) -> Extracted:
         proc = self._started()
         deadline = time.monotonic() + budget.seconds
-        meta = json.dumps({"kind": kind, "max_chars": budget.max_chars, "cpu_s": budget.seconds}).encode()
+        meta = json.dumps({"kind": kind, "max_chars": budget.max_chars, "cpu_s": budget.seconds, "ocr": ocr}).encode()
         try:
             stdin = cast(IO[bytes], proc.stdin)
             stdin.write(HEADER.pack(len(meta), len(data)) + meta)
@@ -146,6 +146,7 @@ class ExtractorPool:
     workers: int = 2
     per_owner: int = 2
     budget: Budget = Budget()
+    ocr: bool = False  # a PDF page without a text layer is read by OCR (indexes/extract/ocr.py), within the budget
     _idle: list[_Worker] = field(default_factory=list, repr=False)
     _owners: dict[str, int] = field(default_factory=dict, repr=False)
     _cond: threading.Condition = field(default_factory=threading.Condition, repr=False)
@@ -174,7 +175,7 @@ class ExtractorPool:
         try:
             worker = self._take(self.budget.seconds if wait_s is None else wait_s)
             try:
-                return worker.run(data, kind, budget)
+                return worker.run(data, kind, budget, self.ocr)
             finally:
                 with self._cond:
                     self._idle.append(worker)

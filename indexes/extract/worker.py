@@ -7,7 +7,7 @@ a file being extracted yields the cores to queries), and, per file, its CPU time
 whose parent is gone cannot spin on a hostile file for ever).
 
 Frames on stdin: `>II` (header length, data length), a JSON header `{"kind", "max_chars",
-"cpu_s"}`, the file's bytes. Frames on stdout: `>I` length and a JSON body, `{"ok": record}`
+"cpu_s", "ocr"}`, the file's bytes. Frames on stdout: `>I` length and a JSON body, `{"ok": record}`
 or `{"bad": {"reason", "message"}}`. JSON, never pickle: a parser exploited by a file must not
 be able to make its parent run code.
 """
@@ -76,7 +76,7 @@ def serve(memory_bytes: int, stdin: BinaryIO, stdout: BinaryIO) -> None:
         meta = json.loads(meta_raw)
         _cpu_limit(float(meta["cpu_s"]))
         try:
-            got = extract(data, meta["kind"], int(meta["max_chars"]))
+            got = extract(data, meta["kind"], int(meta["max_chars"]), bool(meta.get("ocr", False)))
             body: dict[str, Any] = {"ok": record_of(got)}
         except BadFile as e:
             body = {"bad": {"reason": e.reason, "message": e.message}}

@@ -29,7 +29,8 @@ def cmd_ingest(args: argparse.Namespace, settings: Settings) -> int:
     meaning = meanings.get(acl, "")
     print(f"default ACL of documents and tables without one: {' '.join(acl)}{meaning}", file=sys.stderr)
     options = replace(settings.build_options(acl), skip_bad_files=bool(getattr(args, "skip_bad_files", False)),
-                      strict_fields=bool(getattr(args, "strict_fields", False)))
+                      strict_fields=bool(getattr(args, "strict_fields", False)),
+                      ocr=settings.ocr_scans or bool(getattr(args, "ocr", False)))
     shards = int(getattr(args, "shards", 1))
     clustered = any(getattr(args, flag, None) is not None for flag in ("cluster", "actors", "batch"))
     if shards != 1 or clustered:  # a cluster flag without --shards is refused there, not ignored

@@ -91,7 +91,8 @@ def _sync_once(service: Service, sources: list[Path], args: argparse.Namespace, 
     from indexes.sync_plan import plan_sync
 
     acl = default_acl(settings.default_acl) if settings.default_acl else service.default_acl()
-    reader = FileReader(skip_bad=args.skip_bad_files, strict_fields=args.strict_fields)
+    reader = FileReader(skip_bad=args.skip_bad_files, strict_fields=args.strict_fields, ocr=settings.ocr_scans or args.ocr,
+                        extract_timeout_s=settings.extract_timeout_s)
     desired = load_documents(sources, acl, reader)  # every file checked before any write
     for skipped in reader.skipped.values():
         print(f"skipped {skipped.path}: {skipped.reason}: {skipped.message}", file=sys.stderr)

@@ -58,4 +58,4 @@ class Resources:
 def extraction_pool(settings: Settings, workers: int | None = None) -> ExtractorPool:
     """The extraction workers the settings describe (`workers` overrides their number)."""
     budget = Budget(settings.extract_timeout_s, settings.extract_memory_mb * 1024 * 1024)
-    return ExtractorPool(workers or settings.extract_workers, settings.extract_per_key, budget)
+    return ExtractorPool(workers or settings.extract_workers, settings.extract_per_key, budget, ocr=settings.ocr_scans)

@@ -103,6 +103,9 @@ class Settings(BaseSettings):
                                        "it the worker is killed and the file is refused as too_slow.", "server", gt=0)
     extract_memory_mb: int = setting(_EXTRACT.memory_bytes >> 20, "Memory one extraction worker may use; past it the "
                                      "file is refused as too_large and the server's memory is untouched.", "server", ge=64)
+    ocr_scans: bool = setting(False, "Read a PDF page without a text layer by OCR (Tesseract, Debian's tesseract-ocr) "
+                              "at a PUT, an ingest and a sync; a page costs seconds (BENCHMARKS.md, Scans), so a "
+                              "scanned file needs an `extract_timeout_s` to match.", "server")
     write_batch_max: int = setting(100, "Most changes one `POST /v1/documents:batch` may carry.", "server", ge=1, le=10_000)
     reload_grace_s: float = setting(30.0, "After its last request, how long a replaced engine waits for retriever "
                                     "calls the loop gave up on before it is closed.", "server", ge=0)
@@ -356,7 +359,8 @@ class Settings(BaseSettings):
         return BuildOptions(default_acl=default_acl, max_chars=self.chunk_max_chars, bm25=bm25,
                             reuse_embeddings=self.reuse_embeddings, answer_model=self.answer_model_path,
                             dense_graph_from=self.dense_graph_from or None, dense_whole_graph=self.dense_whole_graph,
-                            embed_batch=self.ingest_journal_batch)
+                            embed_batch=self.ingest_journal_batch, ocr=self.ocr_scans,
+                            extract_timeout_s=self.extract_timeout_s)
 
     def embedder(self) -> Any:
         """The embedder these settings describe (model folder, query runtime, batch, cache)."""
