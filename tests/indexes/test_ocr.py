@@ -80,3 +80,28 @@ def test_a_scan_is_refused_without_ocr_and_read_with_it_page_by_page():
         assert any(r.section == (heading,) for r in got.regions if r.page == page)  # the scan's heading line
     table = [g for g in got.tables if g.page == 2]
     assert table and table[0].header == ("Pump", "Hours", "Bearings") and ("P-14", "860", "checked") in table[0].rows
+
+
+def test_an_ingest_with_ocr_serves_the_scans_words_and_one_without_lists_it_as_bad(tmp_path, embedder):
+    """Through the ingest's own extraction worker (indexes/extract/sandbox.py): the scan's
+    facts are found on their page; without OCR the same folder's scan is a skipped bad file."""
+    from indexes.snapshot_build import BuildOptions, build_snapshot
+    from retrieval.search import search
+    from retrieval.types import Filters, Principal
+    from routes.service.view import open_view
+
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "boiler_log.pdf").write_bytes(_scanned(_text_pdf()))
+    (src / "note.md").write_text("---\nacl: [public]\n---\n# Note\nThe depot opens at six.\n")
+    (src / "boiler_log.pdf.meta.json").write_text('{"acl": ["public"]}')
+    plain = build_snapshot([src], tmp_path / "plain", embedder, BuildOptions(skip_bad_files=True))
+    assert [(s["path"].rsplit("/", 1)[-1], s["reason"]) for s in plain["skipped_files"]] == [("boiler_log.pdf", "no_text")]
+    read = build_snapshot([src], tmp_path / "ocr", embedder, BuildOptions(ocr=True))
+    assert read["counts"]["documents"] == 2 and read["counts"]["tables"] == 1  # the scan's ruled table too
+    view = open_view(tmp_path / "ocr", embedder, plugins=False)
+    try:
+        hits = search(view.retrievers, "bm25", "service tag BX-4471", Principal("ann"), 3, Filters(), view.limits)
+        assert hits and hits[0].doc_id == "boiler_log.pdf" and hits[0].page == 1 and "BX-4471" in hits[0].text
+    finally:
+        view.close()
