@@ -25,6 +25,7 @@ from typing import Any, BinaryIO, Iterator
 
 import pyarrow as pa
 
+from indexes.extract.grids import header_names
 from indexes.extract.zip_bounds import check_archive
 from indexes.extract.record import BadFile
 from indexes.source_files import open_regular
@@ -99,15 +100,7 @@ def _at(row: tuple[Any, ...], i: int) -> Any:
 
 
 def _names(header: list[Any]) -> list[str]:
-    out: list[str] = []
-    for i, cell in enumerate(header, start=1):
-        base = " ".join(str(cell).split()) if cell is not None else f"column_{i}"
-        name, n = base, 1
-        while name in out:
-            n += 1
-            name = f"{base}_{n}"
-        out.append(name)
-    return out
+    return header_names([" ".join(str(cell).split()) if cell is not None else None for cell in header])
 
 
 def _column(values: list[Any]) -> pa.Array:

@@ -114,20 +114,25 @@ def render(grid: Grid) -> list[str]:
     return lines
 
 
-def column_names(grid: Grid) -> list[str]:
-    """Header cells as column names (a blank one `column_N`, a repeated one `_2`, `_3`), as a
-    spreadsheet's are; `column_1..N` for a table without a header."""
-    width = len(grid.rows[0]) if grid.rows else len(grid.header)
+def header_names(header: Sequence[str | None]) -> list[str]:
+    """Header cells as column names: a blank one `column_N` (N from 1), a repeated one `_2`,
+    `_3` (a spreadsheet's header row and a file table's alike)."""
     out: list[str] = []
-    for i in range(width):
-        base = grid.header[i] if i < len(grid.header) and grid.header[i] else f"column_{i + 1}"
-        base = base.replace('"', "'")
+    for i, cell in enumerate(header, start=1):
+        base = cell if cell else f"column_{i}"
         name, n = base, 1
         while name in out:
             n += 1
             name = f"{base}_{n}"
         out.append(name)
     return out
+
+
+def column_names(grid: Grid) -> list[str]:
+    """A grid's header as column names (`header_names`; a double quote, which no column name
+    holds, as a single one); `column_1..N` for a table without a header."""
+    width = len(grid.rows[0]) if grid.rows else len(grid.header)
+    return header_names([grid.header[i].replace('"', "'") if i < len(grid.header) else None for i in range(width)])
 
 
 def typed_cells(cells: list[str]) -> tuple[str, list]:
