@@ -283,3 +283,36 @@ def test_on_a_sharded_index_a_document_holding_tables_changes_only_with_an_inges
         for r in replicas:
             r._snapshot.close()
         resources.shutdown()
+
+
+def test_over_http_a_cell_fact_is_answered_from_rows_and_a_forbidden_files_table_is_unknown(index, embedder, tmp_path):
+    """The same through a real server: `/v1/query` answers from the rows of a file's table with
+    the document as provenance, `/v1/sql` reads them, and for a key outside the file's ACL the
+    table answers exactly as one that does not exist."""
+    import httpx
+
+    from auth.keys import KeyStore
+    from routes.server.app import create_app
+    from routes.service.settings import Settings
+    from tests.conftest import LiveServer
+
+    store = KeyStore(tmp_path / "keys.json")
+    keys = {"ann": store.add("ann", [], ["query", "sql"])[0], "pat": store.add("pat", ["payroll"], ["query", "sql"])[0]}
+    view = open_view(index, embedder, today=dt.date(2025, 11, 1))
+    app = create_app(Settings(index_dir=index, rate_per_second=1000.0, burst=1000), engine=view, keys=store)
+    try:
+        with LiveServer(app) as server:
+            def post(path: str, body: dict, who: str) -> httpx.Response:
+                return httpx.post(server.url + path, json=body, headers={"Authorization": f"Bearer {keys[who]}"}, timeout=60)
+
+            assert view.tables_ready(Principal("ann"))  # the table profiles a question's translation reads
+            answer = post("/v1/query", {"question": "How many packs of agarose are there?"}, "ann").json()
+            assert answer["status"] == "answer_context" and answer["rows"]["tables"] == ["reagents_table_1"]
+            assert answer["rows"]["data"][0][0] == 4 and answer["rows"]["doc_ids"] == ["reagents.html"]
+            sql = 'SELECT "Salary (GBP)" FROM pay_scales_table_1 WHERE "Grade" = \'Master\''
+            assert post("/v1/sql", {"sql": sql}, "pat").json()["rows"]["data"] == [[52300]]
+            hidden, missing = post("/v1/sql", {"sql": sql}, "ann"), post("/v1/sql", {"sql": sql.replace("_1", "_7")}, "ann")
+            assert hidden.status_code == missing.status_code == 400
+            assert hidden.json()["error"]["message"].replace("_1", "_7") == missing.json()["error"]["message"]
+    finally:
+        view.close()
