@@ -12,7 +12,9 @@ the expected page and heading path; and how many boilerplate strings reach the t
 Tables (benchmarks/table_files.py, one file per layout and seed: a ruled PDF, an unruled PDF, a
 Word and an HTML table): tables found, headers read, the share of cells read into their row and
 column, and columns given the type their cells hold; and tables found in the prose corpus's
-PDFs, which hold none. Scans (`--scans`, `--scan-dpi`): generated PDFs rendered to page
+PDFs, which hold none. Column layouts (benchmarks/column_layouts.py: three columns, a
+sidebar, columns around a full-width paragraph, a ragged end): each page's CER against its
+reading order, with the layout rule and in stream order. Scans (`--scans`, `--scan-dpi`): generated PDFs rendered to page
 images and read back by OCR (Tesseract): CER against their ground truth, facts on their page,
 and seconds per page.
 
@@ -44,6 +46,7 @@ import pypdfium2 as pdfium  # type: ignore[import-untyped]
 
 from benchmarks.common import machine, make_embedder, write_json
 from benchmarks.file_corpus import Fact, FileCorpus, cer, write_file_corpus
+from benchmarks.column_layouts import LAYOUTS as COLUMN_LAYOUTS, write_layout
 from benchmarks.table_files import LAYOUTS, write_table_files
 from indexes.chunking import chunk_documents
 from indexes.extract.record import BadFile, Extracted
@@ -240,6 +243,29 @@ def real_pdf_speed(found: Sequence[tuple[Path, bytes, Extracted]], embedder: Any
 # Report ------------------------------------------------------------------------------------
 
 
+def column_orders(seeds: int) -> dict[str, Any]:
+    """Per multi-column layout (benchmarks/column_layouts.py, seeds 0..seeds-1): CER of the
+    page's text against its reading order and the share of its sentences read whole, with the
+    layout rule and in PDFium's stream order."""
+    out: dict[str, Any] = {}
+    for layout in COLUMN_LAYOUTS:
+        rows = []
+        for seed in range(seeds):
+            page = write_layout(layout, seed)
+            got = extract(page.data, "pdf").text
+            with pdfium.PdfDocument(page.data) as pdf:
+                textpage = pdf[0].get_textpage()
+                stream = textpage.get_text_range()
+                textpage.close()
+            truth = normal(page.truth)
+            rows.append({"cer_layout": cer(truth, normal(got)), "cer_stream": cer(truth, normal(stream)),
+                         "whole_layout": sum(normal(x) in normal(got) for x in page.sentences) / len(page.sentences),
+                         "whole_stream": sum(normal(x) in normal(stream) for x in page.sentences) / len(page.sentences)})
+        out[layout] = {"pages": seeds, **{k: round(statistics.mean(r[k] for r in rows), 4) for k in rows[0]},
+                       "cer_layout_max": round(max(r["cer_layout"] for r in rows), 4)}
+    return out
+
+
 def table_cells(folder: Path, seeds: int) -> dict[str, Any]:
     """Per layout: tables found (exactly one grid where the file has one table), headers read,
     cells read into their place (header cells included), and columns typed as their cells."""
@@ -351,6 +377,10 @@ def print_report(result: dict[str, Any]) -> None:
     for layout, r in q["tables"].items():
         print(f"{layout:<13} {r['tables_found']:>5}/{r['files']:<6} {r['headers_read']:>4}/{r['files']:<3} "
               f"{r['cells_right']:>5}/{r['cells']:<5} ({r['cell_accuracy']:.4f})  {r['typed_right']:>4}/{r['typed_columns']}")
+    print("\ncolumn layout   CER with the layout rule (max)   stream order   sentences whole: layout / stream")
+    for layout, r in q["column_layouts"].items():
+        print(f"{layout:<15} {r['cer_layout']:.4f} ({r['cer_layout_max']:.4f})               {r['cer_stream']:.4f}         "
+              f"{r['whole_layout']:.0%} / {r['whole_stream']:.0%}")
     o = q["ocr"]
     if "skipped" in o:
         print(f"\nOCR: skipped ({o['skipped']})")
@@ -393,7 +423,7 @@ def main() -> None:
                    "stream_order_whole_pdfs": stream_order_whole_pdfs(corpora, sources),
                    "facts": facts_placed(corpora, sources), "boilerplate": boilerplate_leaks(corpora, sources),
                    "tables": table_cells(Path(tmp), args.seeds), "false_tables": false_tables(sources),
-                   "ocr": ocr_scans(corpora, args.scans, args.scan_dpi)}
+                   "ocr": ocr_scans(corpora, args.scans, args.scan_dpi), "column_layouts": column_orders(args.seeds)}
     groups = {kind: [s for s in sources.values() if s.kind == kind] for kind in KINDS}
     load.append(os.getloadavg()[0])
 

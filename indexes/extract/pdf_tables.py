@@ -8,9 +8,9 @@ side of a drawn cell box) between two words: ruled tables set cells closer than 
 alone would tell. A table is a run of at least MIN_ROWS consecutive rows, no more than
 ROW_GAP line heights apart, each of two cells or more and in line with the rows above it
 (`_aligned`), whose cells, pooled, stand in two or
-more columns (`_columns`) with every cell in one of them; short cells (MAX_CELL_WORDS words on
-average: two columns of prose are no table), and no list (a first column of bullets or item
-numbers).
+more columns (`_columns`) with every cell in one of them; short cells (MAX_CELL_WORDS words
+on average), few of which end a sentence (columns of prose, however narrow, are no table),
+and no list (a first column of bullets or item numbers).
 """
 
 from __future__ import annotations
@@ -27,6 +27,8 @@ MIN_ROWS = 3
 MAX_CELL_WORDS = 4.0
 RULE_WIDTH = 2.0  # points: a path this thin is a rule
 MAX_RULES = 20_000  # path objects read per page (a drawing has more; its tables are read from whitespace)
+PROSE_SHARE = 0.1  # cells that end a sentence, past this share of a run: columns of text, not a table
+_SENTENCE_END = re.compile(r"[a-z][.!?](?:\s+[A-Z]|$)")
 _LIST_MARK = re.compile(r"[•◦▪‣∙·*–-]|\(?[0-9]{1,3}[.)]|\(?[a-z][.)]|\(?[ivx]{1,4}[.)]", re.IGNORECASE)
 
 
@@ -150,6 +152,9 @@ def _table(words: Sequence[WordBox], rows: list[list[int]], celled: list[list[_C
     cells_all = [c for cells in celled for c in cells]
     if sum(len(c.words) for c in cells_all) / len(cells_all) > MAX_CELL_WORDS:
         return []
+    texts = [cell for row in grid_rows for cell in row if cell]
+    if sum(bool(_SENTENCE_END.search(t)) for t in texts) > PROSE_SHARE * len(texts):
+        return []  # columns of prose, however narrow: their lines end sentences
     firsts = [r[0] for r in grid_rows[1:] if r[0]]
     if firsts and all(_LIST_MARK.fullmatch(f) for f in firsts):
         return []

@@ -37,7 +37,7 @@ _CHAR_MAP = {0x02: "-", 0xFFFE: "-", 0xAD: "-", 0xFB00: "ff", 0xFB01: "fi", 0xFB
 BAND = 0.12  # top and bottom share of the page where running headers and footers live
 WIDE_BAND = 2.0  # a horizontal whitespace band this many line heights tall separates blocks
 GUTTER = 1.2  # a vertical gutter is at least this many line heights wide
-COLUMN_SHARE = 0.25  # each side of a gutter spans this share of the block (else: a table row)
+COLUMN_SHARE = 0.15  # each side of a gutter spans this share of the block (a sidebar's third, not a label beside a value)
 _WORD_SPLIT_LOWER = re.compile(r"(?<![^\W\d_])([^\W\d_]+)-$")
 _WORD_START = re.compile(r"[^\W\d_]+")
 MAX_PAGES = 20_000  # a file past this is no document to search (and each page costs PDFium memory)
@@ -365,7 +365,7 @@ def _order(words: list[_Box], line_height: float) -> list[_Box]:
     """Recursive XY-cut: blocks split by wide horizontal bands, top to bottom; in each block,
     runs of lines that share a vertical gutter are read left column first, then right."""
     lines: list[_Box] = []
-    for block in _bands(words, WIDE_BAND * line_height):
+    for block in _continued(_bands(words, WIDE_BAND * line_height), line_height):
         groups: list[list[_Box]] = []
         for stripe in _bands(block, 0.0):
             if groups and _gutter(groups[-1] + stripe, line_height):
@@ -380,6 +380,26 @@ def _order(words: list[_Box], line_height: float) -> list[_Box]:
                 lines += _order([w for w in group if w.x1 <= gutter], line_height)
                 lines += _order([w for w in group if w.x1 > gutter], line_height)
     return lines
+
+
+def _continued(blocks: list[list[_Box]], line_height: float) -> list[list[_Box]]:
+    """Blocks joined to the block of columns above them when they continue its columns: every
+    word on one side of its gutter, and either words on both sides (a paragraph break that
+    happens to line up across the columns is no end of them) or two lines or more within its
+    left column (the left column runs on below a shorter right one). A full-width line, or a
+    single short one (a caption), ends the columns."""
+    out: list[list[_Box]] = []
+    for block in blocks:
+        gutter = _gutter(out[-1], line_height) if out else None
+        if gutter is not None and all(w.x1 <= gutter or w.x0 >= gutter for w in block):
+            left, right = any(w.x1 <= gutter for w in block), any(w.x0 >= gutter for w in block)
+            start = min(w.x0 for w in out[-1])
+            if (left and right) or (left and len(_bands(block, 0.0)) >= 2
+                                    and all(w.x0 >= start - line_height for w in block)):
+                out[-1] = out[-1] + block
+                continue
+        out.append(block)
+    return out
 
 
 def _bands(words: list[_Box], min_gap: float) -> list[list[_Box]]:

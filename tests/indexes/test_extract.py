@@ -435,3 +435,18 @@ def test_a_pdf_without_an_outline_takes_its_sections_from_its_heading_lines(styl
         placed += any(fact in " ".join(got.text[r.start:r.end].split()) and r.section == path for r in got.regions)
     assert placed >= 0.95 * len(facts), (placed, len(facts), [r.section for r in got.regions][:12])
     assert not any("Note" in s or "Close the hatch" in s for r in got.regions for s in r.section)
+
+
+@pytest.mark.parametrize("layout", ["three-columns", "sidebar", "spanning", "ragged"])
+def test_multi_column_pages_read_column_by_column(layout):
+    """Pages drawn line by line across their columns (benchmarks/column_layouts.py): three
+    columns, a sidebar, columns around a full-width paragraph, a left column running on below a
+    shorter right one. The text must be the reading order, and none of them a table."""
+    from benchmarks.column_layouts import write_layout
+    from indexes.extract.pdf_text import extract_pdf
+
+    for seed in range(3):
+        page = write_layout(layout, seed)
+        got = extract_pdf(page.data)
+        assert cer(" ".join(page.truth.split()), " ".join(got.text.split())) < 0.01, (layout, seed)
+        assert got.tables == ()
