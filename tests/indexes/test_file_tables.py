@@ -185,6 +185,8 @@ def test_each_table_is_typed_with_the_files_acl_and_provenance(index):
 
 
 def test_every_cell_fact_is_answered_from_rows(index, embedder):
+    """Every cell of the three public tables, read by SQL and asked as a question ("What is the
+    fare for Harwick?"), and four questions in other words."""
     view = open_view(index, embedder, today=dt.date(2025, 11, 1))
     reader = Principal("ann", (), frozenset({"query", "sql"}))
     try:
@@ -196,7 +198,11 @@ def test_every_cell_fact_is_answered_from_rows(index, embedder):
                 for column, value in zip(header, row[1:], strict=True):
                     sql = f'SELECT "{column}" FROM {name} WHERE "{key}" = \'{row[0]}\''
                     got = view.sql.run_statement(sql, reader).rows[0][0]
-                    assert str(got) == str(value) or float(got) == float(value), (sql, got)
+                    assert _same(got, str(value)), (sql, got)
+                    question = f"What is the {column.split(' (')[0].lower()} for {row[0]}?"  # every cell, asked
+                    result = view.query(question, reader, deadline_ms=30_000, wait_for_tables=True)
+                    assert result.rows is not None and any(_same(v, str(value)) for v in result.rows.rows[0]), (
+                        question, result.declined)
         for question, expected in (("What is the fare from Pellmouth?", 21.0), ("How many minutes does the crossing from "
                                    "Tresco Quay take?", 25), ("How many packs of agarose are there?", 4),
                                   ("How many passengers does the Gannet Star have?", 148)):
@@ -206,6 +212,16 @@ def test_every_cell_fact_is_answered_from_rows(index, embedder):
             assert result.context[0].doc_id in ("ferry_handbook.docx", "reagents.html", "fleet_list.pdf")
     finally:
         view.close()
+
+
+def _same(got: object, written: str) -> bool:
+    """A typed cell equals the text the file wrote ("14.50" and 14.5, "2025-03-14" and a date)."""
+    if isinstance(got, (int, float)) and not isinstance(got, bool):
+        try:
+            return float(got) == float(written.replace(",", ""))
+        except ValueError:
+            return False
+    return str(got) == written
 
 
 def test_a_forbidden_files_tables_are_undetectable(index, embedder):
