@@ -30,7 +30,7 @@ from indexes.source_files import open_regular, read_regular
 from indexes.spreadsheets import read_sheet, sheet_names
 from retrieval.errors import IngestError, InvalidRequest
 from retrieval.sql.schema import ColumnInfo, TableInfo
-from retrieval.sql.words import FILLER, name_words, noun_forms
+from retrieval.text import STOPWORDS, stem
 from retrieval.types import check_acl, valid_acl_entry
 
 _NAME_OK = re.compile(r"[a-z][a-z0-9_]{0,62}")
@@ -346,8 +346,9 @@ def _records_named(grid: Grid) -> str | None:
     """What the heading above a table calls its rows: the heading's words less those that name
     one of its columns ("Crossings and fares" over a "Fare" column: "Crossings"), so that a
     question's "fare" still reads that column rather than naming the table."""
-    columns = {w for name in column_names(grid) for w in name_words(name)}
-    kept = [w for w in grid.section[-1].split() if not (noun_forms(w.lower()) & columns) and w.lower() not in FILLER]
+    columns = {w for name in column_names(grid) for w in ColumnInfo(name, "VARCHAR").words}
+    kept = [w for w in grid.section[-1].split()
+            if w.lower() not in STOPWORDS and not ({w.lower(), stem(w.lower()), w.lower().removesuffix("s")} & columns)]
     alias = " ".join(kept)
     return alias if 3 <= len(alias) <= MAX_ALIAS else None
 
