@@ -40,6 +40,7 @@ from indexes.corpus import ADMIN_ONLY, LoadedDocument, discover, iter_documents
 from indexes.dense_index import DenseIndex
 from indexes.embed_journal import EmbedJournal
 from indexes.embedder import Embedder
+from indexes.extract.sandbox import Budget
 from indexes.files import SIDECAR_SUFFIX, FileReader, config_files, date_warnings
 from indexes.snapshot_lease import LEASE_FILE, PRUNING, acquire, remove_unless_served
 from indexes.snapshot_load import CURRENT, FORMAT_VERSION, current_snapshot_path, read_manifest, verify_files
@@ -72,7 +73,7 @@ class BuildOptions:
     strict_fields: bool = False  # front-matter keys outside the document fields stop the ingest (default: they go to metadata)
     document_batch: int = 32_768  # documents an ingest holds in memory at a time (at most BATCH_CHARS of text)
     ocr: bool = False  # a PDF page without a text layer is read by OCR (indexes/extract/ocr.py)
-    extract_timeout_s: float | None = None  # one file's extraction at most (None: the extractor's default)
+    extract_timeout_s: float = Budget.seconds  # one file's extraction at most (indexes/extract/sandbox.py)
 
     def file_reader(self) -> FileReader:
         """The reader one ingest reads its sources with (every pass), by these options' rules."""
