@@ -45,10 +45,11 @@ from typing import Any, Callable, Sequence
 import pypdfium2 as pdfium  # type: ignore[import-untyped]
 
 from benchmarks.common import machine, make_embedder, write_json
-from benchmarks.file_corpus import Fact, FileCorpus, cer, write_file_corpus
+from benchmarks.file_corpus import Fact, FileCorpus, cer, write_file_corpus, write_markdown_notes
 from benchmarks.column_layouts import LAYOUTS as COLUMN_LAYOUTS, write_layout
 from benchmarks.table_files import LAYOUTS, write_table_files
 from indexes.chunking import chunk_documents
+from indexes.corpus import load_documents
 from indexes.extract.record import BadFile, Extracted
 from indexes.files import FILE_SUFFIXES, FileKind, extract
 from indexes.snapshot_build import index_text
@@ -158,6 +159,22 @@ def facts_placed(corpora: Sequence[FileCorpus], sources: dict[Path, Source]) -> 
         placed = sum(_in_expected_region(f, sources[f.file].got) for f in facts)
         out[kind] = {"facts": len(facts), "found": found, "placed": placed, "placed_share": round(placed / len(facts), 4)}
     return out
+
+
+def markdown_placed(folder: Path, seeds: int, notes: int) -> dict[str, Any]:
+    """Markdown notes (benchmarks/file_corpus.py `write_markdown_notes`) read as an ingest reads
+    them: the share of facts whose sentence lies inside a region with the fact's heading path."""
+    facts = placed = 0
+    for seed in range(seeds):
+        where = folder / f"markdown-{seed}"
+        _, written = write_markdown_notes(where, seed, notes)
+        docs = {ld.doc.id: ld.doc for ld in load_documents([where])}
+        for fact in written:
+            doc = docs[fact.file.stem]
+            facts += 1
+            placed += any(normal(fact.sentence) in normal(doc.text[r.start:r.end]) and r.section == fact.section
+                          for r in doc.regions)
+    return {"facts": facts, "placed": placed, "placed_share": round(placed / facts, 4)}
 
 
 def boilerplate_leaks(corpora: Sequence[FileCorpus], sources: dict[Path, Source]) -> dict[str, Any]:
@@ -365,6 +382,8 @@ def print_report(result: dict[str, Any]) -> None:
         print(f"{kind:<6} {c['mean']:>10.4f} {c['max']:>9.4f}   {f['placed']:>4}/{f['facts']:<4} "
               f"{e['files_per_s']:>20} {pages} {e['chars_per_s']:>10}   {i['chunks_per_s']:>14} {embed_pages}"
               f"   {i['extraction_share']:>8.1%}")
+    md = q["markdown_sections"]
+    print(f"markdown notes: facts under their heading path {md['placed']}/{md['facts']}")
     col = q["two_column"]
     print(f"\ntwo-column page ({col['pages']} seeds): CER {col['cer_layout']:.4f} with the layout rule, "
           f"{col['cer_stream']:.4f} in stream order ({col['cer_stream_min']:.3f}-{col['cer_stream_max']:.3f}); "
@@ -421,7 +440,9 @@ def main() -> None:
                 sources[path] = Source(path, kind, data, extract(data, kind))
         quality = {"cer": cer_by_kind(corpora, sources), "two_column": two_column(corpora, sources),
                    "stream_order_whole_pdfs": stream_order_whole_pdfs(corpora, sources),
-                   "facts": facts_placed(corpora, sources), "boilerplate": boilerplate_leaks(corpora, sources),
+                   "facts": facts_placed(corpora, sources),
+                   "markdown_sections": markdown_placed(Path(tmp), args.seeds, args.docs),
+                   "boilerplate": boilerplate_leaks(corpora, sources),
                    "tables": table_cells(Path(tmp), args.seeds), "false_tables": false_tables(sources),
                    "ocr": ocr_scans(corpora, args.scans, args.scan_dpi), "column_layouts": column_orders(args.seeds)}
     groups = {kind: [s for s in sources.values() if s.kind == kind] for kind in KINDS}

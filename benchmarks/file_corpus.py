@@ -323,6 +323,50 @@ def write_file_corpus(folder: Path, seed: int = 0, n_docs: int = 3) -> FileCorpu
     return FileCorpus(tuple(truth), truth, tuple(inv.facts), boilerplate, info, columns)
 
 
+def _md_heading(inv: _Inventor, level: int, name: str, style: int) -> tuple[str, str]:
+    """(the Markdown of a heading, its name as read): ATX with or without a closing run, setext
+    for levels 1 and 2, emphasis, inline code or a link around part of the name."""
+    word, rest = name.split(" ", 1)
+    shown = (name, f"**{word}** {rest}", f"`{word}` {rest}", f"[{word}](https://example.org/{word.lower()}) {rest}")[style % 4]
+    if level <= 2 and style % 3 == 1 and not shown[0].isdigit():  # "2. Name" over a rule is a list item and a rule
+        return f"{shown}\n{('=' if level == 1 else '-') * max(3, len(shown) // 2)}", name
+    closing = f" {'#' * level}" if style % 2 else ""
+    return f"{'#' * level} {shown}{closing}", name
+
+
+def write_markdown_notes(folder: Path, seed: int = 0, n_notes: int = 3) -> tuple[tuple[Path, ...], tuple[Fact, ...]]:
+    """Markdown notes as a team's wiki has them, each fact under a known heading path: front
+    matter, text before the first heading, ATX and setext headings, closing `#`s, marks in
+    heading names, a level skipped, a fenced shell sample whose `# comments` are no headings,
+    and a `---` rule. Returns the files and their facts."""
+    folder.mkdir(parents=True, exist_ok=True)
+    inv = _Inventor(random.Random(10_000 + seed))
+    files: list[Path] = []
+    for index in range(n_notes):
+        path = folder / f"note-{index}.md"
+        title = f"{inv.name(3)} {inv.rng.choice(_DEVICES)} runbook"
+        parts = [f"---\nauthor: {inv.name()}\n---", inv.paragraph(1)]  # text before any heading has no section
+        top, shown_top = _md_heading(inv, 1, title, index)
+        parts.append(top)
+        parts.append(inv.paragraph(2, inv.fact(path, section=(shown_top,))))
+        for chapter in range(2):
+            h2_name = f"{chapter + 1}. {inv.name()} {inv.rng.choice(('checks', 'procedures', 'settings'))}"
+            h2, h2_name = _md_heading(inv, 2, h2_name, index + chapter)
+            parts += [h2, inv.paragraph(1)]
+            if chapter == 0:
+                parts.append("```sh\n# stop the unit first\nsystemctl stop unit\n## then drain it\n```")
+            for part in range(2):
+                deep = 4 if part == 0 and index % 2 else 3  # a level skipped: #### straight under ##
+                h3_name = f"{inv.name()} {inv.rng.choice(_DEVICES)} notes"
+                h3, h3_name = _md_heading(inv, deep, h3_name, index + part + 1)
+                parts += [h3, inv.paragraph(2, inv.fact(path, section=(shown_top, h2_name, h3_name)))]
+            if chapter == 0:
+                parts += ["---", inv.paragraph(1)]  # a rule under a paragraph's blank line: no heading
+        path.write_text("\n\n".join(parts) + "\n", encoding="utf-8")
+        files.append(path)
+    return tuple(files), tuple(f for f in inv.facts if f.file in files)
+
+
 def write_bad_files(folder: Path) -> dict[str, str]:
     """Files that give no document, named by what they are: {filename: expected BadReason}."""
     folder.mkdir(parents=True, exist_ok=True)

@@ -10,7 +10,11 @@ of `write_batch_max` 20) brings the index in step. The same is done again with t
 killed (SIGKILL) once its first batch is durable, then run again. Each result is compared with
 a full ingest of the new folder: every document's fields, ACL and regions, and the ranked
 documents of 30 questions on the bm25, dense and hybrid routes for four principals. The plan
-says what was embedded (puts only: an ACL change re-embeds nothing). Writes
+says what was embedded (puts only: an ACL change re-embeds nothing), and the sync's last line
+how many files it read (a file whose stamps and sidecar and manifests' stamps are those the
+ingest or the last sync saw is not opened: indexes/sync_state.py). The generated files are
+dated a day back, as a team's folder is older than its index, and the sync starts 2.5 s after
+the edits. Writes
 benchmarks/results/sync.json.
 """
 
@@ -103,7 +107,7 @@ def sync(folder: Path, index: Path, env: dict[str, str], kill_after_first_batch:
         return {"killed_after_batches": len(lines), "exit": code, "seconds": round(seconds, 2)}
     if code != 0:
         raise RuntimeError(proc.stderr.read() if proc.stderr else "sync failed")
-    return {"plan": lines[-1]["sync"], "batches": len(lines) - 1, "seconds": round(seconds, 2)}
+    return {"plan": lines[-1]["sync"], "files": lines[-1]["files"], "batches": len(lines) - 1, "seconds": round(seconds, 2)}
 
 
 def _fields(doc: Document) -> tuple:
@@ -148,6 +152,9 @@ def main() -> None:
         rng = random.Random(args.seed)
         folder = root / "notes"
         paths = write_folder(folder, args.files, rng)
+        day_ago = time.time_ns() - 86_400_000_000_000  # a team's folder is older than its index
+        for path in folder.rglob("*"):
+            os.utime(path, ns=(day_ago, day_ago))
         questions = [f"{rng.choice(WORDS)} {rng.choice(WORDS)} {rng.choice(WORDS)}" for _ in range(27)]
         questions += ["Reference N-0007", "Revised: the pump was replaced", "Larkspur seal"]
         t0 = time.perf_counter()
@@ -155,6 +162,7 @@ def main() -> None:
         result["initial_ingest_s"] = round(time.perf_counter() - t0, 2)
         subprocess.run(["cp", "-a", str(root / "synced"), str(root / "killed")], check=True)
         result["edits"] = change_folder(paths, rng, args.changes, args.deletions, args.acl_changes)
+        time.sleep(2.5)  # the edits a few seconds old: past the window in which a stamp is not trusted (RACY_NS)
         result["sync"] = sync(folder, root / "synced", env)
         result["killed"] = sync(folder, root / "killed", env, kill_after_first_batch=True)
         result["killed"]["second_run"] = sync(folder, root / "killed", env)
@@ -166,7 +174,9 @@ def main() -> None:
         result["again"] = sync(folder, root / "synced", env)
     result["machine"] = machine()
     plan = result["sync"]["plan"]
-    print(f"{args.files} files; edits {result['edits']}")
+    print(f"{args.files} files; edits {result['edits']}; files read by the sync {result['sync']['files']}, "
+          f"by the killed sync's second run {result['killed']['second_run']['files']}, "
+          f"by a sync of the index in step {result['again']['files']}")
     print(f"sync: put {len(plan['put'])}, acl {len(plan['acl'])}, delete {len(plan['delete'])}, unchanged "
           f"{plan['unchanged']}, {result['sync']['batches']} batches, {result['sync']['seconds']} s "
           f"(initial ingest {result['initial_ingest_s']} s, full ingest of the new state {result['full_ingest_s']} s)")

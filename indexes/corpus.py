@@ -25,11 +25,12 @@ import re
 from dataclasses import dataclass, replace
 from datetime import date, datetime
 from pathlib import Path
-from typing import Any, Iterator, Sequence
+from typing import Any, Callable, Iterator, Sequence
 
 from indexes.extract.grids import FoundGrids
 from indexes.extract.record import MAX_TEXT_CHARS
 from indexes.files import FileReader, Skipped, file_record, merge_fields, orphan_sidecars
+from indexes.markdown_sections import markdown_regions
 from indexes.front_matter import EXCERPT_CHARS, excerpt, first_heading, split_front_matter
 from indexes.path_ids import path_id
 from indexes.stated_date import headings_of, with_stated_date
@@ -94,18 +95,24 @@ def discover(sources: Sequence[Path], skipped: dict[str, Skipped] | None = None
     return docs, tables
 
 
+# Asked before a file is read: its documents when they are known not to have changed (a sync's
+# check, indexes/sync_state.py), else None.
+Unchanged = Callable[[Path, Path], "Sequence[LoadedDocument] | None"]
+
+
 def load_documents(sources: Sequence[Path], default_acl: Sequence[str] = ADMIN_ONLY,
-                   reader: FileReader | None = None) -> list[LoadedDocument]:
+                   reader: FileReader | None = None, unchanged: Unchanged | None = None) -> list[LoadedDocument]:
     """All documents under `sources`, in a stable order; raises IngestError on the first problem."""
-    return list(iter_documents(sources, default_acl, reader))
+    return list(iter_documents(sources, default_acl, reader, unchanged))
 
 
 def iter_documents(sources: Sequence[Path], default_acl: Sequence[str] = ADMIN_ONLY,
-                   reader: FileReader | None = None) -> Iterator[LoadedDocument]:
+                   reader: FileReader | None = None, unchanged: Unchanged | None = None) -> Iterator[LoadedDocument]:
     """The same documents one at a time, holding only the ids seen (for duplicates): an ingest
     reads its sources in passes rather than keeping the corpus in memory. `reader` reads PDF,
     DOCX and HTML files (pass one reader to every pass: it extracts each file once) and says
-    what a bad one does (stop, the default, or skip and list)."""
+    what a bad one does (stop, the default, or skip and list); `unchanged(path, root)` may
+    give a file's documents without it being read."""
     reader = reader if reader is not None else FileReader()
     files, _ = discover(sources, reader.skipped)
     reader.roots.update(root for _, root in files)
@@ -113,7 +120,8 @@ def iter_documents(sources: Sequence[Path], default_acl: Sequence[str] = ADMIN_O
     problems: list[IngestError] = []  # one per file: the rest of the folder is still read, and all are reported
     for number, (path, root) in enumerate(files):
         try:
-            for loaded in _load_file(path, root, tuple(default_acl), reader):
+            known = unchanged(path, root) if unchanged is not None else None
+            for loaded in known if known is not None else _load_file(path, root, tuple(default_acl), reader):
                 path_s, _, line = loaded.origin.rpartition(":")
                 first = seen.get(loaded.doc.id)
                 if first is not None:
@@ -238,7 +246,7 @@ def _jsonl_document(path: Path, n: int, line: str, default_acl: tuple[str, ...])
 def _load_markdown(path: Path, root: Path, text: str, default_acl: tuple[str, ...],
                    reader: FileReader | None = None) -> LoadedDocument | None:
     """A Markdown or text file as one document (None: its name makes no id, or it is empty and
-    skipped, and it is listed)."""
+    skipped, and it is listed); a Markdown file's headings make its regions (indexes/markdown_sections.py)."""
     meta, body = split_front_matter(text, str(path))
     if not body.strip():
         _empty_file(path, reader)  # raises unless the file is skipped
@@ -257,13 +265,14 @@ def _load_markdown(path: Path, root: Path, text: str, default_acl: tuple[str, ..
         record["id"] = doc_id
     if "title" not in record:
         record["title"] = first_heading(body)
-    record = with_stated_date(record, body)
+    regions = markdown_regions(body) if DOC_SUFFIXES[path.suffix.lower()] == "markdown" else ()
+    record = with_stated_date(record, body)  # its `#` lines among the first lines, as before sections
     record["text"] = body
     try:
         doc = make_document(record, default_source=path.parent.name, default_acl=default_acl)
     except InvalidRequest as e:
         raise IngestError(_clamped(e.message), str(path), 1) from None
-    return LoadedDocument(doc, f"{path}:1")
+    return LoadedDocument(replace(doc, regions=regions), f"{path}:1")
 
 
 def _empty_file(path: Path, reader: FileReader | None) -> None:

@@ -37,6 +37,7 @@ from indexes.bm25_index import Bm25Builder, Bm25Params
 from indexes.catalog import Catalog, CatalogWriter, chunk_texts, region_rows
 from indexes.chunking import DEFAULT_MAX_CHARS, chunk_documents
 from indexes.corpus import ADMIN_ONLY, LoadedDocument, discover, iter_documents
+from indexes.sync_state import IngestState, reading_key
 from indexes.dense_index import DenseIndex
 from indexes.embed_journal import EmbedJournal
 from indexes.embedder import Embedder
@@ -180,6 +181,7 @@ def build_snapshot(
     tables = plan_tables(discover(sources)[1], options.default_acl)
     stamp = sources_stamp(sources)
     reader = options.file_reader()  # one for both passes: each file is extracted once
+    kept = IngestState(reading_key(options.default_acl, options.ocr, options.strict_fields), discover(sources)[0])
 
     def documents() -> Iterator[LoadedDocument]:
         return iter_documents(sources, options.default_acl, reader)
@@ -189,6 +191,7 @@ def build_snapshot(
     def counted() -> Iterator[Document]:
         for ld in documents():  # validation: the first bad document raises, before any write
             count[0] += 1
+            kept.add(ld)
             yield ld.doc
 
     digest = content_hash(counted(), tables)
@@ -205,6 +208,7 @@ def build_snapshot(
         raise IngestError("no documents or tables found", ", ".join(map(str, sources)))
     manifest = publish_snapshot(index_dir, documents, count[0], tables, embedder, options, progress, time.perf_counter() - t0,
                         digest, None, reuse, unchanged=unchanged)
+    kept.save(index_dir)  # what the first `quarry sync` need not read again (indexes/sync_state.py)
     return {**manifest, "skipped_files": [s.to_json() for s in reader.skipped.values()],
             "date_warnings": date_warnings(reader.file_dates, date.today())}
 

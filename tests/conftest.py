@@ -30,19 +30,31 @@ PATIENCE_S = float(os.environ.get("QUARRY_TEST_PATIENCE_S", "1800"))
 
 
 def write_readable_documents(principal, folder: Path) -> Path:
-    """The demo documents `principal` may read, as a JSONL source in `folder` (an index of
-    them is what the no-leak differentials compare against)."""
+    """The demo documents `principal` may read, as a source folder `folder/docs` (an index of
+    them is what the no-leak differentials compare against): each readable Markdown file
+    copied as it is, so its id, source and sections are the full index's, and each JSONL file
+    with only its readable lines."""
+    import shutil
+
     from indexes.corpus import load_documents
 
-    path = folder / "docs.jsonl"
-    with path.open("w") as f:
-        for ld in load_documents([DEMO / "docs"]):
-            d = ld.doc
-            if principal.can_read(d.acl):
-                f.write(json.dumps({"id": d.id, "text": d.text, "title": d.title, "source": d.source,
-                                    "date": d.date.isoformat() if d.date else None,
-                                    "metadata": dict(d.metadata), "acl": list(d.acl)}) + "\n")
-    return path
+    root = DEMO / "docs"
+    out = folder / "docs"
+    for ld in load_documents([root]):
+        d = ld.doc
+        if not principal.can_read(d.acl):
+            continue
+        path = Path(ld.origin.rpartition(":")[0])
+        target = out / path.relative_to(root)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        if path.suffix != ".jsonl":
+            shutil.copyfile(path, target)
+            continue
+        with target.open("a") as f:
+            f.write(json.dumps({"id": d.id, "text": d.text, "title": d.title, "source": d.source,
+                                "date": d.date.isoformat() if d.date else None,
+                                "metadata": dict(d.metadata), "acl": list(d.acl)}) + "\n")
+    return out
 
 
 SCIFACT_ACLS = (["public"], ["group:sre"], ["group:finance"], ["group:admin"], ["group:sre", "group:finance"])

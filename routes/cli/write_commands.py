@@ -62,8 +62,10 @@ def cmd_acl(args: argparse.Namespace, settings: Settings) -> int:
 def cmd_sync(args: argparse.Namespace, settings: Settings) -> int:
     """Keep the index in step with SOURCES (indexes/sync_plan.py): put what is new or changed,
     change the ACLs that alone changed, delete what came from them and is gone; one JSON
-    line per applied batch, then the plan applied. `--dry-run` prints the plan only; `--watch S`
-    looks again every S seconds, syncing when a file, sidecar or manifest changed."""
+    line per applied batch, then the plan applied and how many files were read (a file, its
+    sidecar and manifests unchanged since the last sync is not: indexes/sync_state.py).
+    `--dry-run` prints the plan only; `--watch S` looks again every S seconds, syncing when a
+    file, sidecar or manifest changed."""
     from indexes.snapshot_build import sources_stamp
     from retrieval.errors import InvalidRequest
 
@@ -77,34 +79,42 @@ def cmd_sync(args: argparse.Namespace, settings: Settings) -> int:
             now = sources_stamp(sources)
             if now != stamp:
                 stamp = now
-                plan = _sync_once(service, sources, args, settings)
-                _line({"sync": plan.summary(), "applied": not args.dry_run})
+                plan, files = _sync_once(service, sources, args, settings)
+                _line({"sync": plan.summary(), "files": files, "applied": not args.dry_run})
             if not args.watch:
                 return 0
             time.sleep(args.watch)
 
 
-def _sync_once(service: Service, sources: list[Path], args: argparse.Namespace, settings: Settings) -> SyncPlan:
+def _sync_once(service: Service, sources: list[Path], args: argparse.Namespace,
+               settings: Settings) -> tuple[SyncPlan, dict[str, int]]:
     from indexes.corpus import load_documents
     from indexes.files import FileReader
     from indexes.live import Delete, Put, SetAcl
     from indexes.sync_plan import plan_sync
+    from indexes.sync_state import SyncState, UnchangedFiles, reading_key
 
     acl = default_acl(settings.default_acl) if settings.default_acl else service.default_acl()
-    reader = FileReader(skip_bad=args.skip_bad_files, strict_fields=args.strict_fields, ocr=settings.ocr_scans or args.ocr,
+    ocr = settings.ocr_scans or args.ocr
+    reader = FileReader(skip_bad=args.skip_bad_files, strict_fields=args.strict_fields, ocr=ocr,
                         extract_timeout_s=settings.extract_timeout_s)
-    desired = load_documents(sources, acl, reader)  # every file checked before any write
+    index_dir = index_dir_of(settings)
+    held = service.documents()
+    unchanged = UnchangedFiles(SyncState.load(index_dir, reading_key(acl, ocr, args.strict_fields)), held)
+    desired = load_documents(sources, acl, reader, unchanged)  # every file checked before any write
     for skipped in reader.skipped.values():
         print(f"skipped {skipped.path}: {skipped.reason}: {skipped.message}", file=sys.stderr)
-    plan = plan_sync(desired, service.documents(), sources, prune=not args.keep_deleted)
+    plan = plan_sync(desired, held, sources, prune=not args.keep_deleted)
+    files = {"read": unchanged.read, "unchanged_by_stamp": unchanged.reused}
     if args.dry_run:
-        return plan
+        return plan, files
     changes: list[Change] = [*(Put(ld.doc, ld.origin) for ld in plan.put), *(SetAcl(i, a) for i, a in plan.acl),
                              *(Delete(i) for i in plan.delete)]
     step = settings.write_batch_max
     for at in range(0, len(changes), step):
         _line(service.write_changes(changes[at : at + step]))
-    return plan
+    unchanged.next_state(service.documents() if changes else held, desired, sources).save(index_dir)
+    return plan, files
 
 
 def _line(payload: object) -> None:

@@ -1,6 +1,6 @@
 """A mixed folder as a team has it (PDFs, Word files, saved web pages, Markdown and JSONL) goes
 through `build_snapshot` with the real model: each fact is found on its page or under its
-heading, boilerplate never becomes a passage, ACLs from manifests and sidecars hold (the
+heading (a Markdown note's too), boilerplate never becomes a passage, ACLs from manifests and sidecars hold (the
 no-leak differential), and a bad file stops the ingest or is skipped and listed."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from benchmarks.file_corpus import write_bad_files, write_file_corpus
+from benchmarks.file_corpus import write_bad_files, write_file_corpus, write_markdown_notes
 from indexes.catalog import Catalog
 from indexes.snapshot_build import BuildOptions, build_snapshot
 from indexes.snapshot_load import current_snapshot_path
@@ -31,6 +31,7 @@ MANIFEST = {"files": [
 
 def _write_mixed(folder: Path) -> dict:
     open_corpus = write_file_corpus(folder / "open", seed=11, n_docs=2)
+    _, notes = write_markdown_notes(folder / "open", seed=11, n_notes=2)
     ledger = write_file_corpus(folder / "ledger", seed=12, n_docs=1)
     (folder / "quarry.manifest.json").write_text(json.dumps(MANIFEST))
     html = next(p for p in ledger.files if p.suffix == ".html")
@@ -40,7 +41,7 @@ def _write_mixed(folder: Path) -> dict:
         "---\ntitle: Handover\nacl: [public]\n---\n# Handover\n\nThe night shift hands the Orlim gate keys to the day lead.\n")
     (folder / "notes" / "extra.jsonl").write_text(json.dumps(
         {"id": "memo-1", "text": "The Peskar annex closes at nine on Fridays.", "title": "Annex hours"}) + "\n")
-    return {"open": open_corpus, "ledger": ledger, "sidecar": html}
+    return {"open": open_corpus, "ledger": ledger, "sidecar": html, "notes": notes}
 
 
 @pytest.fixture(scope="module")
@@ -69,11 +70,11 @@ def _place(hit) -> tuple:
 
 def test_every_fact_comes_back_on_its_page_or_under_its_heading(mixed):
     root = Principal("root", PRINCIPALS["root"])
-    facts = [*mixed["open"].facts, *mixed["ledger"].facts]
-    assert len(facts) >= 20
+    facts = [*mixed["open"].facts, *mixed["ledger"].facts, *mixed["notes"]]
+    assert len(facts) >= 30
     misplaced = []
     for fact in facts:
-        hits = _search(mixed, "hybrid", fact.question, root, 5)
+        hits = _search(mixed, "hybrid", fact.question, root, 8)
         holding = [h for h in hits if fact.answer in h.text]
         assert holding, (fact.question, [h.chunk_id for h in hits])
         want = (fact.page, fact.section)
@@ -87,7 +88,7 @@ def test_the_loop_returns_the_passage_with_its_place(mixed):
     by its page or heading path (whether the grader finds it sufficient is the grader's
     business, measured elsewhere)."""
     pat = Principal("pat", PRINCIPALS["pat"])
-    for fact in mixed["open"].facts:
+    for fact in [*mixed["open"].facts, *mixed["notes"]]:
         result = mixed["engine"].query(fact.question, pat)
         holding = [h for h in result.context if fact.answer in h.text]
         assert holding, (fact.question, result.status, [h.chunk_id for h in result.context])

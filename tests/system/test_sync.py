@@ -1,6 +1,7 @@
 """`quarry sync` keeps an index in step with its folder, as a real subprocess on a real index: new,
 changed and deleted files and ACL edits are applied, a dry run prints the plan and changes
-nothing, a second sync finds nothing to do, a document from elsewhere is never touched, and
+nothing, a second sync finds nothing to do and opens no file whose stamps are unchanged (but
+does one the index no longer holds as it gave it), a document from elsewhere is never touched, and
 the watch mode follows edits as they happen."""
 
 from __future__ import annotations
@@ -9,6 +10,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -67,8 +69,10 @@ def test_sync_applies_new_changed_deleted_and_acl_edits_and_a_second_run_finds_n
     (docs / "valve.md.meta.json").write_text(json.dumps({"acl": ["group:plant"]}))
     (docs / "gone.md").unlink()
     (docs / "new.md").write_text("# Pump 7\nThe Ormsby pump runs hot.\n")
+    _backdate(*docs.iterdir())  # older than a clock tick's doubt: the next sync may trust their stamps
     plan = lines(quarry("sync", str(docs), "--index", str(out), "--dry-run"))[-1]
-    assert plan == {"sync": {"put": ["new", "pump"], "acl": ["valve"], "delete": ["gone"], "unchanged": 0}, "applied": False}
+    assert plan == {"sync": {"put": ["new", "pump"], "acl": ["valve"], "delete": ["gone"], "unchanged": 0},
+                    "files": {"read": 3, "unchanged_by_stamp": 0}, "applied": False}
     assert found(out, "Tessaly filter") == ["gone"] and found(out, "Ormsby") == []  # a dry run changes nothing
 
     applied = lines(quarry("sync", str(docs), "--index", str(out)))
@@ -79,7 +83,41 @@ def test_sync_applies_new_changed_deleted_and_acl_edits_and_a_second_run_finds_n
     assert found(out, "Brambling log") == ["api-note"]  # not from the folder: never touched
 
     again = lines(quarry("sync", str(docs), "--index", str(out)))
-    assert again == [{"sync": {"put": [], "acl": [], "delete": [], "unchanged": 3}, "applied": True}]
+    assert again == [{"sync": {"put": [], "acl": [], "delete": [], "unchanged": 3},
+                      "files": {"read": 0, "unchanged_by_stamp": 3}, "applied": True}]  # no file opened
+
+    # A write through another path since the last sync: the file is read again and wins back.
+    (tmp_path / "over.jsonl").write_text(json.dumps({"id": "valve", "text": "Written over.", "acl": ["public"]}) + "\n")
+    lines(quarry("upsert", str(tmp_path / "over.jsonl"), "--index", str(out)))
+    (docs / "new.md").write_text("# Pump 7\nThe Ormsby pump runs cool now.\n")
+    _backdate(docs / "new.md")
+    healed = lines(quarry("sync", str(docs), "--index", str(out)))[-1]
+    assert healed["sync"] == {"put": ["new", "valve"], "acl": [], "delete": [], "unchanged": 1}
+    assert healed["files"] == {"read": 2, "unchanged_by_stamp": 1}
+    assert found(out, "Corvane valve", "pat", ("plant",)) == ["valve"] and found(out, "Written over") == []
+    assert found(out, "runs cool") == ["new"]
+
+
+def test_the_first_sync_after_an_ingest_reads_only_what_changed(tmp_path, embedder):
+    from indexes.snapshot_build import build_snapshot
+
+    docs = folder(tmp_path)
+    _backdate(*docs.iterdir())
+    out = tmp_path / "index"
+    build_snapshot([docs], out, embedder)
+    (docs / "pump.md").write_text("# Pump 4\nThe Larkspur pump was swapped.\n")
+    first = lines(quarry("sync", str(docs), "--index", str(out)))[-1]
+    assert first["sync"]["put"] == ["pump"] and first["files"] == {"read": 1, "unchanged_by_stamp": 2}
+    other_options = lines(quarry("sync", str(docs), "--index", str(out), "--strict-fields", "--dry-run"))[-1]
+    assert other_options["files"] == {"read": 3, "unchanged_by_stamp": 0}  # what decides a file's documents changed
+    assert found(out, "swapped") == ["pump"]
+
+
+def _backdate(*paths: Path) -> None:
+    """The files modified an hour ago (their size and content kept)."""
+    then = time.time_ns() - 3_600_000_000_000
+    for path in paths:
+        os.utime(path, ns=(then, then))
 
 
 def test_the_watch_mode_follows_an_edit_and_a_dry_run_beside_it_sees_nothing_left(index):
