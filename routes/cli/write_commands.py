@@ -18,8 +18,6 @@ from typing import TYPE_CHECKING, ContextManager
 from routes.cli.common import emit, index_dir_of, default_acl
 
 if TYPE_CHECKING:
-    from indexes.live import Change
-    from indexes.sync_plan import SyncPlan
     from routes.service.service import Service
     from routes.service.settings import Settings
 
@@ -60,61 +58,38 @@ def cmd_acl(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def cmd_sync(args: argparse.Namespace, settings: Settings) -> int:
-    """Keep the index in step with SOURCES (indexes/sync_plan.py): put what is new or changed,
-    change the ACLs that alone changed, delete what came from them and is gone; one JSON
-    line per applied batch, then the plan applied and how many files were read (a file, its
-    sidecar and manifests unchanged since the last sync is not: indexes/sync_state.py).
+    """Keep the index in step with SOURCES (routes/service/folder_sync.py): put what is new or
+    changed, change the ACLs that alone changed, delete what came from them and is gone; one
+    JSON line per applied batch, then the plan applied and how many files were read (a file,
+    its sidecar and manifests unchanged since the last sync is not: indexes/sync_state.py).
     `--dry-run` prints the plan only; `--watch S` looks again every S seconds, syncing when a
-    file, sidecar or manifest changed."""
+    file, sidecar or manifest changed. Beside a running server, `POST /v1/admin/sync` runs
+    the same sync inside it."""
     from indexes.snapshot_build import sources_stamp
     from retrieval.errors import InvalidRequest
+    from routes.service.folder_sync import SyncRequest, sync_folders
 
     if args.watch is not None and not args.watch > 0:
         raise InvalidRequest("--watch takes a positive number of seconds")
     sources = [Path(s) for s in args.sources]
     opened = _writable(settings) if not args.dry_run else _readable(settings)
     with opened as service:
+        acl = default_acl(settings.default_acl) if settings.default_acl else service.default_acl()
+        request = SyncRequest(tuple(sources), acl, settings.write_batch_max, dry_run=args.dry_run, keep_deleted=args.keep_deleted,
+                              skip_bad_files=args.skip_bad_files, strict_fields=args.strict_fields,
+                              ocr=settings.ocr_scans or args.ocr, extract_timeout_s=settings.extract_timeout_s)
         stamp = None
         while True:
             now = sources_stamp(sources)
             if now != stamp:
                 stamp = now
-                plan, files = _sync_once(service, sources, args, settings)
-                _line({"sync": plan.summary(), "files": files, "applied": not args.dry_run})
+                report = sync_folders(service, index_dir_of(settings), request, on_batch=_line)
+                for skipped in report.skipped:
+                    print(f"skipped {skipped.path}: {skipped.reason}: {skipped.message}", file=sys.stderr)
+                _line(report.summary())
             if not args.watch:
                 return 0
             time.sleep(args.watch)
-
-
-def _sync_once(service: Service, sources: list[Path], args: argparse.Namespace,
-               settings: Settings) -> tuple[SyncPlan, dict[str, int]]:
-    from indexes.corpus import load_documents
-    from indexes.files import FileReader
-    from indexes.live import Delete, Put, SetAcl
-    from indexes.sync_plan import plan_sync
-    from indexes.sync_state import SyncState, UnchangedFiles, reading_key
-
-    acl = default_acl(settings.default_acl) if settings.default_acl else service.default_acl()
-    ocr = settings.ocr_scans or args.ocr
-    reader = FileReader(skip_bad=args.skip_bad_files, strict_fields=args.strict_fields, ocr=ocr,
-                        extract_timeout_s=settings.extract_timeout_s)
-    index_dir = index_dir_of(settings)
-    held = service.documents()
-    unchanged = UnchangedFiles(SyncState.load(index_dir, reading_key(acl, ocr, args.strict_fields)), held)
-    desired = load_documents(sources, acl, reader, unchanged)  # every file checked before any write
-    for skipped in reader.skipped.values():
-        print(f"skipped {skipped.path}: {skipped.reason}: {skipped.message}", file=sys.stderr)
-    plan = plan_sync(desired, held, sources, prune=not args.keep_deleted)
-    files = {"read": unchanged.read, "unchanged_by_stamp": unchanged.reused}
-    if args.dry_run:
-        return plan, files
-    changes: list[Change] = [*(Put(ld.doc, ld.origin) for ld in plan.put), *(SetAcl(i, a) for i, a in plan.acl),
-                             *(Delete(i) for i in plan.delete)]
-    step = settings.write_batch_max
-    for at in range(0, len(changes), step):
-        _line(service.write_changes(changes[at : at + step]))
-    unchanged.next_state(service.documents() if changes else held, desired, sources).save(index_dir)
-    return plan, files
 
 
 def _line(payload: object) -> None:

@@ -1,4 +1,5 @@
-"""The document write endpoints: create or replace, delete, change an ACL, a batch, compact.
+"""The document write endpoints: create or replace, delete, change an ACL, a batch, compact,
+and the sync of the server's folders (routes/service/folder_sync.py).
 
 Each needs the `write` scope (or `admin`), honours an `Idempotency-Key` header (scoped to
 the caller: the same key and request again returns the first answer and changes nothing;
@@ -14,6 +15,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from pathlib import Path
 from typing import Any, Sequence
 
 from fastapi import APIRouter, Depends, Query, Request
@@ -25,9 +27,11 @@ from starlette.concurrency import run_in_threadpool
 from indexes.files import CONTENT_TYPES
 from quarry_client.models import WriteOut
 from retrieval.errors import InvalidRequest
+from retrieval.types import check_acl
 from routes.http.api import body_model, current_caller, needs
 from auth.caller import Caller
-from routes.service.schemas import AclIn, DocumentIn, batch_model, error_responses
+from routes.service.schemas import AclIn, DocumentIn, SyncIn, batch_model, error_responses
+from routes.service.folder_sync import SyncRequest, configured_sources, sync_folders
 from routes.service.service import AclWrite, DeleteWrite, FileBody, PutWrite, Service, Write
 from routes.service.write_access import check_target
 
@@ -139,5 +143,21 @@ def build_write_routers(max_batch: int) -> list[APIRouter]:
         with state.gate.enter(caller.gate_id):
             out = await state.service.compact()
         return JSONResponse(out)
+
+    @admin.post("/sync", responses=error_responses(400, 401, 403, 409, 413, 422, 429, 503),
+                summary="Keep the index in step with the server's `sync_sources` folders, as `quarry sync` does "
+                        "(admin scope)")
+    async def sync(body: SyncIn, request: Request, caller: Caller = Depends(current_caller)) -> JSONResponse:
+        state = request.app.state.quarry
+        settings = state.settings
+        service: Service = state.service
+        sources = configured_sources([Path(p) for p in settings.sync_sources], body.sources)
+        acl = check_acl(list(settings.default_acl), "default_acl") if settings.default_acl else service.default_acl()
+        asked = SyncRequest(sources, acl, settings.write_batch_max, dry_run=body.dry_run, keep_deleted=body.keep_deleted,
+                            skip_bad_files=body.skip_bad_files, strict_fields=body.strict_fields, ocr=settings.ocr_scans,
+                            extract_timeout_s=settings.extract_timeout_s)
+        with state.gate.enter(caller.gate_id):
+            report = await run_in_threadpool(sync_folders, service, settings.index_dir, asked)
+        return JSONResponse(report.to_json())
 
     return [router, admin]

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from datetime import date
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, StrictInt, StrictStr, model_validator
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, StrictStr, StringConstraints, model_validator
 
 from quarry_client.models import ErrorOut
 from retrieval.limits import Limits
@@ -142,6 +142,17 @@ class DocumentIn(DocumentFields):
 
 class AclIn(Strict):
     acl: list[AclEntry] = Field(max_length=256, description="the new ACL: principal ids, `group:NAME` or `public`")
+
+
+class SyncIn(Strict):
+    """`POST /v1/admin/sync`: which of the server's `sync_sources` (all when left out) and how."""
+
+    sources: list[Annotated[StrictStr, StringConstraints(max_length=4096)]] | None = Field(
+        None, max_length=256, description="some of the server's sync_sources, as configured (default: all)")
+    dry_run: StrictBool = Field(False, description="plan only: nothing is written")
+    keep_deleted: StrictBool = Field(False, description="documents whose file is gone stay")
+    skip_bad_files: StrictBool = Field(False, description="a bad file is left out and listed, not a stop")
+    strict_fields: StrictBool = Field(False, description="front-matter keys outside the fields are refused")
 
 
 class PutOp(Strict):

@@ -107,6 +107,9 @@ class Settings(BaseSettings):
                               "at a PUT, an ingest and a sync; a page costs seconds (BENCHMARKS.md, Scans), so a "
                               "scanned file needs an `extract_timeout_s` to match.", "server")
     write_batch_max: int = setting(100, "Most changes one `POST /v1/documents:batch` may carry.", "server", ge=1, le=10_000)
+    sync_sources: CommaList = setting((), "Folders `POST /v1/admin/sync` keeps the index in step with (comma-separated "
+                                      "paths; empty: the endpoint syncs none). A request may name some of them, never "
+                                      "another path.", "server")
     reload_grace_s: float = setting(30.0, "After its last request, how long a replaced engine waits for retriever "
                                     "calls the loop gave up on before it is closed.", "server", ge=0)
 
@@ -268,7 +271,7 @@ class Settings(BaseSettings):
                                    file_secret_settings: PydanticBaseSettingsSource) -> tuple[PydanticBaseSettingsSource, ...]:
         return (init_settings,)  # the environment is read by `load` only
 
-    @field_validator("mcp_allowed_origins", "default_acl", mode="before")
+    @field_validator("mcp_allowed_origins", "default_acl", "sync_sources", mode="before")
     @classmethod
     def _comma_list(cls, value: Any) -> Any:
         if isinstance(value, str):
