@@ -22,15 +22,20 @@ configure_process()
 
 
 def build_or_reuse(name: str, sources: list[Path], embedder, rebuild: bool = False, **options: Any) -> tuple[Path, dict]:
-    """Build the benchmark index once (or again with rebuild=True); returns (index dir, manifest)."""
-    from indexes.snapshot_build import BuildOptions, build_snapshot
+    """Build the benchmark index once (or again with rebuild=True); returns (index dir, manifest).
+    A cached index is used only while it holds the corpus the sources give now (its content
+    hash: documents with every field and region, tables), so a change to the data or to how
+    files are read rebuilds it."""
+    from indexes.corpus import ADMIN_ONLY
+    from indexes.snapshot_build import BuildOptions, build_snapshot, corpus_digest
     from indexes.snapshot_load import FORMAT_VERSION, current_snapshot_path, read_manifest
 
     index = CACHE / name
     if not rebuild:
         try:
             manifest = read_manifest(current_snapshot_path(index))
-            if manifest.get("format_version") == FORMAT_VERSION:
+            if (manifest.get("format_version") == FORMAT_VERSION
+                    and manifest.get("content_hash") == corpus_digest(sources, options.get("default_acl", ADMIN_ONLY))):
                 return index, manifest
         except Exception:
             pass

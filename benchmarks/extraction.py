@@ -8,7 +8,9 @@ Quality, on generated files with ground truth (benchmarks/file_corpus.py, seeds 
 over files); the two-column page's CER and the share of its sentences read whole, with the
 layout rule against PDFium's stream order (`get_text_range`, the known boilerplate lines
 removed so only the order differs); the share of facts whose sentence lies inside a region of
-the expected page and heading path; and how many boilerplate strings reach the text (should be 0).
+the expected page and heading path (and of Markdown notes read as an ingest reads them,
+`write_markdown_notes`: ATX and setext headings, marks in names, fenced samples); and how many
+boilerplate strings reach the text (should be 0).
 Tables (benchmarks/table_files.py, one file per layout and seed: a ruled PDF, an unruled PDF, a
 Word and an HTML table): tables found, headers read, the share of cells read into their row and
 column, and columns given the type their cells hold; and tables found in the prose corpus's

@@ -4,7 +4,7 @@ Greedy packing of paragraphs, then sentences, up to `max_chars`; a sentence long
 is cut at whitespace. `text[start:end]` of the document is always the chunk's text, so
 provenance can be checked by anyone holding the document.
 
-A document read from a file has regions (a PDF's pages, a DOCX or HTML file's sections): a
+A document read from a file has regions (a PDF's pages, a DOCX, HTML or Markdown file's sections): a
 chunk never crosses one, so each passage names one page or one heading path. A region that is
 only a short heading of the region after it (a chapter title straight above its first
 subsection) is folded into that one rather than becoming a passage of its own.

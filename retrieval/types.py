@@ -223,7 +223,7 @@ class Region:
     start: int
     end: int
     page: int | None = None  # 1-based page of a PDF
-    section: tuple[str, ...] = ()  # heading path, outermost first (DOCX, HTML)
+    section: tuple[str, ...] = ()  # heading path, outermost first (PDF outline or heading lines, DOCX, HTML, Markdown)
 
 
 @dataclass(frozen=True)
