@@ -9,7 +9,8 @@ over files); the two-column page's CER and the share of its sentences read whole
 layout rule against PDFium's stream order (`get_text_range`, the known boilerplate lines
 removed so only the order differs); the share of facts whose sentence lies inside a region of
 the expected page and heading path (and of Markdown notes read as an ingest reads them,
-`write_markdown_notes`: ATX and setext headings, marks in names, fenced samples); and how many
+`write_markdown_notes`: ATX and setext headings, marks in names, fenced samples; of the same
+PDFs with an outline; of the same Word files without heading style definitions); and how many
 boilerplate strings reach the text (should be 0).
 Tables (benchmarks/table_files.py, one file per layout and seed: a ruled PDF, an unruled PDF, a
 Word and an HTML table): tables found, headers read, the share of cells read into their row and
@@ -47,7 +48,7 @@ from typing import Any, Callable, Sequence
 import pypdfium2 as pdfium  # type: ignore[import-untyped]
 
 from benchmarks.common import machine, make_embedder, write_json
-from benchmarks.file_corpus import Fact, FileCorpus, cer, write_file_corpus, write_markdown_notes
+from benchmarks.file_corpus import Fact, FileCorpus, cer, without_heading_styles, write_file_corpus, write_markdown_notes
 from benchmarks.column_layouts import LAYOUTS as COLUMN_LAYOUTS, write_layout
 from benchmarks.table_files import LAYOUTS, write_table_files
 from indexes.chunking import chunk_documents
@@ -160,6 +161,25 @@ def facts_placed(corpora: Sequence[FileCorpus], sources: dict[Path, Source]) -> 
         found = sum(normal(f.sentence) in normal(sources[f.file].got.text) for f in facts)
         placed = sum(_in_expected_region(f, sources[f.file].got) for f in facts)
         out[kind] = {"facts": len(facts), "found": found, "placed": placed, "placed_share": round(placed / len(facts), 4)}
+    return out
+
+
+def section_variants(folder: Path, corpora: Sequence[FileCorpus], seeds: int, docs: int) -> dict[str, dict[str, Any]]:
+    """Facts placed under their heading path in two more kinds of file: the same PDFs with an
+    outline entry per page heading (sections from the outline), and the same Word files with
+    no Title or HeadingN style in their styles part (headings by style id alone)."""
+    outlined = [write_file_corpus(folder / f"outline-{seed}", seed, docs, pdf_outline=True) for seed in range(seeds)]
+    out: dict[str, dict[str, Any]] = {}
+    for name, groups, kind in (("pdf_with_outline", outlined, "pdf"), ("docx_without_heading_styles", corpora, "docx")):
+        facts = placed = 0
+        for c in groups:
+            for path in (p for p in c.files if FILE_SUFFIXES[p.suffix] == kind):
+                read = path if kind == "pdf" else without_heading_styles(path)
+                got = extract(read.read_bytes(), kind)
+                for fact in (f for f in c.facts if f.file == path):
+                    facts += 1
+                    placed += _in_expected_region(fact, got)
+        out[name] = {"facts": facts, "placed": placed, "placed_share": round(placed / facts, 4)}
     return out
 
 
@@ -386,6 +406,8 @@ def print_report(result: dict[str, Any]) -> None:
               f"   {i['extraction_share']:>8.1%}")
     md = q["markdown_sections"]
     print(f"markdown notes: facts under their heading path {md['placed']}/{md['facts']}")
+    for name, v in q["section_variants"].items():
+        print(f"{name.replace('_', ' ')}: facts under their heading path {v['placed']}/{v['facts']}")
     col = q["two_column"]
     print(f"\ntwo-column page ({col['pages']} seeds): CER {col['cer_layout']:.4f} with the layout rule, "
           f"{col['cer_stream']:.4f} in stream order ({col['cer_stream_min']:.3f}-{col['cer_stream_max']:.3f}); "
@@ -444,6 +466,7 @@ def main() -> None:
                    "stream_order_whole_pdfs": stream_order_whole_pdfs(corpora, sources),
                    "facts": facts_placed(corpora, sources),
                    "markdown_sections": markdown_placed(Path(tmp), args.seeds, args.docs),
+                   "section_variants": section_variants(Path(tmp), corpora, args.seeds, args.docs),
                    "boilerplate": boilerplate_leaks(corpora, sources),
                    "tables": table_cells(Path(tmp), args.seeds), "false_tables": false_tables(sources),
                    "ocr": ocr_scans(corpora, args.scans, args.scan_dpi), "column_layouts": column_orders(args.seeds)}

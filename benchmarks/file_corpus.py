@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import html
 import random
+import re
 import zipfile
 from dataclasses import dataclass
 from datetime import date, datetime, timedelta, timezone
@@ -151,7 +152,8 @@ def _draw(pdf: FPDF, x: float, y: float, lines: list[str], width: float = 170) -
     return y
 
 
-def _write_pdf(folder: Path, inv: _Inventor, index: int) -> tuple[Path, str, FileInfo, tuple[str, ...], ColumnPage | None]:
+def _write_pdf(folder: Path, inv: _Inventor, index: int, outline: bool = False
+               ) -> tuple[Path, str, FileInfo, tuple[str, ...], ColumnPage | None]:
     path, org, n_pages = folder / f"report-{index}.pdf", inv.name(3), 3 + index % 2
     info = inv.info(f"{org} Field Report {inv.rng.randrange(10, 99)}")
     boilerplate = (f"{org} Works - {info.title}", f"Confidential - {org} internal use only",
@@ -170,6 +172,9 @@ def _write_pdf(folder: Path, inv: _Inventor, index: int) -> tuple[Path, str, Fil
         _draw(pdf, 160, 284, [boilerplate[1 + page]], 30)
         heading = f"Field results for the {inv.name()} district" if page == 1 else f"Section {page}: {inv.name()} sites"
         pdf.set_font("Helvetica", "B", 14)
+        if outline:  # a bookmark where the heading is drawn: the outline, not the type, gives the section
+            pdf.set_y(PAGE_TOP + 1.5)
+            pdf.start_section(heading)
         _draw(pdf, 20, PAGE_TOP + 1.5, [heading])
         pdf.set_font("Helvetica", size=10)
         blocks, y = [heading], PAGE_TOP + 12
@@ -303,8 +308,9 @@ def _write_html(folder: Path, inv: _Inventor, index: int, chrome: tuple[str, str
     return path, "\n\n".join(blocks), info
 
 
-def write_file_corpus(folder: Path, seed: int = 0, n_docs: int = 3) -> FileCorpus:
-    """Write `n_docs` PDFs, DOCX files and HTML pages into `folder` and return their truth."""
+def write_file_corpus(folder: Path, seed: int = 0, n_docs: int = 3, pdf_outline: bool = False) -> FileCorpus:
+    """Write `n_docs` PDFs, DOCX files and HTML pages into `folder` and return their truth;
+    `pdf_outline` gives each PDF an outline entry per page heading (the same files otherwise)."""
     assert n_docs >= 1, "the two-column page is in the first PDF"
     folder.mkdir(parents=True, exist_ok=True)
     inv = _Inventor(random.Random(seed))
@@ -314,7 +320,7 @@ def write_file_corpus(folder: Path, seed: int = 0, n_docs: int = 3) -> FileCorpu
     boilerplate: dict[Path, tuple[str, ...]] = {}
     columns = None
     for index in range(n_docs):
-        path, truth_, info_, boilerplate_, two = _write_pdf(folder, inv, index)
+        path, truth_, info_, boilerplate_, two = _write_pdf(folder, inv, index, pdf_outline)
         truth[path], info[path], boilerplate[path], columns = truth_, info_, boilerplate_, columns or two
         path, truth[path], info[path], boilerplate[path] = _write_docx(folder, inv, index)
         path, truth[path], info[path] = _write_html(folder, inv, index, chrome)
@@ -365,6 +371,21 @@ def write_markdown_notes(folder: Path, seed: int = 0, n_notes: int = 3) -> tuple
         path.write_text("\n\n".join(parts) + "\n", encoding="utf-8")
         files.append(path)
     return tuple(files), tuple(f for f in inv.facts if f.file in files)
+
+
+def without_heading_styles(path: Path) -> Path:
+    """A copy of a Word file whose styles part defines no Title or HeadingN style (some writers
+    leave them out): its headings are then known by their style ids alone."""
+    out = path.with_name(path.stem + "-bare" + path.suffix)
+    with zipfile.ZipFile(path) as src, zipfile.ZipFile(out, "w", zipfile.ZIP_DEFLATED) as dst:
+        for item in src.infolist():
+            data = src.read(item.filename)
+            if item.filename == "word/styles.xml":
+                text = data.decode("utf-8")
+                text = re.sub(r'<w:style [^>]*w:styleId="(?:Title|Heading[1-9])"[^>]*>.*?</w:style>', "", text, flags=re.S)
+                data = text.encode("utf-8")
+            dst.writestr(item, data)
+    return out
 
 
 def write_bad_files(folder: Path) -> dict[str, str]:
