@@ -296,10 +296,11 @@ def load_tables(con: duckdb.DuckDBPyConnection, sources: Sequence[TableSource]) 
             columns = [ColumnInfo(n, t) for n, t, *_ in con.execute(f'DESCRIBE data."{src.name}"').fetchall()]
         rows = con.execute(f'SELECT count(*) FROM data."{src.name}"').fetchall()[0][0]
         columns = _with_notes(src, columns)
+        laid_out = src.grid is not None or src.path.suffix.lower() == ".xlsx"  # a person's table: rows called by a label
         infos.append(TableInfo(
             name=src.name, columns=tuple(columns), acl=src.acl, row_acl=row_acl,
             id_column=(_declared_key(con, src, names, rows) if src.key else _label_column(con, src.name, columns, rows)
-                       if src.grid is not None else _id_column(con, src.name, columns, rows)),
+                       if laid_out else _id_column(con, src.name, columns, rows)),
             doc_column="doc_id" if "doc_id" in names else None,
             rows=int(rows), source=src.origin, description=src.description, aliases=src.aliases, owner=src.owner,
         ))
@@ -433,9 +434,9 @@ def _declared_key(con: duckdb.DuckDBPyConnection, src: TableSource, names: Seque
 
 
 def _label_column(con: duckdb.DuckDBPyConnection, name: str, columns: list[ColumnInfo], rows: int) -> str | None:
-    """The row key of a table inside a document file: its first text column whose values are
-    unique and present in every row (what a printed table's rows are called by: "M8 bolt",
-    "March"), else a `*_id` column as for any table."""
+    """The row key of a table a person laid out (inside a document file, or a workbook's sheet):
+    its first text column whose values are unique and present in every row (what a printed
+    table's rows are called by: "M8 bolt", "March"), else a `*_id` column as for any table."""
     for c in columns:
         if c.name != "doc_id" and c.type.upper().startswith("VARCHAR"):
             distinct, nulls = con.execute(f'SELECT count(DISTINCT "{c.name}"), count(*) - count("{c.name}") '

@@ -1,4 +1,5 @@
-"""Tables inside PDF, Word and HTML files become tables of the catalog: typed, with the file's ACL,
+"""Tables inside PDF (ruled and unruled), Word and HTML files become tables of the catalog, as a
+workbook's sheets do: typed, with the file's ACL,
 its provenance (file, table number, section) and rows that cite the file's document; their
 text keeps one line per row with its headers. A forbidden file's tables are undetectable, and a
 live write that deletes or re-permissions the file hides them, through compaction too.
@@ -14,6 +15,7 @@ import json
 from pathlib import Path
 
 import docx
+import openpyxl
 import pytest
 from fpdf import FPDF
 
@@ -40,6 +42,8 @@ REAGENTS = [("Tris buffer", "500 mL", 12, "2025-03-14"), ("Agarose", "100 g", 4,
 GRADES = [("Deckhand", "27,400"), ("Mate", "36,900"), ("Master", "52,300")]
 VESSELS = [("Morwenna", "1998", "312", "Scillonian class"), ("Gannet Star", "2011", "148", "Fast cat"),
            ("Kittiwake", "2004", "96", "Launch")]
+BERTHS = [("North quay", "9", "140", "Ro-ro"), ("Fish dock", "4", "60", "Trawlers"), ("Lifeboat slip", "3", "35", "Rescue")]
+CHANDLERY = [("Mooring rope", 18, 42.5), ("Fender", 7, 19.0), ("Shackle", 55, 3.2)]
 
 
 def _pdf(rows: list[tuple], ruled: bool, before: str = "Vessels in service this season, by hull.",
@@ -96,6 +100,15 @@ def folder(tmp_path_factory) -> Path:
     _docx(src / "pay_scales.docx", "Pay scales", ["Grade", "Salary (GBP)"], GRADES, mark_header=False)
     (src / "pay_scales.docx.meta.json").write_text(json.dumps({"acl": ["group:payroll"]}))
     (src / "fleet_list.pdf").write_bytes(_pdf([("Vessel", "Built", "Passengers", "Type"), *VESSELS], ruled=True))
+    (src / "berths.pdf").write_bytes(_pdf([("Berth", "Depth (m)", "Length (m)", "Use"), *BERTHS], ruled=False,
+                                          before="Harbour berths and what they take.", after="Depths at lowest tide."))
+    book = openpyxl.Workbook()
+    book.active.title = "Stock"
+    book.active.append(["Item", "Quantity", "Price (GBP)"])
+    for row in CHANDLERY:
+        book.active.append(list(row))
+    book.save(src / "chandlery.xlsx")
+    (src / "chandlery.acl.json").write_text(json.dumps({"acl": ["public"]}))
     (src / "quarry.manifest.json").write_text(json.dumps({"files": [{"match": "*", "acl": ["public"]}]}))
     return src
 
@@ -171,7 +184,8 @@ def test_a_pdf_table_ruled_or_set_in_columns_is_a_grid_and_prose_or_a_list_is_no
 
 def test_each_table_is_typed_with_the_files_acl_and_provenance(index):
     tables = _tables(index)
-    assert set(tables) == {"ferry_handbook_table_1", "reagents_table_1", "pay_scales_table_1", "fleet_list_table_1"}
+    assert set(tables) == {"ferry_handbook_table_1", "reagents_table_1", "pay_scales_table_1", "fleet_list_table_1",
+                           "berths_table_1", "chandlery"}
     ferry = tables["ferry_handbook_table_1"]
     assert {c.name: c.type for c in ferry.columns} == {"Route from": "VARCHAR", "Destination": "VARCHAR", "Minutes": "BIGINT",
                                                        "Fare (GBP)": "DOUBLE", "doc_id": "VARCHAR"}
@@ -182,18 +196,26 @@ def test_each_table_is_typed_with_the_files_acl_and_provenance(index):
     assert tables["pay_scales_table_1"].acl == ("group:payroll",)
     fleet = tables["fleet_list_table_1"]
     assert fleet.source.endswith("fleet_list.pdf#table-1") and "page 1" in fleet.description
+    berths = tables["berths_table_1"]  # unruled: set in aligned columns
+    assert berths.source.endswith("berths.pdf#table-1") and berths.rows == len(BERTHS) and berths.acl == ("public",)
+    assert {c.name: c.type for c in berths.columns}["Depth (m)"] == "BIGINT"
+    stock = tables["chandlery"]
+    assert stock.source.endswith("chandlery.xlsx#Stock") and stock.acl == ("public",) and stock.rows == len(CHANDLERY)
 
 
 def test_every_cell_fact_is_answered_from_rows(index, embedder):
-    """Every cell of the three public tables, read by SQL and asked as a question ("What is the
-    fare for Harwick?"), and four questions in other words."""
+    """Every cell of the public tables (a Word, an HTML, a ruled and an unruled PDF table, and a
+    workbook's sheet), read by SQL and asked as a question ("What is the fare for Harwick?"),
+    and four questions in other words."""
     view = open_view(index, embedder, today=dt.date(2025, 11, 1))
     reader = Principal("ann", (), frozenset({"query", "sql"}))
     try:
         for name, key, header, rows in (("ferry_handbook_table_1", "Route from", ["Destination", "Minutes", "Fare (GBP)"],
                                          CROSSINGS),
                                         ("reagents_table_1", "Reagent", ["Pack size", "Packs", "Expires"], REAGENTS),
-                                        ("fleet_list_table_1", "Vessel", ["Built", "Passengers", "Type"], VESSELS)):
+                                        ("fleet_list_table_1", "Vessel", ["Built", "Passengers", "Type"], VESSELS),
+                                        ("berths_table_1", "Berth", ["Depth (m)", "Length (m)", "Use"], BERTHS),
+                                        ("chandlery", "Item", ["Quantity", "Price (GBP)"], CHANDLERY)):
             for row in rows:
                 for column, value in zip(header, row[1:], strict=True):
                     sql = f'SELECT "{column}" FROM {name} WHERE "{key}" = \'{row[0]}\''
@@ -254,14 +276,15 @@ def test_a_live_delete_or_new_acl_hides_the_files_tables_through_compaction(fold
             assert {"ferry_handbook_table_1", "pay_scales_table_1"} <= set(served.engine.sql.tables())
         writer.write([Delete("ferry_handbook.docx"), SetAcl("pay_scales.docx", ("group:payroll", "group:hr"))], None)
         with generations.lease() as served:
-            assert set(served.engine.sql.tables()) == {"reagents_table_1", "fleet_list_table_1"}
+            assert set(served.engine.sql.tables()) == {"reagents_table_1", "fleet_list_table_1", "berths_table_1", "chandlery"}
             with pytest.raises(SqlRejected):
                 served.engine.sql.run_statement("SELECT * FROM pay_scales_table_1", admin)
         assert writer.compact(embedder)["status"] == "compacted"
     finally:
         writer.close()
         generations.close()
-    assert set(_tables(index)) == {"reagents_table_1", "fleet_list_table_1"}  # the new base holds no table of a changed file
+    kept = {"reagents_table_1", "fleet_list_table_1", "berths_table_1", "chandlery"}
+    assert set(_tables(index)) == kept  # the new base holds no table of a changed file
 
 
 def test_on_a_sharded_index_a_document_holding_tables_changes_only_with_an_ingest(folder, tmp_path, embedder):
