@@ -35,7 +35,8 @@ def build_or_reuse(name: str, sources: list[Path], embedder, rebuild: bool = Fal
         try:
             manifest = read_manifest(current_snapshot_path(index))
             if (manifest.get("format_version") == FORMAT_VERSION
-                    and manifest.get("content_hash") == corpus_digest(sources, options.get("default_acl", ADMIN_ONLY))):
+                    and manifest.get("content_hash") == corpus_digest(sources, options.get("default_acl", ADMIN_ONLY),
+                                                                      options.get("markdown_sections", False))):
                 return index, manifest
         except Exception:
             pass

@@ -135,6 +135,7 @@ def main() -> None:
     ap.add_argument("--sweep", default="", help="more targets (comma-separated) to run leave-one-domain-out, pooled only")
     ap.add_argument("--auc", action="store_true", help="also the AUC of each signal on each domain's first attempts "
                     "(previous score, left-out fit, answer model over the top 3 passages)")
+    ap.add_argument("--markdown-sections", action="store_true", help="ingest with Markdown headings as sections")
     args = ap.parse_args()
     names = [d for d in args.domains.split(",") if d]
     features = [f for f in args.features.split(",") if f]
@@ -142,7 +143,8 @@ def main() -> None:
     indexes, labels, rows, graded = {}, {}, {}, {}
     for name in names:
         folder = ROOT / "eval_data" / name
-        indexes[name] = build_or_reuse(name, sources_of(folder), embedder)[0]
+        indexes[name] = (build_or_reuse(f"{name}-sections", sources_of(folder), embedder, markdown_sections=True)[0]
+                         if args.markdown_sections else build_or_reuse(name, sources_of(folder), embedder)[0])
         labels[name] = load_label_file(folder / "questions.jsonl")
         engine = open_view(indexes[name], embedder, LIMITS, TODAY, Policies(grader=PREVIOUS))
         try:

@@ -54,7 +54,7 @@ from benchmarks.table_files import LAYOUTS, write_table_files
 from indexes.chunking import chunk_documents
 from indexes.corpus import load_documents
 from indexes.extract.record import BadFile, Extracted
-from indexes.files import FILE_SUFFIXES, FileKind, extract
+from indexes.files import FILE_SUFFIXES, FileKind, FileReader, extract
 from indexes.snapshot_build import index_text
 from indexes.extract.grids import typed_cells
 from retrieval.types import Document
@@ -190,7 +190,7 @@ def markdown_placed(folder: Path, seeds: int, notes: int) -> dict[str, Any]:
     for seed in range(seeds):
         where = folder / f"markdown-{seed}"
         _, written = write_markdown_notes(where, seed, notes)
-        docs = {ld.doc.id: ld.doc for ld in load_documents([where])}
+        docs = {ld.doc.id: ld.doc for ld in load_documents([where], reader=FileReader(markdown_sections=True))}
         for fact in written:
             doc = docs[fact.file.stem]
             facts += 1

@@ -56,12 +56,14 @@ def main() -> None:
     ap.add_argument("--domains", default="demo,waterworks")
     ap.add_argument("--tag", default="run")
     ap.add_argument("--no-generated", action="store_true", help="skip the generated incident notes")
+    ap.add_argument("--markdown-sections", action="store_true", help="ingest with Markdown headings as sections")
     args = ap.parse_args()
     embedder = make_embedder()
     out: dict[str, Any] = {"machine": machine(), "domains": {}}
     for name in [d for d in args.domains.split(",") if d]:
         folder = ROOT / "eval_data" / name
-        index = build_or_reuse(name, sources_of(folder), embedder)[0]
+        index = (build_or_reuse(f"{name}-sections", sources_of(folder), embedder, markdown_sections=True)[0]
+                 if args.markdown_sections else build_or_reuse(name, sources_of(folder), embedder)[0])
         labels = load_label_file(folder / "questions.jsonl")
         engine = open_view(index, embedder, LIMITS, TODAY)
         per: dict[str, Any] = {}

@@ -246,7 +246,8 @@ def _jsonl_document(path: Path, n: int, line: str, default_acl: tuple[str, ...])
 def _load_markdown(path: Path, root: Path, text: str, default_acl: tuple[str, ...],
                    reader: FileReader | None = None) -> LoadedDocument | None:
     """A Markdown or text file as one document (None: its name makes no id, or it is empty and
-    skipped, and it is listed); a Markdown file's headings make its regions (indexes/markdown_sections.py)."""
+    skipped, and it is listed); with the reader's `markdown_sections`, a Markdown file's headings
+    make its regions (indexes/markdown_sections.py)."""
     meta, body = split_front_matter(text, str(path))
     if not body.strip():
         _empty_file(path, reader)  # raises unless the file is skipped
@@ -265,7 +266,8 @@ def _load_markdown(path: Path, root: Path, text: str, default_acl: tuple[str, ..
         record["id"] = doc_id
     if "title" not in record:
         record["title"] = first_heading(body)
-    regions = markdown_regions(body) if DOC_SUFFIXES[path.suffix.lower()] == "markdown" else ()
+    sections = reader is not None and reader.markdown_sections and DOC_SUFFIXES[path.suffix.lower()] == "markdown"
+    regions = markdown_regions(body) if sections else ()
     record = with_stated_date(record, body)  # its `#` lines among the first lines, as before sections
     record["text"] = body
     try:

@@ -139,6 +139,7 @@ class FileReader:
     skip_bad: bool = False
     strict_fields: bool = False  # a Markdown front matter's keys outside the document fields stop the ingest (else: metadata)
     ocr: bool = False  # a PDF page without a text layer is read by OCR (indexes/extract/ocr.py)
+    markdown_sections: bool = False  # a Markdown file's headings make its regions (indexes/markdown_sections.py)
     extract_timeout_s: float | None = None  # one file's extraction at most in its own pool (None: the sandbox's default)
     skipped: dict[str, Skipped] = field(default_factory=dict)
     file_dates: dict[Path, str] = field(default_factory=dict)  # files dated by their own metadata only (`file_record`)

@@ -74,12 +74,13 @@ class BuildOptions:
     strict_fields: bool = False  # front-matter keys outside the document fields stop the ingest (default: they go to metadata)
     document_batch: int = 32_768  # documents an ingest holds in memory at a time (at most BATCH_CHARS of text)
     ocr: bool = False  # a PDF page without a text layer is read by OCR (indexes/extract/ocr.py)
+    markdown_sections: bool = False  # a Markdown file's headings are its sections (off: see README, Ingest)
     extract_timeout_s: float = Budget.seconds  # one file's extraction at most (indexes/extract/sandbox.py)
 
     def file_reader(self) -> FileReader:
         """The reader one ingest reads its sources with (every pass), by these options' rules."""
         return FileReader(skip_bad=self.skip_bad_files, strict_fields=self.strict_fields, ocr=self.ocr,
-                          extract_timeout_s=self.extract_timeout_s)
+                          markdown_sections=self.markdown_sections, extract_timeout_s=self.extract_timeout_s)
 
 
 def index_text(doc: Document, chunk: Chunk) -> str:
@@ -120,10 +121,11 @@ def document_record(d: Document) -> bytes:
     return json.dumps(record, sort_keys=True, ensure_ascii=False).encode("utf-8") + b"\n"
 
 
-def corpus_digest(sources: Sequence[Path], default_acl: tuple[str, ...] = ADMIN_ONLY) -> str:
+def corpus_digest(sources: Sequence[Path], default_acl: tuple[str, ...] = ADMIN_ONLY, markdown_sections: bool = False) -> str:
     """The content hash an ingest of `sources` would record (to skip an unneeded rebuild)."""
     tables = plan_tables(discover(sources)[1], default_acl)
-    return content_hash((ld.doc for ld in iter_documents(sources, default_acl)), tables)
+    reader = FileReader(markdown_sections=markdown_sections)
+    return content_hash((ld.doc for ld in iter_documents(sources, default_acl, reader)), tables)
 
 
 def _snapshot_files(root: Path) -> dict[str, dict[str, Any]]:
@@ -181,7 +183,8 @@ def build_snapshot(
     tables = plan_tables(discover(sources)[1], options.default_acl)
     stamp = sources_stamp(sources)
     reader = options.file_reader()  # one for both passes: each file is extracted once
-    kept = IngestState(reading_key(options.default_acl, options.ocr, options.strict_fields), discover(sources)[0])
+    kept = IngestState(reading_key(options.default_acl, options.ocr, options.strict_fields, options.markdown_sections),
+                       discover(sources)[0])
 
     def documents() -> Iterator[LoadedDocument]:
         return iter_documents(sources, options.default_acl, reader)

@@ -36,14 +36,14 @@ RACY_NS = 2_000_000_000  # a stamp this close to the sync that took it may hide 
 Stamp = tuple[int, int, int, int]  # size, mtime_ns, ctime_ns, inode; all -1 for a file that is not there
 
 
-def reading_key(default_acl: Sequence[str], ocr: bool, strict_fields: bool) -> dict[str, Any]:
+def reading_key(default_acl: Sequence[str], ocr: bool, strict_fields: bool, markdown_sections: bool) -> dict[str, Any]:
     """What besides a file's bytes decides its documents: a state kept under another key is not used."""
     try:
         build = metadata.version("quarry")
     except metadata.PackageNotFoundError:
         build = "unknown"
     return {"version": STATE_VERSION, "build": build, "default_acl": list(default_acl), "ocr": ocr,
-            "strict_fields": strict_fields}
+            "strict_fields": strict_fields, "markdown_sections": markdown_sections}
 
 
 def said_by(path: Path, root: Path) -> list[Path]:

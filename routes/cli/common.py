@@ -100,7 +100,7 @@ def default_acl(entries: Sequence[str] | None) -> tuple[str, ...]:
 # (None) leaves the setting to the environment and the defaults.
 FLAG_SETTINGS = {"index": "index_dir", "model_path": "model_path", "host": "host", "port": "port",
                  "keys": "keys_file", "identity": "identity_file", "today": "today", "default_acl": "default_acl",
-                 "reuse_embeddings": "reuse_embeddings"}
+                 "reuse_embeddings": "reuse_embeddings", "markdown_sections": "markdown_sections"}
 
 
 def load_settings(args: argparse.Namespace, env: dict[str, str] | None = None) -> Settings:

@@ -80,6 +80,8 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("--ocr", action="store_true",
                     help="read PDF pages without a text layer (scans) by OCR with Tesseract; seconds per page "
                          "(the ocr_scans setting; give extract_timeout_s room for a file's pages)")
+    sp.add_argument("--markdown-sections", action="store_true", default=None,
+                    help="make a Markdown file's headings its sections (the markdown_sections setting; off by default)")
     sp.add_argument("--shards", type=int, default=1,
                     help="write N shard snapshots (documents by a stable hash of their id) and a cluster manifest, "
                          "DIR/cluster.json, for a sharded deployment; tables go to shard 00 (default 1: one snapshot)")
@@ -110,6 +112,8 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("--skip-bad-files", action="store_true", help="leave out bad files and list them, as ingest does")
     sp.add_argument("--strict-fields", action="store_true", help="refuse front-matter keys outside the fields, as ingest does")
     sp.add_argument("--ocr", action="store_true", help="read scanned PDF pages by OCR, as ingest does")
+    sp.add_argument("--markdown-sections", action="store_true", default=None,
+                    help="make a Markdown file's headings its sections, as ingest does with it")
     common(sp)
     sp.set_defaults(func=cmd_sync)
 

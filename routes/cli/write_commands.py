@@ -77,7 +77,8 @@ def cmd_sync(args: argparse.Namespace, settings: Settings) -> int:
         acl = default_acl(settings.default_acl) if settings.default_acl else service.default_acl()
         request = SyncRequest(tuple(sources), acl, settings.write_batch_max, dry_run=args.dry_run, keep_deleted=args.keep_deleted,
                               skip_bad_files=args.skip_bad_files, strict_fields=args.strict_fields,
-                              ocr=settings.ocr_scans or args.ocr, extract_timeout_s=settings.extract_timeout_s)
+                              ocr=settings.ocr_scans or args.ocr, markdown_sections=settings.markdown_sections,
+                              extract_timeout_s=settings.extract_timeout_s)
         stamp = None
         while True:
             now = sources_stamp(sources)

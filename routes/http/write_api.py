@@ -155,7 +155,7 @@ def build_write_routers(max_batch: int) -> list[APIRouter]:
         acl = check_acl(list(settings.default_acl), "default_acl") if settings.default_acl else service.default_acl()
         asked = SyncRequest(sources, acl, settings.write_batch_max, dry_run=body.dry_run, keep_deleted=body.keep_deleted,
                             skip_bad_files=body.skip_bad_files, strict_fields=body.strict_fields, ocr=settings.ocr_scans,
-                            extract_timeout_s=settings.extract_timeout_s)
+                            markdown_sections=settings.markdown_sections, extract_timeout_s=settings.extract_timeout_s)
         with state.gate.enter(caller.gate_id):
             report = await run_in_threadpool(sync_folders, service, settings.index_dir, asked)
         return JSONResponse(report.to_json())

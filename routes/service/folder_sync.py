@@ -38,6 +38,7 @@ class SyncRequest:
     skip_bad_files: bool = False
     strict_fields: bool = False
     ocr: bool = False
+    markdown_sections: bool = False
     extract_timeout_s: float | None = None
 
 
@@ -75,10 +76,10 @@ def sync_folders(service: Service, index_dir: Path, request: SyncRequest,
 def _sync(service: Service, index_dir: Path, request: SyncRequest,
           on_batch: Callable[[JSONObject], None] | None) -> SyncReport:
     reader = FileReader(skip_bad=request.skip_bad_files, strict_fields=request.strict_fields, ocr=request.ocr,
-                        extract_timeout_s=request.extract_timeout_s)
+                        markdown_sections=request.markdown_sections, extract_timeout_s=request.extract_timeout_s)
     sources = list(request.sources)
     held = service.documents()
-    key = reading_key(request.default_acl, request.ocr, request.strict_fields)
+    key = reading_key(request.default_acl, request.ocr, request.strict_fields, request.markdown_sections)
     unchanged = UnchangedFiles(SyncState.load(index_dir, key), held)
     try:
         desired = load_documents(sources, request.default_acl, reader, unchanged)  # every file checked before any write

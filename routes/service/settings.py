@@ -171,6 +171,10 @@ class Settings(BaseSettings):
     # -- building a snapshot (`quarry ingest`) ----------------------------------------------
     default_acl: CommaList = setting((), "ACL of documents and tables without one (comma-separated: 'public', "
                                      "'group:NAME' or principal ids; empty: private to admins).", "build")
+    markdown_sections: bool = setting(False, "A Markdown file's headings are its sections: a passage never crosses one "
+                                      "and names its heading path (ingest and sync). Off by default: on the labeled "
+                                      "domains it costs answers (BENCHMARKS.md, After Markdown headings became "
+                                      "sections).", "build")
     chunk_max_chars: int = setting(1500, "Longest passage, in characters, when documents are split into chunks.",
                                    "build", ge=50)
     embed_batch_size: int = setting(64, "Most passages embedded per batch (one token length, at most 4,096 tokens, each).",
@@ -362,7 +366,7 @@ class Settings(BaseSettings):
         return BuildOptions(default_acl=default_acl, max_chars=self.chunk_max_chars, bm25=bm25,
                             reuse_embeddings=self.reuse_embeddings, answer_model=self.answer_model_path,
                             dense_graph_from=self.dense_graph_from or None, dense_whole_graph=self.dense_whole_graph,
-                            embed_batch=self.ingest_journal_batch, ocr=self.ocr_scans,
+                            embed_batch=self.ingest_journal_batch, ocr=self.ocr_scans, markdown_sections=self.markdown_sections,
                             extract_timeout_s=self.extract_timeout_s)
 
     def embedder(self) -> Any:

@@ -49,7 +49,7 @@ def mixed(tmp_path_factory, embedder):
     root = tmp_path_factory.mktemp("mixed")
     written = _write_mixed(root / "corpus")
     index = root / "index"
-    manifest = build_snapshot([root / "corpus"], index, embedder)
+    manifest = build_snapshot([root / "corpus"], index, embedder, BuildOptions(markdown_sections=True))
     engine = open_view(index, embedder, today=date(2026, 12, 1))
     yield {"root": root, "index": index, "engine": engine, "manifest": manifest, **written}
     engine.close()
@@ -165,7 +165,7 @@ def test_no_principal_can_tell_a_forbidden_file_is_there(mixed, embedder, tmp_pa
         folder = tmp_path / pid / "corpus"
         _reduced_folder(mixed, principal, folder)
         index = tmp_path / pid / "index"
-        build_snapshot([folder], index, embedder, BuildOptions(reuse_from=mixed["index"]))
+        build_snapshot([folder], index, embedder, BuildOptions(reuse_from=mixed["index"], markdown_sections=True))
         alone = open_view(index, embedder, today=date(2026, 12, 1))
         try:
             for q in questions:

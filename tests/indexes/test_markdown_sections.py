@@ -8,6 +8,7 @@ import pytest
 
 from benchmarks.file_corpus import write_markdown_notes
 from indexes.corpus import load_documents
+from indexes.files import FileReader
 from indexes.chunking import document_spans
 from indexes.markdown_sections import headings, markdown_regions
 
@@ -60,18 +61,21 @@ def test_regions_cover_each_section_with_its_path():
 
 
 def test_a_note_without_headings_has_no_regions_and_text_files_none_at_all(tmp_path):
+    """With `markdown_sections` (off by default: README, Ingest)."""
     assert markdown_regions("Just a paragraph.\n\nAnd another.\n") == ()
     (tmp_path / "plain.txt").write_text("# Not a section in a text file\n\nBody.\n")
     (tmp_path / "note.md").write_text("# A section\n\nBody.\n")
-    docs = {ld.doc.id: ld.doc for ld in load_documents([tmp_path])}
+    docs = {ld.doc.id: ld.doc for ld in load_documents([tmp_path], reader=FileReader(markdown_sections=True))}
     assert docs["plain"].regions == ()
     assert [r.section for r in docs["note"].regions] == [("A section",)]
+    off = {ld.doc.id: ld.doc for ld in load_documents([tmp_path])}  # the default: no sections, the text the same
+    assert off["note"].regions == () and off["note"].text == docs["note"].text
 
 
 @pytest.mark.parametrize("seed", range(3))
 def test_every_generated_fact_lies_under_its_heading_path(tmp_path, seed):
     files, facts = write_markdown_notes(tmp_path, seed, 3)
-    docs = {ld.doc.id: ld.doc for ld in load_documents([tmp_path])}
+    docs = {ld.doc.id: ld.doc for ld in load_documents([tmp_path], reader=FileReader(markdown_sections=True))}
     assert len(facts) == 5 * len(files)
     for fact in facts:
         doc = docs[fact.file.stem]
@@ -83,6 +87,6 @@ def test_every_generated_fact_lies_under_its_heading_path(tmp_path, seed):
 
 def test_offsets_stay_those_of_the_text(tmp_path):
     (tmp_path / "n.md").write_text("---\ntitle: T\n---\nIntro.\n\n## Part\n\nBody.\n")
-    doc = load_documents([tmp_path])[0].doc
+    doc = load_documents([tmp_path], reader=FileReader(markdown_sections=True))[0].doc
     assert doc.text.startswith("Intro.")
     assert [doc.text[r.start:r.end] for r in doc.regions] == ["Intro.", "## Part\n\nBody."]
