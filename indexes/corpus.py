@@ -268,7 +268,7 @@ def _load_markdown(path: Path, root: Path, text: str, default_acl: tuple[str, ..
         record["title"] = first_heading(body)
     sections = reader is not None and reader.markdown_sections and DOC_SUFFIXES[path.suffix.lower()] == "markdown"
     regions = markdown_regions(body) if sections else ()
-    record = with_stated_date(record, body)  # its `#` lines among the first lines, as before sections
+    record = with_stated_date(record, body)
     record["text"] = body
     try:
         doc = make_document(record, default_source=path.parent.name, default_acl=default_acl)

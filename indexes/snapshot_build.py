@@ -183,8 +183,7 @@ def build_snapshot(
     tables = plan_tables(discover(sources)[1], options.default_acl)
     stamp = sources_stamp(sources)
     reader = options.file_reader()  # one for both passes: each file is extracted once
-    kept = IngestState(reading_key(options.default_acl, options.ocr, options.strict_fields, options.markdown_sections),
-                       discover(sources)[0])
+    kept = IngestState(reading_key(options.default_acl, reader), discover(sources)[0])
 
     def documents() -> Iterator[LoadedDocument]:
         return iter_documents(sources, options.default_acl, reader)

@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence
 
 from indexes.corpus import LoadedDocument
-from indexes.files import MANIFEST_NAME, SIDECAR_SUFFIX
+from indexes.files import MANIFEST_NAME, SIDECAR_SUFFIX, FileReader
 from indexes.sync_plan import origin_path
 from retrieval.types import Document
 
@@ -36,14 +36,15 @@ RACY_NS = 2_000_000_000  # a stamp this close to the sync that took it may hide 
 Stamp = tuple[int, int, int, int]  # size, mtime_ns, ctime_ns, inode; all -1 for a file that is not there
 
 
-def reading_key(default_acl: Sequence[str], ocr: bool, strict_fields: bool, markdown_sections: bool) -> dict[str, Any]:
-    """What besides a file's bytes decides its documents: a state kept under another key is not used."""
+def reading_key(default_acl: Sequence[str], reader: FileReader) -> dict[str, Any]:
+    """What besides a file's bytes decides its documents (the default ACL, the reader's rules,
+    the build): a state kept under another key is not used."""
     try:
         build = metadata.version("quarry")
     except metadata.PackageNotFoundError:
         build = "unknown"
-    return {"version": STATE_VERSION, "build": build, "default_acl": list(default_acl), "ocr": ocr,
-            "strict_fields": strict_fields, "markdown_sections": markdown_sections}
+    return {"version": STATE_VERSION, "build": build, "default_acl": list(default_acl), "ocr": reader.ocr,
+            "strict_fields": reader.strict_fields, "markdown_sections": reader.markdown_sections}
 
 
 def said_by(path: Path, root: Path) -> list[Path]:
@@ -157,8 +158,7 @@ class UnchangedFiles:
 
     def __call__(self, path: Path, root: Path) -> list[LoadedDocument] | None:
         key = str(path.resolve())
-        now = file_stamps([(path, root)])[key]
-        self.stamps[key] = now
+        now = self.stamps[key] = tuple(stamp(p) for p in said_by(path, root))
         entry = self.state.files.get(key)
         if entry is None or entry.stamps != now or any(s[1] >= self.state.started_ns - RACY_NS for s in now):
             self.read += 1

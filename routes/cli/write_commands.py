@@ -67,7 +67,7 @@ def cmd_sync(args: argparse.Namespace, settings: Settings) -> int:
     the same sync inside it."""
     from indexes.snapshot_build import sources_stamp
     from retrieval.errors import InvalidRequest
-    from routes.service.folder_sync import SyncRequest, sync_folders
+    from routes.service.folder_sync import sync_folders, sync_request
 
     if args.watch is not None and not args.watch > 0:
         raise InvalidRequest("--watch takes a positive number of seconds")
@@ -75,10 +75,8 @@ def cmd_sync(args: argparse.Namespace, settings: Settings) -> int:
     opened = _writable(settings) if not args.dry_run else _readable(settings)
     with opened as service:
         acl = default_acl(settings.default_acl) if settings.default_acl else service.default_acl()
-        request = SyncRequest(tuple(sources), acl, settings.write_batch_max, dry_run=args.dry_run, keep_deleted=args.keep_deleted,
-                              skip_bad_files=args.skip_bad_files, strict_fields=args.strict_fields,
-                              ocr=settings.ocr_scans or args.ocr, markdown_sections=settings.markdown_sections,
-                              extract_timeout_s=settings.extract_timeout_s)
+        request = sync_request(settings, sources, acl, dry_run=args.dry_run, keep_deleted=args.keep_deleted,
+                               skip_bad_files=args.skip_bad_files, strict_fields=args.strict_fields, ocr=args.ocr)
         stamp = None
         while True:
             now = sources_stamp(sources)

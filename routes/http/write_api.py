@@ -31,7 +31,7 @@ from retrieval.types import check_acl
 from routes.http.api import body_model, current_caller, needs
 from auth.caller import Caller
 from routes.service.schemas import AclIn, DocumentIn, SyncIn, batch_model, error_responses
-from routes.service.folder_sync import SyncRequest, configured_sources, sync_folders
+from routes.service.folder_sync import configured_sources, sync_folders, sync_request
 from routes.service.service import AclWrite, DeleteWrite, FileBody, PutWrite, Service, Write
 from routes.service.write_access import check_target
 
@@ -153,9 +153,8 @@ def build_write_routers(max_batch: int) -> list[APIRouter]:
         service: Service = state.service
         sources = configured_sources([Path(p) for p in settings.sync_sources], body.sources)
         acl = check_acl(list(settings.default_acl), "default_acl") if settings.default_acl else service.default_acl()
-        asked = SyncRequest(sources, acl, settings.write_batch_max, dry_run=body.dry_run, keep_deleted=body.keep_deleted,
-                            skip_bad_files=body.skip_bad_files, strict_fields=body.strict_fields, ocr=settings.ocr_scans,
-                            markdown_sections=settings.markdown_sections, extract_timeout_s=settings.extract_timeout_s)
+        asked = sync_request(settings, sources, acl, dry_run=body.dry_run, keep_deleted=body.keep_deleted,
+                             skip_bad_files=body.skip_bad_files, strict_fields=body.strict_fields)
         with state.gate.enter(caller.gate_id):
             report = await run_in_threadpool(sync_folders, service, settings.index_dir, asked)
         return JSONResponse(report.to_json())

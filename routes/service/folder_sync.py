@@ -21,8 +21,9 @@ from indexes.live import Change, Delete, Put, SetAcl
 from indexes.sync_plan import SyncPlan, plan_sync
 from indexes.sync_state import SyncState, UnchangedFiles, reading_key
 from indexes.wal import JSONObject
-from retrieval.errors import Conflict
+from retrieval.errors import Conflict, InvalidRequest
 from routes.service.service import Service
+from routes.service.settings import Settings
 
 _RUNNING: dict[Path, threading.Lock] = {}
 _RUNNING_GUARD = threading.Lock()
@@ -40,6 +41,16 @@ class SyncRequest:
     ocr: bool = False
     markdown_sections: bool = False
     extract_timeout_s: float | None = None
+
+
+def sync_request(settings: Settings, sources: Sequence[Path], default_acl: tuple[str, ...], *, dry_run: bool = False,
+                 keep_deleted: bool = False, skip_bad_files: bool = False, strict_fields: bool = False,
+                 ocr: bool = False) -> SyncRequest:
+    """A sync by the settings' reading rules (batch size, OCR, Markdown sections, extraction
+    time), with what one command or request asks on top (`ocr` adds to the setting)."""
+    return SyncRequest(tuple(sources), default_acl, settings.write_batch_max, dry_run=dry_run, keep_deleted=keep_deleted,
+                       skip_bad_files=skip_bad_files, strict_fields=strict_fields, ocr=settings.ocr_scans or ocr,
+                       markdown_sections=settings.markdown_sections, extract_timeout_s=settings.extract_timeout_s)
 
 
 @dataclass
@@ -79,7 +90,7 @@ def _sync(service: Service, index_dir: Path, request: SyncRequest,
                         markdown_sections=request.markdown_sections, extract_timeout_s=request.extract_timeout_s)
     sources = list(request.sources)
     held = service.documents()
-    key = reading_key(request.default_acl, request.ocr, request.strict_fields, request.markdown_sections)
+    key = reading_key(request.default_acl, reader)
     unchanged = UnchangedFiles(SyncState.load(index_dir, key), held)
     try:
         desired = load_documents(sources, request.default_acl, reader, unchanged)  # every file checked before any write
@@ -109,8 +120,6 @@ def configured_sources(allowed: Sequence[Path], asked: Sequence[str] | None) -> 
     """The folders a server syncs: those of its `sync_sources` setting that `asked` names (all
     when it names none). A path outside the setting is refused: a request never chooses what a
     server reads from its disk."""
-    from retrieval.errors import InvalidRequest
-
     if not allowed:
         raise InvalidRequest("this server syncs no folder: set sync_sources (QUARRY_SYNC_SOURCES) to the folders it may read")
     if not asked:
