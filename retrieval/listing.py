@@ -21,9 +21,12 @@ every readable passage within the filters when asked for enough of them (the reg
 `enumerates`) for up to `list_bound` passages. When fewer come back, they are every readable
 passage within the filters, so their documents are the complete list: `gather` keeps one
 passage per document (its best, in the route's order) and `construction_grade` grades the set
-by that construction (grade source `construction`), not by relevance. More than k documents, or
-a bound reached, is said (`Listing.complete` false, and a `listing:` label in `missing`);
-nothing dated in the period is an evidence gap. Every count is over the caller's readable
+by that construction (grade source `construction`), not by relevance. Where the head noun names
+a collection (a source: "incidents", "audits"), the list is that collection's documents of the
+period; when none of them is dated there but the caller reads that collection elsewhere, the
+list is empty, not the period's other documents (`of_kind`). More than k documents, or a bound
+reached, is said (`Listing.complete` false, and a `listing:` label in `missing`); nothing dated
+in the period is an evidence gap. Every count is over the caller's readable
 scope: a forbidden document is never in the mask the route searches.
 """
 
@@ -115,18 +118,35 @@ def only_lists(question: str, constraints: Constraints, period: DateRange | None
     return len(rest) <= MAX_NARROWING_WORDS and (len(rest) < 2 or rest[-1] - rest[0] == len(rest) - 1)
 
 
+def _stems(text: str | None) -> set[str]:
+    return {stem(w) for w in re.findall(r"[a-z]+", (text or "").lower())}
+
+
+def of_kind(hit: Hit, head: Sequence[str]) -> bool:
+    """Does the hit's source, the collection its document came from ("incidents", "audits",
+    "incident-reports"), name the thing listed (`head`: "incidents", "audit notes")? A
+    collection is how a corpus says what kind of document each one is; a title may name a
+    kind in passing ("Incident collision reporting procedure") and is only an order."""
+    return bool({stem(w) for w in head} & _stems(hit.source))
+
+
 def gather(hits: Sequence[Hit], k: int, bound: int, head: Sequence[str] = ()) -> tuple[list[Hit], Listing]:
     """One passage per document, its best in the route's order, for the first k documents;
-    `hits` are what the route returned when asked for `bound` passages. Where there are more
-    than k, documents whose title names the thing listed (`head`, the question's head noun:
-    "incidents" for "Incident report IR-25-031") come first, in the route's order."""
+    `hits` are what the route returned when asked for `bound` passages. Where some documents
+    come from a collection that names the thing listed (`of_kind`), the list is those alone:
+    "the incidents from Q2" are the incident reports dated in Q2, not a procedure or a memo
+    dated there too. Where there are more than k, documents whose title names the thing
+    listed ("incidents" for "Incident report IR-25-031") come first, in the route's order."""
     best: dict[str, Hit] = {}
     for h in hits:
         best.setdefault(h.doc_id, h)
+    docs = list(best.values())
+    kind = [h for h in docs if of_kind(h, head)]
+    docs = kind or docs
     stems = {stem(w) for w in head}
-    ordered = sorted(best.values(), key=lambda h: not stems & {stem(w) for w in re.findall(r"\w+", (h.title or "").lower())})
-    shown = ordered[:k] if stems and len(best) > k else list(best.values())[:k]
-    return shown, Listing(len(best), len(shown), bound_reached=len(hits) >= bound)
+    ordered = sorted(docs, key=lambda h: not stems & _stems(h.title))
+    shown = ordered[:k] if stems and len(docs) > k else docs[:k]
+    return shown, Listing(len(docs), len(shown), bound_reached=len(hits) >= bound)
 
 
 def construction_grade(listing: Listing, period: str) -> Grade:

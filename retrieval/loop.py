@@ -41,7 +41,7 @@ from retrieval.fusion import rrf
 from retrieval.grader import Grade
 from retrieval.limits import Limits, check_k
 from retrieval.linking import Linker, TableLinker
-from retrieval.listing import construction_grade, gather, head_noun
+from retrieval.listing import construction_grade, gather, head_noun, of_kind
 from retrieval.policy import Evidence, Policy, RouteInputs
 from retrieval.qualifiers import Qualifier, held, qualifiers
 from retrieval.registry import ROW_ROUTES
@@ -262,7 +262,10 @@ def _run_loop(question: str, principal: Principal, budget: Budget, deps: LoopDep
                     else next((t for t in history if t.grade is not None and t.hits), None))
         verdict: Grade | None = None
         if error is None and plan.listing is not None:  # graded by how it was gathered, not by relevance
-            hits, listing = gather(hits, budget.k, budget.list_bound, head_noun(question) or ())
+            head = head_noun(question) or ()
+            hits, listing = gather(hits, budget.k, budget.list_bound, head)
+            if hits and not any(of_kind(h, head) for h in hits) and _kind_elsewhere(plan, head, access, budget, deps):
+                hits, listing = [], Listing(0, 0, bound_reached=False)  # the collection it names has none in the period
             verdict = construction_grade(listing, plan.listing)
         elif error is None:
             evidence = _evidence(plan, hits, previous, budget.k)
@@ -403,6 +406,21 @@ def _reranked(question: str, hits: list[Hit], principal: Principal, deps: LoopDe
             kept = given[h.chunk_id]
             out[h.chunk_id] = kept if h.score == kept.score else replace(kept, score=h.score)  # rescored, never rewritten
     return list(out.values())
+
+
+def _kind_elsewhere(plan: Plan, head: Sequence[str], access: AccessScope, budget: Budget, deps: LoopDeps) -> bool:
+    """Whether the caller reads, outside the list's period, documents of a collection its head
+    noun names ("incidents"): then a period holding none of them lists nothing. Searched
+    like any text, with the caller's own filters but not the period, so only readable
+    documents count."""
+    if not head:
+        return False
+    unbounded = Filters(sources=plan.filters.sources, doc_ids=plan.filters.doc_ids)
+    try:
+        found = deps.retrievers[plan.route].search(" ".join(head), access, 4 * budget.k, unbounded)
+    except RetrievalError:
+        return False  # the period's documents are listed as gathered
+    return any(of_kind(h, head) for h in found)
 
 
 def _linked_passages(plan: Plan, doc_ids: Sequence[str], access: AccessScope, budget: Budget, deps: LoopDeps) -> list[Hit]:

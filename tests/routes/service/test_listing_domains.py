@@ -242,3 +242,82 @@ def test_a_period_with_nothing_readable_in_it_is_an_honest_gap(facilities):
     result = facilities.query("Which meetings were held in August 2025?", READER)
     assert result.status == "evidence_gap" and result.gap.reason == "no_authorized_evidence"
     assert result.gap.missing == ("date:August 2025",)
+
+
+# -- a third domain: a housing estate's collections, one folder each --------------------------
+
+INSPECTIONS = [("2025-05-06", "stairwell lighting, block C"), ("2025-05-20", "play area surfacing"),
+               ("2025-06-03", "roof access hatches"), ("2025-08-12", "bin store doors")]
+COMPLAINTS = [("2025-05-14", "noise from the car wash at night"), ("2025-07-01", "a broken entry phone, block A")]
+NEWSLETTERS = [("2025-05-28", "Inspection season: what the surveyors look at on the estate"),
+               ("2025-06-18", "Summer fair, bulky waste days and the new caretaker")]
+HIDDEN_COMPLAINT = ("2025-06-09", "damp in a ground-floor flat")  # only the housing team reads it
+
+
+def _estate_files(root: Path, hidden: bool) -> Path:
+    src = root / "estate"
+    for folder, items in (("inspections", INSPECTIONS), ("complaints", COMPLAINTS), ("newsletters", NEWSLETTERS)):
+        (src / folder).mkdir(parents=True)
+        for day, what in items:
+            (src / folder / f"{folder[:4]}-{day}.md").write_text(
+                f"---\ndate: {day}\n---\n# {what[0].upper()}{what[1:]}\n\nWritten up by the estate office: {what}. "
+                "Residents were told what happens next and when.\n")
+    if hidden:
+        day, what = HIDDEN_COMPLAINT
+        (src / "complaints" / f"comp-{day}.md").write_text(
+            f"---\ndate: {day}\nacl: [group:housing]\n---\n# {what.capitalize()}\n\nWritten up by the estate office: "
+            f"{what}. Residents were told what happens next and when.\n")
+    return src
+
+
+@pytest.fixture(scope="module")
+def estate(tmp_path_factory, embedder):
+    """The estate's collections, with the housing team's complaint and without it."""
+    from indexes.snapshot_build import BuildOptions, build_snapshot
+    from routes.service.view import open_view
+
+    engines = {}
+    for name, hidden in (("full", True), ("readable", False)):
+        root = tmp_path_factory.mktemp(f"estate-{name}")
+        src = _estate_files(root, hidden)
+        build_snapshot([src / d for d in ("inspections", "complaints", "newsletters")], root / "index", embedder,
+                       BuildOptions(default_acl=("public",)))
+        engines[name] = open_view(root / "index", embedder, today=TODAY, plugins=False)
+    yield engines
+    for e in engines.values():
+        e.close()
+
+
+def test_a_list_of_a_collection_is_its_documents_of_the_period_not_the_others_dated_there(estate):
+    result = estate["full"].query("Which inspections were carried out in May 2025?", READER)
+    assert result.status == "answer_context" and result.listing.complete
+    # the newsletter of May is about inspections, by its title too, but is no inspection
+    assert set(_listed(result)) == {f"insp-{d}" for d, _ in INSPECTIONS if d.startswith("2025-05")}
+    assert result.attempts[0].grade.source == "construction"
+
+
+def test_a_period_without_the_collection_it_names_is_a_gap_not_the_other_documents_of_the_period(estate):
+    result = estate["full"].query("List the complaints from June 2025.", READER)
+    assert result.status == "evidence_gap" and result.gap.reason == "no_authorized_evidence"
+    assert result.gap.missing == ("date:June 2025",) and result.context == ()
+    housing = Principal("hana", ("housing",), frozenset({"query"}))
+    assert _listed(estate["full"].query("List the complaints from June 2025.", housing)) == [f"comp-{HIDDEN_COMPLAINT[0]}"]
+
+
+def test_a_list_that_names_no_collection_is_every_document_of_the_period(estate):
+    result = estate["full"].query("Which documents were written in June 2025?", READER)
+    assert set(_listed(result)) == {"insp-2025-06-03", "news-2025-06-18"}
+
+
+@pytest.mark.parametrize("question", ["List the complaints from June 2025.", "Which complaints came in during May 2025?",
+                                      "Which documents were written in June 2025?"])
+def test_a_collection_only_forbidden_documents_fill_in_the_period_changes_nothing_a_reader_sees(estate, question):
+    full, readable = (result_json(estate[n].query(question, READER, k=8)) for n in ("full", "readable"))
+    for shown in (full, readable):
+        for key in ("trace_id", "elapsed_ms"):
+            shown.pop(key)
+        for a in shown["attempts"]:
+            a.pop("ms")
+        for c in shown["context"]:
+            c.pop("chunk_id")
+    assert_alike(full, readable)
