@@ -18,8 +18,8 @@ from retrieval.dates import find_dates
 from retrieval.sql.plan import Compare, CompareOp, DateWithin, Decline, Equals, Filter
 from retrieval.sql.meaning import ColumnMeaning
 from retrieval.sql.schema import ColumnInfo, ColumnProfile, TableInfo
-from retrieval.sql.words import (CONTAINERS, FILLER, RECORDING, RELATION_VERBS, WORD, WORD_NUMBERS, matches, noun_forms,
-                                 plural, singular, value_forms, words_in)
+from retrieval.sql.words import (CONTAINERS, FILLER, RECORDING, RELATION_VERBS, WORD, WORD_NUMBERS, matches, names, noun_forms,
+                                 plural, same_root, singular, value_forms, words_in)
 from retrieval.text import stem
 
 COMPARE = re.compile(
@@ -64,11 +64,27 @@ class Link:
     filters: list[Filter] = field(default_factory=list)
     consumed: set[str] = field(default_factory=set)
     value_forms: set[str] = field(default_factory=set)
+    value_words: set[str] = field(default_factory=set)  # the question's words that wrote a linked value
     lookup_column: str | None = None  # the key column an identifier pins: the question names one record
 
     def consume_column(self, col: ColumnInfo) -> None:
         """The question's words that name `col` are explained."""
         self.consumed |= {w for w in self.words if matches(w, col)}
+
+
+def written_as(value: str, tokens: Sequence[tuple[str, int, int]], text: str) -> str | None:
+    """The question's words that write a value of two words or more word for word in other
+    forms of the same words: each word the same, its singular or plural, or of the same root
+    where both are six letters or more ("sample rejections" for `sample rejected`, "pumps
+    inspected" for `pump inspection`). None when no run of the question's words does."""
+    parts = re.findall(r"[a-z0-9]+", value.lower())
+    if len(parts) < 2:
+        return None
+    for i in range(len(tokens) - len(parts) + 1):
+        run = tokens[i : i + len(parts)]
+        if all(w == p or singular(w) == singular(p) or same_root(w, (p,)) for (w, _, _), p in zip(run, parts, strict=True)):
+            return text[run[0][1] : run[-1][2]]
+    return None
 
 
 class SchemaLinker:
@@ -140,6 +156,7 @@ class SchemaLinker:
             if col == t.id_column:
                 link.lookup_column = col  # a value of the key names one record, whatever its shape
             link.value_forms |= value_forms(value)
+            link.value_words |= set(WORD.findall(form))
             link.consumed |= set(WORD.findall(form))
             column = t.column(col)
             if column is not None:
@@ -155,12 +172,14 @@ class SchemaLinker:
         titles, not labels, and is not read), the value most of the question's words point to first; a word in several
         values of that column means any of them ("diesel" for "diesel midibus" and "diesel
         single-deck"). A column a whole value already pinned is not read again, nor the noun
-        right after such a value ("courier services" is no "instrument service")."""
+        right after such a value ("courier services" is no "instrument service"). A word that
+        names a column only by its crude root ("drivers" ~ `driven`, a distance word of
+        `odometer_km`) is still read as a value's word ("driver walkaround")."""
         t = link.table
         pinned = {f.column for f in link.filters if isinstance(f, Equals)}
         nouns = self.table_words(t)
         left = {w for w in link.words - link.consumed - FILLER - self._after_values(link)
-                if len(w) >= 4 and w.isalpha() and w not in nouns and not any(matches(w, c) for c in t.visible_columns())}
+                if len(w) >= 4 and w.isalpha() and w not in nouns and not any(names(w, c) for c in t.visible_columns())}
         pointed: dict[tuple[str, frozenset[str]], list[str]] = {}  # (column, question words) -> values
         columns_of: dict[str, set[str]] = {}
         for col in t.visible_columns():
@@ -184,6 +203,7 @@ class SchemaLinker:
                 continue
             link.filters.extend(Equals(name, v) for v in values)
             link.consumed |= words
+            link.value_words |= words
             used |= words
             pinned.add(name)
 
@@ -305,8 +325,11 @@ class SchemaLinker:
         return {form for name in names for form in noun_forms(name.lower())}
 
     def value_hits(self, t: TableInfo, text: str) -> list[tuple[str, str, str]]:
-        """(column, value, surface form) for categorical values present as whole words."""
+        """(column, value, surface form) for categorical values present as whole words, or
+        written word for word in another form of the same words ("sample rejections" for
+        `sample rejected`, `written_as`)."""
         hits = []
+        tokens = [(m.group(0), m.start(), m.end()) for m in re.finditer(r"[\w-]+", text)]
         for col in t.visible_columns():
             if (col.name.endswith("_id") and col.name != t.id_column) or col.name == t.doc_column:
                 continue  # ids are linked as identifiers, not as categories
@@ -318,6 +341,10 @@ class SchemaLinker:
                     if len(form) > 1 and re.search(rf"(?<![\w-]){re.escape(form)}(?![\w-])", text):
                         hits.append((col.name, value, form))
                         break
+                else:
+                    written = written_as(value, tokens, text)
+                    if written is not None:
+                        hits.append((col.name, value, written))
         return hits
 
     def value_reading(self, t: TableInfo, text: str, col: str, form: str) -> Literal["value", "verb", "ambiguous"]:

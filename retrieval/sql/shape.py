@@ -72,8 +72,9 @@ def shape_select(linker: SchemaLinker, link: Link) -> QueryPlan | Decline:
 def _read_cues(linker: SchemaLinker, link: Link) -> _Cues:
     t, text, words = link.table, link.text, link.words
     agg: AggregateFn | None = None
-    # a word naming the table ("delays") names its records, not a column (`delay_minutes`)
-    measure = linker.column_mentioned(t, ("number",), words - linker.table_words(t))
+    # a word naming the table ("delays") names its records, not a column (`delay_minutes`); nor
+    # does a word of a value ("sample rejections" counts events, not `samples_affected`)
+    measure = linker.column_mentioned(t, ("number",), words - linker.table_words(t) - link.value_words)
     quantity = False  # "how many hours": the count cue names a number column
     count_cue = _COUNT.search(text)
     if count_cue and measure is not None:

@@ -4,7 +4,7 @@ carries no schema meaning, number words, and when a word names a column."""
 from __future__ import annotations
 
 import re
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Iterable
 
 from retrieval.text import stem
 
@@ -120,6 +120,19 @@ def root(word: str) -> str:
 def matches(word: str, col: ColumnInfo) -> bool:
     """Does a question word name the column?"""
     return word in col.words or stem(word) in col.words or (len(word) >= 4 and root(word) in col.roots)
+
+
+def names(word: str, col: ColumnInfo) -> bool:
+    """Does a question word name the column by one of its words, their stems or singulars
+    (not only by the crude root `matches` also accepts)?"""
+    return word in col.words or stem(word) in col.words or singular(word) in col.words
+
+
+def same_root(word: str, parts: Iterable[str]) -> bool:
+    """Does a word of six letters or more share its root with one of `parts` of as many
+    ("rejections" and "rejected", "inspections" and "inspected")? Shorter words are compared
+    whole: a five-letter root of a short word is most of it ("cover" ~ "covid")."""
+    return len(word) >= 6 and any(len(p) >= 6 and root(p) == root(word) for p in parts)
 
 
 def singular(word: str) -> str:

@@ -159,3 +159,31 @@ def test_a_word_of_a_title_is_no_value():
     profiles = {**PROFILES, ("delays", "vessel"): ColumnProfile(("skarv", "budget line for the retest"))}
     out = Translator([DELAYS], profiles, TODAY).translate("What is the fog budget for delays?")
     assert isinstance(out, Decline) and "budget" in out.unlinked
+
+
+def test_a_value_written_in_other_forms_of_its_words_is_the_value_and_counts_records_not_a_column():
+    profiles = {**PROFILES, ("delays", "cause"): ColumnProfile(("engine", "fog", "crew", "ramp fault", "passenger injured"))}
+    q = sql("How many passenger injuries were logged in 2025?", profiles=profiles)
+    # "passenger" writes the value, not the number column `passengers_affected`: the records are counted
+    assert q.startswith("SELECT count(*)") and "\"cause\" = 'passenger injured'" in q and "passengers_affected" not in q
+    q = sql("How many passengers were affected by passenger injuries?", profiles=profiles)
+    assert 'sum("passengers_affected")' in q and "\"cause\" = 'passenger injured'" in q  # the plural asks the column
+    # a word of another root is no form of the value's word: declined, never a guess
+    assert isinstance(Translator([DELAYS], profiles, TODAY).translate("How many passenger injections were logged?"), Decline)
+
+
+def test_a_word_that_names_a_column_only_by_its_crude_root_is_still_read_as_a_value_word():
+    table = TableInfo("delays", (*DELAYS.columns, ColumnInfo("sailed_km", "DOUBLE")), ("public",), id_column="delay_id")
+    profiles = {**PROFILES, ("delays", "cause"): ColumnProfile(("engine", "fog", "crew", "traveller complaint"))}
+    # "travellers" shares its root with "travelled", a distance word of `sailed_km`; the value writes it whole
+    q = sql("How many delays were down to complaints from travellers?", table, profiles)
+    assert q.startswith("SELECT count(*)") and "\"cause\" = 'traveller complaint'" in q and "sailed_km" not in q
+    assert 'sum("sailed_km")' in sql("How far was travelled in total on the island hop?", table, profiles)
+
+
+def test_a_plural_that_names_a_column_groups_by_it_even_when_a_value_of_another_column_writes_it():
+    table = TableInfo("delays", (*DELAYS.columns, ColumnInfo("service", "VARCHAR")), ("public",), id_column="delay_id")
+    profiles = {**PROFILES, ("delays", "service"): ColumnProfile(("early", "late", "night")),
+                ("delays", "cause"): ColumnProfile(("engine", "fog", "service vehicle fault"))}
+    q = sql("Which two services had the most delays?", table, profiles)
+    assert 'GROUP BY "service"' in q and "service vehicle fault" not in q
