@@ -309,15 +309,19 @@ class SqlRetriever:
                 if col.kind != "text":
                     continue
                 c, table = _ident(col.name), _ident(t.name)
-                q = f"SELECT count(DISTINCT {c}), list(DISTINCT regexp_extract({c}, '^([A-Za-z]+[-_]?)[0-9]', 1)) FROM {table}"
-                n, prefixes = self._backend.run(guard_sql(q, all_tables, access).sql, self.limits.timeout_s, 1, PROFILES)[1][0]
+                q = (f"SELECT count(DISTINCT {c}), list(DISTINCT regexp_extract({c}, '^([A-Za-z]+[-_]?)[0-9]', 1)), "
+                     f"bool_and(regexp_matches({c}, '^[0-9]+$')), min(length({c})), max(length({c})) FROM {table}")
+                n, prefixes, numeric, shortest, longest = self._backend.run(guard_sql(q, all_tables, access).sql,
+                                                                           self.limits.timeout_s, 1, PROFILES)[1][0]
+                digits = shortest if numeric and shortest is not None and shortest == longest else None
                 values: tuple[str, ...] = ()
                 if n <= MAX_CATEGORICAL:
                     vq = f"SELECT DISTINCT {c} FROM {table} WHERE {c} IS NOT NULL"
                     found = self._backend.run(guard_sql(vq, all_tables, access).sql, self.limits.timeout_s, MAX_CATEGORICAL,
                                               PROFILES)[1]
                     values = tuple(sorted(str(r[0]) for r in found))
-                out[(t.name, col.name)] = ColumnProfile(values, tuple(sorted({p.upper() for p in prefixes or () if p})))
+                out[(t.name, col.name)] = ColumnProfile(values, tuple(sorted({p.upper() for p in prefixes or () if p})),
+                                                        digits=digits)
         return out
 
 

@@ -89,9 +89,12 @@ class TableInfo:
 class ColumnProfile:
     """What schema linking may know of a column, computed over the rows one principal may read:
     its categorical values (when few) and the prefixes of identifier-like values ("INC-") of a
-    text column; for a floating-point column, the fewest decimal places (1 to 4) that every
-    value has, when there is such a number (amounts of money kept as DOUBLE)."""
+    text column, and how many digits each value has when every one is a number of that many
+    digits written as text (fleet numbers "2214", rooms "101"); for a floating-point column,
+    the fewest decimal places (1 to 4) that every value has, when there is such a number
+    (amounts of money kept as DOUBLE)."""
 
     values: tuple[str, ...] = ()
     prefixes: tuple[str, ...] = ()
     decimals: int | None = None
+    digits: int | None = None

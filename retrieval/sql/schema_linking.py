@@ -50,6 +50,7 @@ _VALUE_BEFORE = re.compile(r"\b(?:is|are|was|were|be|been|being|still|currently|
                            r"the|a|an|to|by|of|for|with|from|in|on|at|than)\s+$")
 
 
+MIN_NUMBER_DIGITS = 3  # a shorter number is read as a count or a limit ("top 5"), never as a record's number
 MAX_LABEL_WORDS = 3  # a column whose values are all this short holds labels ("wheels and tyres", "Talvane Diagnostics")
 
 
@@ -119,6 +120,7 @@ class SchemaLinker:
         # values first: an identifier that is also a categorical value is linked as the value
         declines = (self._link_values(link), self._link_identifiers(link, idents), self._link_dates(link, idents, today),
                     self._link_comparisons(link))
+        self._link_numbers(link)
         self._link_value_words(link)
         # "faults that concern the brakes": a relation verb before a value it links explains itself
         for m in re.finditer(r"\b([a-z]+)(?=\s+(?:to\s+)?(?:the\s+|a\s+|an\s+)?([\w-]+))", text):
@@ -278,6 +280,35 @@ class SchemaLinker:
             link.consumed |= set(WORD.findall(m.group(0)))
             link.consume_column(col)
         return None
+
+    def _link_numbers(self, link: Link) -> None:
+        """A record named by a noun and its number ("bus 2214", "room 101", "unit 4471"): a
+        number of MIN_NUMBER_DIGITS or more, right after a word that is no filler, names no
+        other column and was not linked as anything else, and of as many digits as every
+        value of exactly one text column (its profile's `digits`) is that column's value, and
+        the word before it says what the number numbers. A number a date, a comparison or a
+        value already took is not read again; a bare number ("top 100", "in 2214") is not read."""
+        t, text = link.table, link.text
+        for m in re.finditer(r"(?<![\w.-])(\d+)(?![\w.-])", text):
+            number = m.group(1)
+            before = WORD.findall(text[: m.start()])[-1:]
+            if (len(number) < MIN_NUMBER_DIGITS or not before or before[0] in FILLER or before[0] in link.consumed
+                    or not before[0].isalpha()):
+                continue
+            if number in link.value_words:  # a few such numbers are categorical values, linked as such: "ship 4471"
+                column = next((f.column for f in link.filters if isinstance(f, Equals) and f.value == number), None)
+                if column is not None and not any(names(before[0], c) for c in t.visible_columns() if c.name != column):
+                    link.consumed.add(before[0])
+                continue
+            if number in link.consumed:
+                continue  # a year of a date, a comparison's figure
+            cols = [c for c in t.visible_columns() if c.kind == "text" and c.name != t.doc_column
+                    and (p := self.profiles.get((t.name, c.name))) is not None and p.digits == len(number)]
+            if len(cols) != 1 or any(names(before[0], c) for c in t.visible_columns() if c is not cols[0]):
+                continue  # "depot 2214": a number of another column, not read by its shape alone
+            link.filters.append(Equals(cols[0].name, number))
+            link.consumed |= {number, before[0]}
+            link.value_words |= {number, before[0]}
 
     def explain_record_nouns(self, link: Link) -> None:
         """Words left that name the table's records in other words ("faults" for `defects`,

@@ -187,3 +187,18 @@ def test_a_plural_that_names_a_column_groups_by_it_even_when_a_value_of_another_
                 ("delays", "cause"): ColumnProfile(("engine", "fog", "service vehicle fault"))}
     q = sql("Which two services had the most delays?", table, profiles)
     assert 'GROUP BY "service"' in q and "service vehicle fault" not in q
+
+
+def test_a_record_named_by_a_noun_and_its_number_links_to_the_one_column_of_numbers_that_long():
+    table = TableInfo("delays", (*DELAYS.columns, ColumnInfo("berth", "VARCHAR"), ColumnInfo("ticket_ref", "VARCHAR")),
+                      ("public",), id_column="delay_id")
+    profiles = {**PROFILES, ("delays", "berth"): ColumnProfile(digits=3), ("delays", "ticket_ref"): ColumnProfile(digits=6)}
+    q = sql("How many delays were logged at pier 112 in 2025?", table, profiles)
+    assert q.startswith("SELECT count(*)") and "\"berth\" = '112'" in q and "2025-01-01" in q
+    assert "\"ticket_ref\" = '448120'" in sql("Which delay was raised for complaint 448120?", table, profiles)
+    decline = Translator([table], profiles, TODAY).translate
+    # a number that names no labelled record, or is labelled by another column, is not read by its shape
+    assert isinstance(decline("How many delays were logged at vessel 112?"), Decline)
+    for question in ("How many delays in 2025?", "Which delays cost more than 500 kroner?"):
+        assert "berth" not in sql(question, table, profiles), question
+    assert isinstance(decline("How many delays were logged at pier 11?"), Decline)  # fewer digits than any column's

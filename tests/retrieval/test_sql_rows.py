@@ -232,3 +232,39 @@ def test_profiles_larger_than_the_whole_budget_are_still_kept_for_their_scope(sq
         assert shared.profiled(bob) and shared.profile_builds == 1 and len(shared._profiles) == 0
     finally:
         shared.close()
+
+
+def test_a_column_of_numbers_written_as_text_is_profiled_by_their_length_over_readable_rows(tmp_path, embedder, threads):
+    """`digits` is read by DuckDB over the rows a scope may read, and a noun with a number that
+    long links to that column ("ship 4471"); a column whose numbers differ in length has none."""
+    from indexes.catalog import Catalog
+    from indexes.snapshot_build import build_snapshot
+    from indexes.snapshot_load import current_snapshot_path
+    from indexes.sql_runner import SqlRunner
+    from retrieval.retrievers.sql import SqlLimits, SqlRetriever
+
+    src = tmp_path / "tables"
+    src.mkdir()
+    rows = [("S-1", "4471", "12", '["public"]'), ("S-2", "4471", "7", '["public"]'), ("S-3", "5120", "140", '["public"]'),
+            ("S-4", "61", "3", '["group:ops"]')]  # only ops reads the two-digit vessel
+    lines = [f'{a},{b},{c},"{acl.replace(chr(34), 2 * chr(34))}"' for a, b, c, acl in rows]
+    (src / "sailings.csv").write_text("sailing_id,vessel_no,berth,acl\n" + "\n".join(lines) + "\n")
+    (src / "sailings.acl.json").write_text(json.dumps({"acl": ["public"], "key": "sailing_id",
+                                                       "types": {"vessel_no": "VARCHAR", "berth": "VARCHAR"}}))
+    build_snapshot([src], tmp_path / "index", embedder)
+    catalog = Catalog(current_snapshot_path(tmp_path / "index") / "catalog.duckdb")
+    retriever = SqlRetriever(SqlRunner(catalog, watchdogs=threads), SqlLimits(max_rows=1000, timeout_s=5.0), builder=threads)
+    try:
+        reader, ops = (Principal(n, g, frozenset({"query"})) for n, g in (("rosa", ()), ("omar", ("ops",))))
+        tables = retriever.readable_tables(reader.access_scope())
+        profiles = retriever._profiles_for(reader.access_scope(), tables)
+        assert profiles[("sailings", "vessel_no")].digits == 4 and profiles[("sailings", "berth")].digits is None
+        assert retriever._profiles_for(ops.access_scope(), tables)[("sailings", "vessel_no")].digits is None
+        out = retriever.answer("How many sailings did ship 4471 make?", reader, date(2025, 11, 1))
+        assert not isinstance(out, Decline) and list(out.rows) == [(2,)], out
+        # for ops (vessel numbers of two lengths) "4471" is one of the few values the column holds, linked as such
+        seen = retriever.answer("How many sailings did ship 4471 make?", ops, date(2025, 11, 1))
+        assert not isinstance(seen, Decline) and list(seen.rows) == [(2,)], seen
+    finally:
+        retriever.close()
+        catalog.close()
