@@ -129,12 +129,23 @@ def _read_cues(linker: SchemaLinker, link: Link) -> _Cues:
     # "which three events affected the most samples": the records with the largest measure
     if group is None and most and agg is None and superlative is None and measure is not None:
         superlative = "max" if most.group(1) == "most" else "min"
+    # "the top 100 defects by repair cost": records ranked by the measure named, not the latest ones
+    if group is None and limit and measure is not None and agg is None and superlative is None and not most \
+            and any(matches(w, measure) for w in _ranked_by(text)):
+        superlative = "max"
     # "what have dangerous defects cost us": money asked of many records is their sum
     if agg is None and superlative is None and measure is not None and not link.lookup_column and _COST_ASKED.search(text):
         agg = "sum"
     if group is not None and re.search(r"\bbreak(?:s|ing)?\s+down\b|\bbreakdown\b", text):
         link.consumed |= {"break", "breaks", "breaking", "breakdown", "down"}
     return _Cues(agg, measure, superlative, most.group(1) if most else None, limit, group, date_col)
+
+
+def _ranked_by(text: str) -> set[str]:
+    """Words that may name what a number of records is ranked by: those after "by" ("5
+    defects by repair cost"), or any word of a question that asks for the "top" ones."""
+    return {w for m in re.finditer(r"\bby\s+((?:[\w-]+\s*){1,3})", text) for w in m.group(1).split()} | (
+        words_in(text) if re.search(r"\btop\b", text) else set())
 
 
 def _limit(linker: SchemaLinker, link: Link) -> int | None:

@@ -6,6 +6,7 @@ tests/indexes/test_tables.py."""
 
 from __future__ import annotations
 
+import re
 from datetime import date
 
 from retrieval.sql.meaning import ColumnMeaning
@@ -202,3 +203,13 @@ def test_a_record_named_by_a_noun_and_its_number_links_to_the_one_column_of_numb
     for question in ("How many delays in 2025?", "Which delays cost more than 500 kroner?"):
         assert "berth" not in sql(question, table, profiles), question
     assert isinstance(decline("How many delays were logged at pier 11?"), Decline)  # fewer digits than any column's
+
+
+def test_a_number_of_records_by_a_measure_is_ranked_by_it_not_by_date():
+    for question in ("What are the top 10 delays by cost?", "List 10 delays by cost in kroner.",
+                     "Show the top 10 delays by kroner."):
+        q = sql(question)
+        assert 'ORDER BY "cost_nok" DESC' in q and "LIMIT 10" in q and "logged_on" not in q, (question, q)
+    assert 'ORDER BY "delay_minutes" DESC' in sql("Show 3 delays by minutes of delay.")
+    latest = sql("Show the 5 latest delays.")  # a date's superlative stays the date's
+    assert re.search(r'ORDER BY "(logged|resolved)_on" DESC', latest) and "cost_nok" not in latest
