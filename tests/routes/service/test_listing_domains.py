@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 from datetime import date
 from pathlib import Path
+from typing import Callable
 
 import pytest
 
@@ -71,17 +72,38 @@ def _incident_files(root: Path, forbidden: bool) -> Path:
     return src
 
 
-@pytest.fixture(scope="module")
-def incidents(tmp_path_factory, embedder):
-    """Two indexes of the same incident notes: with the security group's notes and without."""
+def _with_and_without(tmp_path_factory, embedder, name: str, write: Callable[[Path, bool], list[Path]]):
+    """Engines over two indexes of a domain's files (`write(root, forbidden)` returns the
+    folders to ingest): "full" with the documents a group alone reads, "readable" without."""
     from indexes.snapshot_build import BuildOptions, build_snapshot
     from routes.service.view import open_view
 
     engines = {}
-    for name, forbidden in (("full", True), ("readable", False)):
-        root = tmp_path_factory.mktemp(f"incidents-{name}")
-        build_snapshot([_incident_files(root, forbidden)], root / "index", embedder, BuildOptions(default_acl=("public",)))
-        engines[name] = open_view(root / "index", embedder, today=TODAY, plugins=False)
+    for variant, forbidden in (("full", True), ("readable", False)):
+        root = tmp_path_factory.mktemp(f"{name}-{variant}")
+        build_snapshot(write(root, forbidden), root / "index", embedder, BuildOptions(default_acl=("public",)))
+        engines[variant] = open_view(root / "index", embedder, today=TODAY, plugins=False)
+    return engines
+
+
+def _same_for_a_reader(engines, question: str) -> None:
+    """The answer over the index with a group's documents equals the answer over the one built
+    without them: documents, order, counts, grades and gap (scores within 1e-4)."""
+    full, readable = (result_json(engines[n].query(question, READER, k=8)) for n in ("full", "readable"))
+    for shown in (full, readable):
+        for key in ("trace_id", "elapsed_ms"):
+            shown.pop(key)
+        for a in shown["attempts"]:
+            a.pop("ms")
+        for c in shown["context"]:
+            c.pop("chunk_id")  # a chunk id holds the build's file order, not the answer
+    assert_alike(full, readable)
+
+
+@pytest.fixture(scope="module")
+def incidents(tmp_path_factory, embedder):
+    """Two indexes of the same incident notes: with the security group's notes and without."""
+    engines = _with_and_without(tmp_path_factory, embedder, "incidents", lambda root, hidden: [_incident_files(root, hidden)])
     yield engines
     for e in engines.values():
         e.close()
@@ -153,17 +175,7 @@ def test_a_month_with_only_a_forbidden_incident_is_a_typed_gap_for_a_reader(inci
     "What incidents were there in the first quarter of 2025?",
 ])
 def test_forbidden_incidents_in_the_period_change_nothing_a_reader_sees(incidents, question):
-    """The answer over an index with the security group's notes equals the answer over one
-    built without them: documents, order, counts, grades and gap (scores within 1e-4)."""
-    full, readable = (result_json(incidents[n].query(question, READER, k=8)) for n in ("full", "readable"))
-    for shown in (full, readable):
-        for key in ("trace_id", "elapsed_ms"):
-            shown.pop(key)
-        for a in shown["attempts"]:
-            a.pop("ms")
-        for c in shown["context"]:
-            c.pop("chunk_id")  # a chunk id holds the build's file order, not the answer
-    assert_alike(full, readable)
+    _same_for_a_reader(incidents, question)
 
 
 def test_a_date_written_only_in_the_body_puts_a_note_in_no_period(incidents):
@@ -273,16 +285,11 @@ def _estate_files(root: Path, hidden: bool) -> Path:
 @pytest.fixture(scope="module")
 def estate(tmp_path_factory, embedder):
     """The estate's collections, with the housing team's complaint and without it."""
-    from indexes.snapshot_build import BuildOptions, build_snapshot
-    from routes.service.view import open_view
-
-    engines = {}
-    for name, hidden in (("full", True), ("readable", False)):
-        root = tmp_path_factory.mktemp(f"estate-{name}")
+    def folders(root: Path, hidden: bool) -> list[Path]:
         src = _estate_files(root, hidden)
-        build_snapshot([src / d for d in ("inspections", "complaints", "newsletters")], root / "index", embedder,
-                       BuildOptions(default_acl=("public",)))
-        engines[name] = open_view(root / "index", embedder, today=TODAY, plugins=False)
+        return [src / d for d in ("inspections", "complaints", "newsletters")]
+
+    engines = _with_and_without(tmp_path_factory, embedder, "estate", folders)
     yield engines
     for e in engines.values():
         e.close()
@@ -312,12 +319,4 @@ def test_a_list_that_names_no_collection_is_every_document_of_the_period(estate)
 @pytest.mark.parametrize("question", ["List the complaints from June 2025.", "Which complaints came in during May 2025?",
                                       "Which documents were written in June 2025?"])
 def test_a_collection_only_forbidden_documents_fill_in_the_period_changes_nothing_a_reader_sees(estate, question):
-    full, readable = (result_json(estate[n].query(question, READER, k=8)) for n in ("full", "readable"))
-    for shown in (full, readable):
-        for key in ("trace_id", "elapsed_ms"):
-            shown.pop(key)
-        for a in shown["attempts"]:
-            a.pop("ms")
-        for c in shown["context"]:
-            c.pop("chunk_id")
-    assert_alike(full, readable)
+    _same_for_a_reader(estate, question)
