@@ -176,9 +176,6 @@ def _understand(question: str, access: AccessScope, deps: LoopDeps, filters: Fil
                 table_seconds: float | None) -> Understood:
     today = today or deps.today()
     linked = deps.linker.entities(question, access)
-    # A name no readable chunk holds is a constraint no evidence can meet: the question is about
-    # something the caller's documents never mention. Routing reads the question as before.
-    absent = tuple(deps.signals.absent_names(question, access, linked))
     constraints = extract(question, today, linked)
     # Tables answer questions about records, not documents: a call narrowed by document
     # filters (sources, dates, ids) stays on the text routes. A caller who can read no table
@@ -195,6 +192,11 @@ def _understand(question: str, access: AccessScope, deps: LoopDeps, filters: Fil
         decision = RouteDecision(rest[0], decision.scores, rest, decision.reason)
     if declined is not None:  # the trace says why the table the question is about was not queried
         decision = replace(decision, reason=f"{decision.reason}; sql not used: {sentence(declined)}")
+    # A name no readable chunk holds is a constraint no evidence can meet: the question is about
+    # something the caller's documents never mention (a value its table translation uses is
+    # known: "bus 2214" may be in rows alone). Routing reads the question as before.
+    known = (*linked, translation.sql) if translation is not None else tuple(linked)
+    absent = tuple(deps.signals.absent_names(question, access, known))
     if absent:
         constraints = replace(constraints, entities=(*constraints.entities, *absent))
     return Understood(constraints, inputs, decision, translation, absent, declined, qualifiers(question))

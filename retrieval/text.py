@@ -64,8 +64,9 @@ _OPENERS = "\"'“‘([*-•"
 def name_words(text: str) -> list[str]:
     """Words the text writes as names: capitalised (or all capitals) where a sentence does not
     start, letters only, outside quotes, not stopwords, month or day names (those are dates),
-    with a possessive 's dropped; in order, deduplicated. A text in title case or all capitals
-    (its small words capitalised too) names nothing by casing, so it gives none."""
+    with a possessive 's dropped; in order, deduplicated; then the numbers it names things by
+    (`record_numbers`). A text in title case or all capitals (its small words capitalised too)
+    names nothing by casing, so it gives only those numbers."""
     unquoted = re.sub(r'"[^"\n]*"|“[^”\n]*”|`[^`\n]*`', " . ", text)
     tokens = unquoted.split()
     out: list[str] = []
@@ -86,5 +87,23 @@ def name_words(text: str) -> list[str]:
             continue
         out.append(word)
     if small and small_capitalised * 2 >= small:
-        return []
-    return list(dict.fromkeys(out))
+        out = []
+    return list(dict.fromkeys(out + record_numbers(unquoted)))
+
+
+# "coach 4406", "room 101": a word, then a number of three digits or more standing alone
+_NUMBERED = re.compile(r"(?<![\w.,/-])([^\W\d_]+)\s+(\d{3,})(?![\w.,/%-])")
+# English words after which a number is an amount, a limit or a time, never a name
+_AMOUNT_BEFORE = frozenset("""over under above below around approximately nearly almost roughly about top first last
+next past least most exactly only just within per every after before since until up down more less fewer beyond
+exceeding than""".split())
+
+
+def record_numbers(text: str) -> list[str]:
+    """Numbers the text gives a thing as its name: three digits or more right after a word
+    that is no stopword, month or day, nor a word that makes it an amount ("bus 2214", "coach
+    4406", "room 101"; not "in 2025", "March 2025", "over 500", "top 100", "3.5", "1,200" or
+    "20%"). A question about coach 4406 is about
+    that coach: a context about another one does not answer it."""
+    return [m.group(2) for m in _NUMBERED.finditer(text)
+            if m.group(1).lower() not in STOPWORDS | _MONTHS_AND_DAYS | _AMOUNT_BEFORE]

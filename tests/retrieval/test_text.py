@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from retrieval.text import name_words
+from retrieval.text import name_words, record_numbers
 
 
 def test_a_capitalised_word_inside_a_sentence_is_a_name():
@@ -29,3 +29,9 @@ def test_quoted_phrases_identifiers_and_numbers_are_left_to_their_own_rules():
 def test_title_case_or_shouting_names_nothing():
     assert name_words("What Is The Refund Policy For Power Drills?") == []
     assert name_words("WHAT IS THE REFUND POLICY FOR DRILLS?") == []
+
+
+def test_a_number_a_thing_is_named_by_is_a_name_and_an_amount_a_date_or_a_limit_is_not():
+    assert name_words("What caused the fire on coach 4406 in October?") == ["4406"]
+    assert name_words("WHICH PART FAILED IN ROOM 101?") == ["101"]  # casing names nothing, a number still does
+    assert record_numbers("Did Kiln 7 or bay 12 run over 500 hours in March 2025, the top 100, 3.5 or 1,200 or 20%?") == []
